@@ -1,0 +1,351 @@
+//! Engine configuration: every knob of the design table, validated once at construction.
+
+use std::time::Duration;
+
+/// Longest duration any knob may take. Bounding durations keeps `Instant + Duration` from
+/// overflowing, so a wild configuration is an error here rather than a panic hours later.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Exponential backoff applied after a failed attempt.
+///
+/// The delay after the `n`-th delivery failed is `initial × multiplier^(n-1)`, capped at `max`,
+/// then shortened by a random fraction of at most `jitter` (drawn from the engine's seeded
+/// generator, so the same inputs always give the same delays).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    /// Delay after the first failed delivery.
+    pub initial: Duration,
+    /// Growth factor per further failed delivery (≥ 1).
+    pub multiplier: f64,
+    /// Upper bound of the delay before jitter.
+    pub max: Duration,
+    /// Fraction (0..=1) by which a delay may be randomly shortened, to spread retries of a burst.
+    pub jitter: f64,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            initial: Duration::from_secs(1),
+            multiplier: 2.0,
+            max: Duration::from_secs(300),
+            jitter: 0.2,
+        }
+    }
+}
+
+/// Engine configuration. Build it with the setters, then hand it to
+/// [`LeaseEngine::new`](crate::LeaseEngine::new), which validates it.
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold_core::Config;
+///
+/// let config = Config::default()
+///     .concurrency(8)
+///     .claim_timeout(Duration::from_secs(30)); // heartbeat follows: 10 s
+/// assert_eq!(config.validate().unwrap().heartbeat_interval, Duration::from_secs(10));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    concurrency: usize,
+    max_leases: usize,
+    claim_timeout: Duration,
+    heartbeat_interval: Option<Duration>,
+    expiry_margin: Option<Duration>,
+    poll_interval: Duration,
+    repoll_interval: Option<Duration>,
+    max_processing_time: Duration,
+    retry: RetryPolicy,
+    max_deliveries: u32,
+    shutdown_grace: Duration,
+    renew_batch_size: usize,
+    fetch_backoff_max: Duration,
+    seed: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            concurrency: 1,
+            max_leases: 1000,
+            claim_timeout: Duration::from_secs(60),
+            heartbeat_interval: None,
+            expiry_margin: None,
+            poll_interval: Duration::from_secs(1),
+            repoll_interval: None,
+            max_processing_time: Duration::from_secs(15 * 60),
+            retry: RetryPolicy::default(),
+            max_deliveries: 10,
+            shutdown_grace: Duration::from_secs(30),
+            renew_batch_size: 1000,
+            fetch_backoff_max: Duration::from_secs(30),
+            seed: 0x1ea5_e401d,
+        }
+    }
+}
+
+macro_rules! setters {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty => $field:ident = $wrap:expr;)*) => {
+        $(
+            $(#[$doc])*
+            #[must_use]
+            pub fn $name(mut self, value: $ty) -> Self {
+                self.$field = $wrap(value);
+                self
+            }
+        )*
+    };
+}
+
+impl Config {
+    setters! {
+        /// Max handler invocations running at once (default 1).
+        concurrency: usize => concurrency = std::convert::identity;
+        /// Max leases held at once: running, waiting for a re-poll, or being settled (default 1000).
+        max_leases: usize => max_leases = std::convert::identity;
+        /// A lease not renewed for this long may be taken by another replica (default 60 s).
+        claim_timeout: Duration => claim_timeout = std::convert::identity;
+        /// Cadence of the batched renew (default `claim_timeout / 3`; at most `claim_timeout / 2`).
+        heartbeat_interval: Duration => heartbeat_interval = Some;
+        /// Safety margin: a lease is considered lost locally once `claim_timeout - margin` has
+        /// passed since the send time of its last successful renew (default `claim_timeout / 10`).
+        expiry_margin: Duration => expiry_margin = Some;
+        /// How long an empty fetch waits before the next; a backend may block that long (default 1 s).
+        poll_interval: Duration => poll_interval = std::convert::identity;
+        /// Delay before re-invoking a `Pending` message (default: `poll_interval`).
+        repoll_interval: Duration => repoll_interval = Some;
+        /// Bound on one handler invocation; exceeded → cancelled, a failed attempt (default 15 min).
+        max_processing_time: Duration => max_processing_time = std::convert::identity;
+        /// Backoff after a failed attempt.
+        retry: RetryPolicy => retry = std::convert::identity;
+        /// Deliveries after which a failing message is dead-lettered (default 10).
+        max_deliveries: u32 => max_deliveries = std::convert::identity;
+        /// How long shutdown waits for running invocations (default 30 s).
+        shutdown_grace: Duration => shutdown_grace = std::convert::identity;
+        /// Largest number of leases in one `Renew` effect; bigger heartbeats are chunked (default 1000).
+        renew_batch_size: usize => renew_batch_size = std::convert::identity;
+        /// Cap of the backoff after failed fetches (default 30 s).
+        fetch_backoff_max: Duration => fetch_backoff_max = std::convert::identity;
+        /// Seed of the generator behind retry jitter: same seed and inputs, same outputs.
+        seed: u64 => seed = std::convert::identity;
+    }
+
+    /// Checks every knob and resolves the derived defaults.
+    pub fn validate(&self) -> Result<Settings, ConfigError> {
+        use ConfigError as E;
+        if self.concurrency == 0 {
+            return Err(E::ZeroConcurrency);
+        }
+        if self.max_leases < self.concurrency {
+            return Err(E::MaxLeasesBelowConcurrency {
+                max_leases: self.max_leases,
+                concurrency: self.concurrency,
+            });
+        }
+        if self.renew_batch_size == 0 {
+            return Err(E::ZeroRenewBatch);
+        }
+        if self.max_deliveries == 0 {
+            return Err(E::ZeroMaxDeliveries);
+        }
+        let heartbeat_interval = self.heartbeat_interval.unwrap_or(self.claim_timeout / 3);
+        let expiry_margin = self.expiry_margin.unwrap_or(self.claim_timeout / 10);
+        let repoll_interval = self.repoll_interval.unwrap_or(self.poll_interval);
+        for (knob, value) in [
+            ("claim_timeout", self.claim_timeout),
+            ("heartbeat_interval", heartbeat_interval),
+            ("poll_interval", self.poll_interval),
+            ("repoll_interval", repoll_interval),
+            ("max_processing_time", self.max_processing_time),
+            ("retry.initial", self.retry.initial),
+            ("retry.max", self.retry.max),
+            ("fetch_backoff_max", self.fetch_backoff_max),
+        ] {
+            if value.is_zero() {
+                return Err(E::ZeroDuration { knob });
+            }
+        }
+        for (knob, value) in [
+            ("claim_timeout", self.claim_timeout),
+            ("heartbeat_interval", heartbeat_interval),
+            ("expiry_margin", expiry_margin),
+            ("poll_interval", self.poll_interval),
+            ("repoll_interval", repoll_interval),
+            ("max_processing_time", self.max_processing_time),
+            ("retry.initial", self.retry.initial),
+            ("retry.max", self.retry.max),
+            ("shutdown_grace", self.shutdown_grace),
+            ("fetch_backoff_max", self.fetch_backoff_max),
+        ] {
+            if value > MAX_DURATION {
+                return Err(E::DurationTooLong { knob, value });
+            }
+        }
+        if heartbeat_interval > self.claim_timeout / 2 {
+            return Err(E::HeartbeatTooSlow {
+                heartbeat: heartbeat_interval,
+                claim_timeout: self.claim_timeout,
+            });
+        }
+        // A renew sent on schedule must land before the local expiry: heartbeat + margin < claim.
+        if expiry_margin + heartbeat_interval >= self.claim_timeout {
+            return Err(E::MarginTooWide {
+                margin: expiry_margin,
+                heartbeat: heartbeat_interval,
+                claim_timeout: self.claim_timeout,
+            });
+        }
+        if !(self.retry.multiplier.is_finite() && self.retry.multiplier >= 1.0) {
+            return Err(E::BadMultiplier(self.retry.multiplier));
+        }
+        if !(0.0..=1.0).contains(&self.retry.jitter) {
+            return Err(E::BadJitter(self.retry.jitter));
+        }
+        if self.retry.max < self.retry.initial {
+            return Err(E::RetryMaxBelowInitial {
+                initial: self.retry.initial,
+                max: self.retry.max,
+            });
+        }
+        Ok(Settings {
+            concurrency: self.concurrency,
+            max_leases: self.max_leases,
+            claim_timeout: self.claim_timeout,
+            heartbeat_interval,
+            expiry_margin,
+            poll_interval: self.poll_interval,
+            repoll_interval,
+            max_processing_time: self.max_processing_time,
+            retry: self.retry.clone(),
+            max_deliveries: self.max_deliveries,
+            shutdown_grace: self.shutdown_grace,
+            renew_batch_size: self.renew_batch_size,
+            fetch_backoff_max: self.fetch_backoff_max.max(self.poll_interval),
+            seed: self.seed,
+        })
+    }
+}
+
+/// A validated configuration with every derived default resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// See [`Config::concurrency`].
+    pub concurrency: usize,
+    /// See [`Config::max_leases`].
+    pub max_leases: usize,
+    /// See [`Config::claim_timeout`].
+    pub claim_timeout: Duration,
+    /// See [`Config::heartbeat_interval`].
+    pub heartbeat_interval: Duration,
+    /// See [`Config::expiry_margin`].
+    pub expiry_margin: Duration,
+    /// See [`Config::poll_interval`].
+    pub poll_interval: Duration,
+    /// See [`Config::repoll_interval`].
+    pub repoll_interval: Duration,
+    /// See [`Config::max_processing_time`].
+    pub max_processing_time: Duration,
+    /// See [`Config::retry`].
+    pub retry: RetryPolicy,
+    /// See [`Config::max_deliveries`].
+    pub max_deliveries: u32,
+    /// See [`Config::shutdown_grace`].
+    pub shutdown_grace: Duration,
+    /// See [`Config::renew_batch_size`].
+    pub renew_batch_size: usize,
+    /// See [`Config::fetch_backoff_max`] (never below `poll_interval`).
+    pub fetch_backoff_max: Duration,
+    /// See [`Config::seed`].
+    pub seed: u64,
+}
+
+impl Settings {
+    /// How long a lease stays valid locally after the send time of its last successful renew.
+    pub fn lease_ttl(&self) -> Duration {
+        self.claim_timeout - self.expiry_margin
+    }
+}
+
+/// What is wrong with a [`Config`], and how to fix it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// `concurrency` is 0.
+    #[error("concurrency must be at least 1 (it bounds the handler invocations running at once)")]
+    ZeroConcurrency,
+    /// `max_leases` is smaller than `concurrency`.
+    #[error(
+        "max_leases ({max_leases}) must be at least concurrency ({concurrency}): every running \
+         invocation holds a lease; raise max_leases or lower concurrency"
+    )]
+    MaxLeasesBelowConcurrency {
+        /// The configured `max_leases`.
+        max_leases: usize,
+        /// The configured `concurrency`.
+        concurrency: usize,
+    },
+    /// `renew_batch_size` is 0.
+    #[error("renew_batch_size must be at least 1")]
+    ZeroRenewBatch,
+    /// `max_deliveries` is 0.
+    #[error("max_deliveries must be at least 1 (a message is delivered at least once)")]
+    ZeroMaxDeliveries,
+    /// A duration knob that must be positive is zero.
+    #[error("{knob} must be greater than zero")]
+    ZeroDuration {
+        /// The knob's name.
+        knob: &'static str,
+    },
+    /// A duration knob exceeds [`MAX_DURATION`].
+    #[error("{knob} is {value:?}; durations are limited to one year")]
+    DurationTooLong {
+        /// The knob's name.
+        knob: &'static str,
+        /// The configured value.
+        value: Duration,
+    },
+    /// The heartbeat is too slow to keep leases alive reliably.
+    #[error(
+        "heartbeat_interval ({heartbeat:?}) must be at most claim_timeout / 2 ({:?}) so a \
+         missed renew can be retried before the lease lapses; shorten the heartbeat or \
+         lengthen claim_timeout", *claim_timeout / 2
+    )]
+    HeartbeatTooSlow {
+        /// The resolved heartbeat interval.
+        heartbeat: Duration,
+        /// The configured claim timeout.
+        claim_timeout: Duration,
+    },
+    /// Heartbeat plus margin leave no room before the claim timeout.
+    #[error(
+        "expiry_margin ({margin:?}) + heartbeat_interval ({heartbeat:?}) must be less than \
+         claim_timeout ({claim_timeout:?}), or leases would expire locally between two renews; \
+         shrink the margin or the heartbeat"
+    )]
+    MarginTooWide {
+        /// The resolved margin.
+        margin: Duration,
+        /// The resolved heartbeat interval.
+        heartbeat: Duration,
+        /// The configured claim timeout.
+        claim_timeout: Duration,
+    },
+    /// The retry multiplier is below 1 or not finite.
+    #[error("retry.multiplier must be a finite number ≥ 1, got {0}")]
+    BadMultiplier(f64),
+    /// The retry jitter is outside 0..=1.
+    #[error("retry.jitter must be between 0 and 1, got {0}")]
+    BadJitter(f64),
+    /// The retry cap is below the first delay.
+    #[error("retry.max ({max:?}) must be at least retry.initial ({initial:?})")]
+    RetryMaxBelowInitial {
+        /// The configured first delay.
+        initial: Duration,
+        /// The configured cap.
+        max: Duration,
+    },
+    /// The engine was asked to serve no source.
+    #[error("an engine needs at least one source (stream) to fetch from")]
+    NoSources,
+}

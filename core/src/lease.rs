@@ -1,0 +1,233 @@
+//! Held leases: a generational slab (O(1) by [`LeaseId`]) plus an index by message, which stores
+//! only lease ids and hashes through the slab, so a message id is kept once.
+
+use std::hash::BuildHasher;
+use std::time::Duration;
+
+use hashbrown::{DefaultHashBuilder, HashTable};
+
+use crate::types::{CancelReason, DeadLetterReason, Fence, LeaseId, MessageId, SourceId};
+
+/// A lease the engine holds on one message, as a driver sees it when executing an effect.
+#[derive(Debug)]
+pub struct Lease<P> {
+    pub(crate) source: SourceId,
+    pub(crate) id: MessageId,
+    pub(crate) payload: P,
+    pub(crate) delivery_count: u32,
+    pub(crate) fence: Fence,
+    /// Engine sequence number at which `fence` was adopted: results of operations sent before
+    /// it carry an older fence and are stale.
+    pub(crate) fence_seq: u64,
+    /// Invocations of this delivery so far; the current one's run number.
+    pub(crate) attempt: u32,
+    /// The epoch (fetch or renew send time) that last confirmed this lease.
+    pub(crate) epoch: u64,
+    /// Bumped on every state change; timer entries carrying an older stamp are stale.
+    pub(crate) stamp: u32,
+    pub(crate) state: State,
+}
+
+impl<P> Lease<P> {
+    /// The source (stream) the message came from.
+    pub fn source(&self) -> SourceId {
+        self.source
+    }
+    /// The message's id in the backend.
+    pub fn message_id(&self) -> &MessageId {
+        &self.id
+    }
+    /// The message's payload.
+    pub fn payload(&self) -> &P {
+        &self.payload
+    }
+    /// The backend's delivery count of the current delivery.
+    pub fn delivery_count(&self) -> u32 {
+        self.delivery_count
+    }
+    /// The fence of the current delivery, for the backend's fenced operations.
+    pub fn fence(&self) -> Fence {
+        self.fence
+    }
+    /// How many invocations this delivery has had (1 during the first).
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+}
+
+/// Where a lease is in its life.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum State {
+    /// An invocation (run number = `attempt`) is running.
+    Running { cancelled: Option<CancelReason> },
+    /// Returned `Pending`; waits for its re-poll timer.
+    Waiting,
+    /// Due to run, waiting for a free invocation slot.
+    Ready,
+    /// Delivered while a cancelled invocation of the same message still winds down.
+    Blocked,
+    /// Being acked, released or dead-lettered; `in_flight` while the effect awaits its result,
+    /// otherwise waiting to retry after a transient failure.
+    Settling {
+        op: Settle,
+        in_flight: bool,
+        sent_seq: u64,
+    },
+    /// No longer held (lost or expired) but its cancelled invocation has not reported yet: it
+    /// still occupies an invocation slot. `successor` is a newer lease of the same message.
+    Orphaned { successor: Option<LeaseId> },
+}
+
+/// How a lease is settled.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Settle {
+    Ack,
+    Release(Duration),
+    DeadLetter(Box<DeadLetterReason>),
+}
+
+impl State {
+    /// Held leases count against `max_leases` and are renewed unless a settle is in flight.
+    pub(crate) fn is_held(&self) -> bool {
+        !matches!(self, State::Orphaned { .. })
+    }
+    /// Running invocations count against `concurrency`.
+    pub(crate) fn is_running(&self) -> bool {
+        matches!(self, State::Running { .. } | State::Orphaned { .. })
+    }
+    pub(crate) fn is_in_flight(&self) -> bool {
+        matches!(
+            self,
+            State::Settling {
+                in_flight: true,
+                ..
+            }
+        )
+    }
+    pub(crate) fn is_renewable(&self) -> bool {
+        self.is_held() && !self.is_in_flight()
+    }
+}
+
+struct Slot<P> {
+    generation: u32,
+    lease: Option<Lease<P>>,
+}
+
+/// The generational slab of leases and the index of held leases by `(source, message id)`.
+pub(crate) struct LeaseTable<P> {
+    slots: Vec<Slot<P>>,
+    free: Vec<u32>,
+    index: HashTable<LeaseId>,
+    hasher: DefaultHashBuilder,
+}
+
+impl<P> LeaseTable<P> {
+    pub(crate) fn new() -> Self {
+        Self {
+            slots: Vec::new(),
+            free: Vec::new(),
+            index: HashTable::new(),
+            hasher: DefaultHashBuilder::default(),
+        }
+    }
+
+    fn hash(&self, source: SourceId, id: &MessageId) -> u64 {
+        self.hasher.hash_one((source, id))
+    }
+
+    pub(crate) fn get(&self, id: LeaseId) -> Option<&Lease<P>> {
+        let slot = self.slots.get(id.slot as usize)?;
+        (slot.generation == id.generation)
+            .then_some(slot.lease.as_ref())
+            .flatten()
+    }
+
+    pub(crate) fn get_mut(&mut self, id: LeaseId) -> Option<&mut Lease<P>> {
+        let slot = self.slots.get_mut(id.slot as usize)?;
+        if slot.generation == id.generation {
+            slot.lease.as_mut()
+        } else {
+            None
+        }
+    }
+
+    /// Stores a lease and indexes it by message.
+    pub(crate) fn insert(&mut self, lease: Lease<P>) -> LeaseId {
+        let hash = self.hash(lease.source, &lease.id);
+        let id = match self.free.pop() {
+            Some(slot) => {
+                let entry = &mut self.slots[slot as usize];
+                entry.lease = Some(lease);
+                LeaseId {
+                    slot,
+                    generation: entry.generation,
+                }
+            }
+            None => {
+                let slot = u32::try_from(self.slots.len()).expect("fewer than 2^32 leases");
+                self.slots.push(Slot {
+                    generation: 0,
+                    lease: Some(lease),
+                });
+                LeaseId {
+                    slot,
+                    generation: 0,
+                }
+            }
+        };
+        let slots = &self.slots;
+        let hasher = &self.hasher;
+        self.index.insert_unique(hash, id, |other| {
+            let lease = slots[other.slot as usize].lease.as_ref().expect("indexed");
+            hasher.hash_one((lease.source, &lease.id))
+        });
+        id
+    }
+
+    /// The held lease of a message, if any.
+    pub(crate) fn find(&self, source: SourceId, message: &MessageId) -> Option<LeaseId> {
+        let hash = self.hash(source, message);
+        self.index
+            .find(hash, |id| {
+                let lease = self.slots[id.slot as usize]
+                    .lease
+                    .as_ref()
+                    .expect("indexed");
+                lease.source == source && lease.id == *message
+            })
+            .copied()
+    }
+
+    /// Removes a lease from the message index (it stays in the slab, e.g. as an orphan).
+    pub(crate) fn unindex(&mut self, id: LeaseId) {
+        let Some(lease) = self.get(id) else { return };
+        let hash = self.hash(lease.source, &lease.id);
+        if let Ok(entry) = self.index.find_entry(hash, |other| *other == id) {
+            entry.remove();
+        }
+    }
+
+    /// Removes a lease entirely; its id is never valid again.
+    pub(crate) fn remove(&mut self, id: LeaseId) -> Option<Lease<P>> {
+        self.get(id)?;
+        self.unindex(id);
+        let slot = &mut self.slots[id.slot as usize];
+        let lease = slot.lease.take();
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free.push(id.slot);
+        lease
+    }
+
+    /// All live slots (held leases and orphans), in slot order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (LeaseId, &Lease<P>)> {
+        self.slots.iter().enumerate().filter_map(|(slot, entry)| {
+            let lease = entry.lease.as_ref()?;
+            let id = LeaseId {
+                slot: slot as u32,
+                generation: entry.generation,
+            };
+            Some((id, lease))
+        })
+    }
+}

@@ -1,0 +1,189 @@
+//! The vocabulary shared by the engine, drivers and backends: ids, deliveries, outcomes, results.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Index of a source (a stream and consumer group) served by one engine. Sources share the
+/// engine's concurrency budget; fetches for them are spread round-robin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SourceId(pub u16);
+
+/// A message's id in its backend, e.g. a Redis stream entry id `1700000000000-0`.
+///
+/// Two deliveries with equal ids on one source are the same message; equal payloads are not.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MessageId(Box<str>);
+
+impl MessageId {
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for MessageId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Display for MessageId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<&str> for MessageId {
+    fn from(id: &str) -> Self {
+        Self(id.into())
+    }
+}
+
+impl From<String> for MessageId {
+    fn from(id: String) -> Self {
+        Self(id.into_boxed_str())
+    }
+}
+
+impl From<u64> for MessageId {
+    fn from(id: u64) -> Self {
+        Self(id.to_string().into_boxed_str())
+    }
+}
+
+/// A fencing token: the backend's proof that a delivery is still the current one.
+///
+/// Every takeover of a message yields a new fence (on Redis: the delivery count, which each
+/// takeover increments), so an operation carrying an old fence is refused. Handlers may pass it
+/// to downstream systems that can reject stale writers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Fence(pub u64);
+
+/// One message returned by a fetch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fetched<P> {
+    /// The message's id in the backend.
+    pub id: MessageId,
+    /// The message's payload, opaque to the engine.
+    pub payload: P,
+    /// How often the backend has delivered this message (1 for the first delivery). It survives
+    /// crashes and restarts, so it counts attempts across replicas.
+    pub delivery_count: u32,
+    /// The fence of this delivery.
+    pub fence: Fence,
+}
+
+/// Identifies a held lease inside one engine. Never reused, so a late result for a lease that
+/// is gone cannot be mistaken for a newer one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LeaseId {
+    pub(crate) slot: u32,
+    pub(crate) generation: u32,
+}
+
+/// Identifies one handler invocation (one `Run` effect).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct InvocationId {
+    pub(crate) lease: LeaseId,
+    pub(crate) run: u32,
+}
+
+impl InvocationId {
+    /// The lease this invocation runs under.
+    pub fn lease(self) -> LeaseId {
+        self.lease
+    }
+}
+
+/// Identifies one `Renew` effect, to match its result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RenewId(pub(crate) u64);
+
+/// What a handler invocation came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Finished: the message is acked.
+    Done,
+    /// Not finished yet (a VM still provisioning): keep the lease, free the invocation slot,
+    /// invoke again after `repoll_interval`.
+    Pending,
+    /// A failed attempt: release the message so it is retried after `delay`, or after the
+    /// policy's backoff when `None`; dead-letter it once `max_deliveries` is reached.
+    Retry {
+        /// Explicit delay before the retry, overriding the backoff.
+        delay: Option<Duration>,
+    },
+    /// The message can never succeed (e.g. it cannot be decoded): dead-letter it at once.
+    Reject {
+        /// Why, recorded with the dead letter.
+        reason: String,
+    },
+    /// The handler returned an error or panicked (reported by the driver): a failed attempt,
+    /// handled like `Retry { delay: None }`.
+    Failed {
+        /// The error, recorded if the message ends up dead-lettered.
+        error: String,
+    },
+}
+
+/// Why an invocation was cancelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CancelReason {
+    /// A renew reported the lease lost: another consumer may run the message now.
+    LeaseLost,
+    /// No successful renew for `claim_timeout - margin`: the lease may have lapsed.
+    LeaseExpired,
+    /// The invocation ran longer than `max_processing_time`.
+    MaxProcessingTime,
+    /// Shutdown's grace period is over.
+    Shutdown,
+}
+
+/// Why a message is dead-lettered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeadLetterReason {
+    /// The handler rejected the message.
+    Rejected(String),
+    /// The message failed on its last allowed delivery.
+    MaxDeliveries {
+        /// The delivery count it failed on.
+        deliveries: u32,
+        /// The last failure.
+        last_error: String,
+    },
+}
+
+impl fmt::Display for DeadLetterReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Rejected(reason) => write!(f, "rejected: {reason}"),
+            Self::MaxDeliveries {
+                deliveries,
+                last_error,
+            } => write!(
+                f,
+                "failed {deliveries} deliveries, last error: {last_error}"
+            ),
+        }
+    }
+}
+
+/// A backend's answer for one lease of a `Renew` batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RenewResult {
+    /// Still ours: the lease's idle time was reset.
+    Kept,
+    /// Not ours any more (another consumer took it, it was deleted, or the fence is stale).
+    Lost,
+}
+
+/// A backend's answer for one lease of an `Ack`, `Release` or `DeadLetter`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettleResult {
+    /// Done.
+    Ok,
+    /// Refused: the lease is not ours any more (or the fence is stale). Nothing was changed.
+    Lost,
+    /// A transient failure (timeout, connection lost): the engine retries while the lease holds.
+    Failed,
+}
