@@ -1,0 +1,1 @@
+//! Reference model and invariant checker for the LeaseEngine.
