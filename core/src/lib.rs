@@ -99,6 +99,7 @@
 //! separate tasks and report back through the same `handle_*` methods.
 #![forbid(unsafe_code)]
 
+pub mod backend;
 mod config;
 mod effect;
 mod engine;
@@ -106,6 +107,7 @@ mod lease;
 mod timers;
 mod types;
 
+pub use backend::{Backend, BackendError, BackendResult, ErrorKind, LeaseRef};
 pub use config::{Config, ConfigError, RetryPolicy, Settings, MAX_DURATION};
 pub use effect::{Effect, Stats};
 pub use engine::LeaseEngine;

@@ -1,0 +1,143 @@
+//! The backend SPI: what a driver needs from a stream store. Plain trait definitions, no runtime.
+//!
+//! A backend handle serves **one stream, one consumer group, one consumer**: several replicas
+//! are several handles with distinct consumer names. Every lease operation is owner-checked and
+//! fenced (it succeeds only for the consumer holding the message *and* only with the fence of
+//! the current delivery) and answers per lease, never all-or-nothing. A transport failure of a
+//! whole call is an `Err`; the engine then retries while its local lease expiry keeps it from
+//! acting on leases it may have lost.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::types::{DeadLetterReason, Fence, Fetched, MessageId, RenewResult, SettleResult};
+
+/// The message a lease operation is about, and the fence of the delivery it acts for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LeaseRef {
+    /// The message's id in the backend.
+    pub id: MessageId,
+    /// The fence of the delivery this consumer holds.
+    pub fence: Fence,
+}
+
+/// Whether an error is worth retrying.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Timeouts, lost connections, a server restarting: retry with backoff.
+    Transient,
+    /// Configuration, authentication, protocol errors: retrying will not help.
+    Fatal,
+}
+
+/// A failed backend call.
+#[derive(Debug, thiserror::Error)]
+#[error("{kind:?} backend error: {message}")]
+pub struct BackendError {
+    kind: ErrorKind,
+    message: String,
+    #[source]
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl BackendError {
+    /// A transient error: the call may succeed if retried.
+    pub fn transient(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Transient, message)
+    }
+
+    /// A fatal error: retrying will not help (bad configuration, authentication).
+    pub fn fatal(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Fatal, message)
+    }
+
+    fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// Attaches the underlying error.
+    #[must_use]
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Box::new(source));
+        self
+    }
+
+    /// Whether the call is worth retrying.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// Shorthand for `kind() == ErrorKind::Transient`.
+    pub fn is_transient(&self) -> bool {
+        self.kind == ErrorKind::Transient
+    }
+}
+
+/// The result type of backend calls.
+pub type BackendResult<T> = Result<T, BackendError>;
+
+/// A stream store with fenced, owner-checked leases (Redis Streams, in-memory, your own).
+///
+/// Methods take `&self` and may be called concurrently (a fetch may block while renews and acks
+/// proceed), so implementations share their connection state internally.
+pub trait Backend: Send + Sync + 'static {
+    /// The payload type stored in the stream (e.g. `Vec<u8>` or `bytes::Bytes`). Cloned once
+    /// per handler invocation, so it should be cheap to clone.
+    type Payload: Clone + Send + Sync + 'static;
+
+    /// Appends a message; returns its id. Equal payloads are distinct messages.
+    fn publish(
+        &self,
+        payload: Self::Payload,
+    ) -> impl Future<Output = BackendResult<MessageId>> + Send;
+
+    /// Takes up to `max` messages for this consumer: reclaimable ones (not renewed for the
+    /// claim timeout, or released and past their delay) and new ones, neither starving the
+    /// other. When none is available it may wait up to `wait` for new entries. Never returns
+    /// more than `max`; every delivery carries its delivery count and fence.
+    fn fetch(
+        &self,
+        max: usize,
+        wait: Duration,
+    ) -> impl Future<Output = BackendResult<Vec<Fetched<Self::Payload>>>> + Send;
+
+    /// Resets the idle time of each lease this consumer still holds with that fence; one result
+    /// per lease, in order. A lease held by someone else is `Lost` and is not moved.
+    fn renew(
+        &self,
+        leases: &[LeaseRef],
+    ) -> impl Future<Output = BackendResult<Vec<RenewResult>>> + Send;
+
+    /// Acknowledges (removes) each message this consumer holds with that fence; one result per
+    /// lease, in order (`Ok` or `Lost`). Another consumer's delivery is never removed.
+    fn ack(
+        &self,
+        leases: &[LeaseRef],
+    ) -> impl Future<Output = BackendResult<Vec<SettleResult>>> + Send;
+
+    /// Gives the lease back; any consumer may take the message once `delay` has passed.
+    /// A backend may cap `delay` (Redis: at the claim timeout) and documents it.
+    fn release(
+        &self,
+        lease: &LeaseRef,
+        delay: Duration,
+    ) -> impl Future<Output = BackendResult<SettleResult>> + Send;
+
+    /// Moves the message to the dead-letter stream with the reason and delivery count, and
+    /// acknowledges it, atomically.
+    fn dead_letter(
+        &self,
+        lease: &LeaseRef,
+        reason: &DeadLetterReason,
+    ) -> impl Future<Output = BackendResult<SettleResult>> + Send;
+
+    /// Messages in the stream (pending ones included).
+    fn stream_len(&self) -> impl Future<Output = BackendResult<u64>> + Send;
+
+    /// Messages delivered to any consumer and not yet acknowledged.
+    fn pending(&self) -> impl Future<Output = BackendResult<u64>> + Send;
+}
