@@ -1,0 +1,412 @@
+//! The driver loop, written once: it owns the engine, executes its effects as concurrent tasks,
+//! feeds their results back, and sleeps until the engine's next timeout.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::{pin, Pin};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::channel::{mpsc, oneshot};
+use futures::future::{select, Either};
+use futures::{FutureExt, StreamExt};
+use leasehold_core::{
+    Backend, BackendError, BackendResult, Effect, Fetched, InvocationId, LeaseEngine, LeaseId,
+    LeaseRef, Outcome, RenewId, RenewResult, SettleResult, SourceId, Stats,
+};
+
+use crate::cancel::Cancellation;
+use crate::delivery::{Clock, Meta, Validity};
+use crate::runtime::Runtime;
+use crate::worker::ShutdownReport;
+
+/// A type-erased handler: decodes the payload and runs the user's function.
+pub(crate) type ErasedHandler<P> =
+    Arc<dyn Fn(P, Meta) -> Pin<Box<dyn Future<Output = Outcome> + Send>> + Send + Sync>;
+
+/// One stream served by the worker.
+pub(crate) struct Stream<B: Backend> {
+    pub(crate) name: Arc<str>,
+    pub(crate) backend: Arc<B>,
+    pub(crate) handler: ErasedHandler<B::Payload>,
+}
+
+/// Everything that reaches the driver: results of the tasks it spawned, and commands.
+pub(crate) enum Event<P> {
+    Fetched(SourceId, BackendResult<Vec<Fetched<P>>>),
+    Outcome(InvocationId, Outcome),
+    Renewed(RenewId, BackendResult<Vec<(LeaseId, RenewResult)>>),
+    Acked(Vec<(LeaseId, SettleResult)>),
+    Released(LeaseId, SettleResult),
+    DeadLettered(LeaseId, SettleResult),
+    Shutdown(Duration, Option<oneshot::Sender<ShutdownReport>>),
+    Stats(oneshot::Sender<Stats>),
+}
+
+/// Tunables of the driver itself (the engine has its own config).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DriverOptions {
+    /// How long a cancelled handler may take to finish before its future is dropped.
+    pub(crate) cancel_grace: Duration,
+    /// Bound on one backend call (a fetch gets its `wait` on top).
+    pub(crate) call_timeout: Duration,
+}
+
+struct Invocation {
+    cancellation: Cancellation,
+    validity: Arc<Validity>,
+}
+
+pub(crate) struct Driver<R: Runtime, B: Backend> {
+    rt: R,
+    engine: LeaseEngine<B::Payload>,
+    streams: Arc<[Stream<B>]>,
+    tx: mpsc::UnboundedSender<Event<B::Payload>>,
+    rx: mpsc::UnboundedReceiver<Event<B::Payload>>,
+    invocations: HashMap<InvocationId, Invocation>,
+    /// Acks of one batch of events, sent together.
+    acks: Vec<LeaseId>,
+    waiters: Vec<oneshot::Sender<ShutdownReport>>,
+    options: DriverOptions,
+    clock: Clock,
+    base: Instant,
+    drained: bool,
+}
+
+impl<R: Runtime, B: Backend> Driver<R, B> {
+    pub(crate) fn new(
+        rt: R,
+        engine: LeaseEngine<B::Payload>,
+        streams: Vec<Stream<B>>,
+        tx: mpsc::UnboundedSender<Event<B::Payload>>,
+        rx: mpsc::UnboundedReceiver<Event<B::Payload>>,
+        options: DriverOptions,
+    ) -> Self {
+        let clock_rt = rt.clone();
+        let base = rt.now();
+        Self {
+            clock: Arc::new(move || clock_rt.now()),
+            rt,
+            engine,
+            streams: streams.into(),
+            tx,
+            rx,
+            invocations: HashMap::new(),
+            acks: Vec::new(),
+            waiters: Vec::new(),
+            options,
+            base,
+            drained: false,
+        }
+    }
+
+    /// Runs until shutdown has drained every lease.
+    pub(crate) async fn run(mut self) {
+        loop {
+            self.execute();
+            self.flush_acks();
+            if self.drained {
+                let report = ShutdownReport::from(*self.engine.stats());
+                for waiter in self.waiters.drain(..) {
+                    let _ = waiter.send(report);
+                }
+                return;
+            }
+            let wake = {
+                let next = self.rx.next();
+                match self.engine.poll_timeout() {
+                    Some(at) => match select(next, pin!(self.rt.sleep_until(at))).await {
+                        Either::Left((event, _)) => event,
+                        Either::Right(_) => None,
+                    },
+                    None => next.await,
+                }
+            };
+            match wake {
+                None => self.engine.handle_timeout(self.rt.now()),
+                Some(event) => {
+                    self.handle(event);
+                    // Take everything already waiting before acting, so acks batch up.
+                    while let Ok(event) = self.rx.try_recv() {
+                        self.execute();
+                        self.handle(event);
+                    }
+                }
+            }
+        }
+    }
+
+    fn handle(&mut self, event: Event<B::Payload>) {
+        let now = self.rt.now();
+        match event {
+            Event::Fetched(source, Ok(messages)) => {
+                self.engine.handle_fetched(now, source, messages);
+            }
+            Event::Fetched(source, Err(error)) => {
+                tracing::warn!(stream = %self.streams[usize::from(source.0)].name, %error, "fetch failed");
+                self.engine.handle_fetch_failed(now, source);
+            }
+            Event::Outcome(invocation, outcome) => {
+                self.invocations.remove(&invocation);
+                self.engine.handle_outcome(now, invocation, outcome);
+            }
+            Event::Renewed(batch, Ok(results)) => {
+                self.engine.handle_renewed(now, batch, results);
+                for (id, invocation) in &self.invocations {
+                    invocation.validity.set(self.engine.valid_until(id.lease()));
+                }
+            }
+            Event::Renewed(batch, Err(error)) => {
+                tracing::warn!(%error, "renew failed");
+                self.engine.handle_renew_failed(now, batch);
+            }
+            Event::Acked(results) => self.engine.handle_acked(now, results),
+            Event::Released(lease, result) => self.engine.handle_released(now, lease, result),
+            Event::DeadLettered(lease, result) => {
+                self.engine.handle_dead_lettered(now, lease, result)
+            }
+            Event::Shutdown(grace, reply) => {
+                self.waiters.extend(reply);
+                self.engine.handle_shutdown(now, now + grace);
+            }
+            Event::Stats(reply) => {
+                let _ = reply.send(*self.engine.stats());
+            }
+        }
+    }
+
+    /// Executes every pending effect; acks collect until [`flush_acks`](Self::flush_acks).
+    fn execute(&mut self) {
+        while let Some(effect) = self.engine.poll_effect() {
+            match effect {
+                Effect::Fetch { source, max, wait } => self.fetch(source, max, wait),
+                Effect::Run { invocation, lease } => self.run_handler(invocation, lease),
+                Effect::Cancel { invocation, reason } => {
+                    if let Some(running) = self.invocations.get(&invocation) {
+                        running.cancellation.cancel(reason);
+                    }
+                }
+                Effect::Renew { batch, leases } => self.renew(batch, leases),
+                Effect::Ack { leases } => self.acks.extend(leases),
+                Effect::Release { lease, delay } => self.release(lease, delay),
+                Effect::DeadLetter { lease, reason } => {
+                    let Some((source, lease_ref)) = self.resolve(lease) else {
+                        continue;
+                    };
+                    let backend = self.backend(source);
+                    let call = async move { backend.dead_letter(&lease_ref, &reason).await };
+                    self.call(call, move |result| {
+                        Event::DeadLettered(lease, result.unwrap_or(SettleResult::Failed))
+                    });
+                }
+                Effect::Drained => self.drained = true,
+            }
+        }
+    }
+
+    fn backend(&self, source: SourceId) -> Arc<B> {
+        self.streams[usize::from(source.0)].backend.clone()
+    }
+
+    fn resolve(&self, lease: LeaseId) -> Option<(SourceId, LeaseRef)> {
+        let lease = self.engine.lease(lease)?;
+        let lease_ref = LeaseRef {
+            id: lease.message_id().clone(),
+            fence: lease.fence(),
+        };
+        Some((lease.source(), lease_ref))
+    }
+
+    /// Spawns a backend call bounded by the call timeout; its result becomes an event.
+    fn call<T: Send + 'static>(
+        &self,
+        call: impl Future<Output = BackendResult<T>> + Send + 'static,
+        event: impl FnOnce(BackendResult<T>) -> Event<B::Payload> + Send + 'static,
+    ) {
+        self.call_within(self.options.call_timeout, call, event);
+    }
+
+    fn call_within<T: Send + 'static>(
+        &self,
+        timeout: Duration,
+        call: impl Future<Output = BackendResult<T>> + Send + 'static,
+        event: impl FnOnce(BackendResult<T>) -> Event<B::Payload> + Send + 'static,
+    ) {
+        let (rt, tx) = (self.rt.clone(), self.tx.clone());
+        self.rt.spawn(Box::pin(async move {
+            let deadline = rt.sleep_until(rt.now() + timeout);
+            let result = match select(pin!(call), pin!(deadline)).await {
+                Either::Left((result, _)) => result,
+                Either::Right(_) => Err(BackendError::transient(format!(
+                    "backend call timed out after {timeout:?}"
+                ))),
+            };
+            // The driver may be gone after shutdown; then nobody needs the result.
+            let _ = tx.unbounded_send(event(result));
+        }));
+    }
+
+    fn fetch(&self, source: SourceId, max: usize, wait: Duration) {
+        let backend = self.backend(source);
+        self.call_within(
+            wait + self.options.call_timeout,
+            async move { backend.fetch(max, wait).await },
+            move |result| Event::Fetched(source, result),
+        );
+    }
+
+    fn run_handler(&mut self, invocation: InvocationId, lease_id: LeaseId) {
+        let Some(lease) = self.engine.lease(lease_id) else {
+            return;
+        };
+        let stream = &self.streams[usize::from(lease.source().0)];
+        let cancellation = Cancellation::new();
+        let validity = Arc::new(Validity::new(self.base, self.engine.valid_until(lease_id)));
+        let meta = Meta {
+            stream: stream.name.clone(),
+            id: lease.message_id().clone(),
+            delivery_count: lease.delivery_count(),
+            attempt: lease.attempt(),
+            fence: lease.fence(),
+            cancellation: cancellation.clone(),
+            validity: validity.clone(),
+            clock: self.clock.clone(),
+        };
+        let payload = lease.payload().clone();
+        let handler = stream.handler.clone();
+        self.invocations.insert(
+            invocation,
+            Invocation {
+                cancellation: cancellation.clone(),
+                validity,
+            },
+        );
+        let (rt, tx, grace) = (self.rt.clone(), self.tx.clone(), self.options.cancel_grace);
+        self.rt.spawn(Box::pin(async move {
+            let outcome = invoke(rt, handler, payload, meta, cancellation, grace).await;
+            let _ = tx.unbounded_send(Event::Outcome(invocation, outcome));
+        }));
+    }
+
+    fn renew(&self, batch: RenewId, leases: Vec<LeaseId>) {
+        let mut by_source: HashMap<SourceId, (Vec<LeaseId>, Vec<LeaseRef>)> = HashMap::new();
+        for id in leases {
+            if let Some((source, lease_ref)) = self.resolve(id) {
+                let (ids, refs) = by_source.entry(source).or_default();
+                ids.push(id);
+                refs.push(lease_ref);
+            }
+        }
+        let calls: Vec<_> = by_source
+            .into_iter()
+            .map(|(source, (ids, refs))| {
+                let backend = self.backend(source);
+                async move {
+                    let results = backend.renew(&refs).await?;
+                    Ok::<_, BackendError>(ids.into_iter().zip(results).collect::<Vec<_>>())
+                }
+            })
+            .collect();
+        // Sources answer independently: a failed one leaves its leases out (they keep their
+        // state); only when every source failed is the batch reported failed.
+        let call = async move {
+            let mut merged = Vec::new();
+            let mut last_error = None;
+            for result in futures::future::join_all(calls).await {
+                match result {
+                    Ok(results) => merged.extend(results),
+                    Err(error) => last_error = Some(error),
+                }
+            }
+            match last_error {
+                Some(error) if merged.is_empty() => Err(error),
+                _ => Ok(merged),
+            }
+        };
+        self.call(call, move |result| Event::Renewed(batch, result));
+    }
+
+    /// Sends the acks collected so far: one backend call per source.
+    fn flush_acks(&mut self) {
+        if self.acks.is_empty() {
+            return;
+        }
+        let mut by_source: HashMap<SourceId, (Vec<LeaseId>, Vec<LeaseRef>)> = HashMap::new();
+        for id in std::mem::take(&mut self.acks) {
+            if let Some((source, lease_ref)) = self.resolve(id) {
+                let (ids, refs) = by_source.entry(source).or_default();
+                ids.push(id);
+                refs.push(lease_ref);
+            }
+        }
+        for (source, (ids, refs)) in by_source {
+            let backend = self.backend(source);
+            let sent = ids.clone();
+            self.call(async move { backend.ack(&refs).await }, move |result| {
+                Event::Acked(match result {
+                    Ok(results) => sent.into_iter().zip(results).collect(),
+                    Err(_) => sent
+                        .into_iter()
+                        .map(|id| (id, SettleResult::Failed))
+                        .collect(),
+                })
+            });
+        }
+    }
+
+    fn release(&self, lease: LeaseId, delay: Duration) {
+        let Some((source, lease_ref)) = self.resolve(lease) else {
+            return;
+        };
+        let backend = self.backend(source);
+        self.call(
+            async move { backend.release(&lease_ref, delay).await },
+            move |result| Event::Released(lease, result.unwrap_or(SettleResult::Failed)),
+        );
+    }
+}
+
+/// Runs one handler invocation: catches panics, honours cancellation with a grace period.
+async fn invoke<R: Runtime, P>(
+    rt: R,
+    handler: ErasedHandler<P>,
+    payload: P,
+    meta: Meta,
+    cancellation: Cancellation,
+    grace: Duration,
+) -> Outcome {
+    let started = std::panic::catch_unwind(AssertUnwindSafe(|| handler(payload, meta)));
+    let future = match started {
+        Ok(future) => future,
+        Err(panic) => return panicked(panic),
+    };
+    let mut future = pin!(AssertUnwindSafe(future).catch_unwind());
+    let result = match select(future.as_mut(), pin!(cancellation.cancelled())).await {
+        Either::Left((result, _)) => result,
+        Either::Right((reason, _)) => {
+            // Give the handler a moment to notice the signal and stop on its own.
+            let grace_over = rt.sleep_until(rt.now() + grace);
+            match select(future, pin!(grace_over)).await {
+                Either::Left((result, _)) => result,
+                Either::Right(_) => {
+                    return Outcome::Failed {
+                        error: format!("cancelled ({reason:?}) and dropped after {grace:?}"),
+                    }
+                }
+            }
+        }
+    };
+    result.unwrap_or_else(panicked)
+}
+
+fn panicked(panic: Box<dyn std::any::Any + Send>) -> Outcome {
+    let message = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".into());
+    Outcome::Failed {
+        error: format!("handler panicked: {message}"),
+    }
+}

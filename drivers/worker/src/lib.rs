@@ -1,0 +1,33 @@
+//! # leasehold-worker: the driver loop and the worker API, written once
+//!
+//! This crate runs [`leasehold_core::LeaseEngine`] for real: one driver task owns the engine,
+//! executes its effects as concurrent tasks (handlers, fetches, renews, acks each on their own,
+//! so a slow renew never delays dispatch and a slow handler never delays a renew), feeds the
+//! results back, and sleeps until the engine's next timeout. It is generic over a [`Runtime`]
+//! (spawn, sleep, now) and a [`Backend`](leasehold_core::Backend); `leasehold-tokio` and
+//! `leasehold-smol` plug in their runtime.
+//!
+//! Handlers are `async fn(Delivery<M>) -> Outcome` (or `()`, or a `Result` of either). They run
+//! concurrently up to `concurrency`, get a [`Cancellation`] they can await, and can ask
+//! [`Delivery::lease_valid`] right before a side effect. A panic is caught and counts as a
+//! failed attempt. A cancelled handler is dropped if it does not stop within the cancel grace,
+//! and its result is never acked.
+#![forbid(unsafe_code)]
+
+mod cancel;
+mod codec;
+mod consume;
+mod delivery;
+mod driver;
+mod runtime;
+mod worker;
+
+pub use cancel::Cancellation;
+pub use codec::{Codec, CodecError, Json, Raw};
+pub use consume::{consume, IntoAck};
+pub use delivery::{Delivery, IntoOutcome};
+pub use runtime::{BoxFuture, Runtime};
+pub use worker::{ShutdownReport, Worker, WorkerBuilder, WorkerError};
+
+pub use leasehold_core as core;
+pub use leasehold_core::{CancelReason, Config, Outcome, RetryPolicy};
