@@ -1,1 +1,91 @@
-//! In-process backend.
+//! # leasehold-memory: an in-process stream with the lease semantics of Redis Streams
+//!
+//! A [`MemoryStream`] is one stream with one consumer group, shared by any number of workers in
+//! one process; each worker gets a [`MemoryBackend`] (a named consumer) that implements
+//! [`leasehold_core::Backend`]. It behaves like the Redis backend, so tests, demos and the
+//! simulator exercise the semantics production runs on:
+//!
+//! - **Ids** are `"0-{n}"`, `n` = 1, 2, 3, … in publish order (the Redis entry-id format with a
+//!   zero millisecond part, deterministic across runs). They come from a counter, never from the
+//!   payload: two equal payloads are two messages.
+//! - **Pending list**: each delivered, unacknowledged message has an owner, a delivery count
+//!   and an idle time (time since its last delivery or renew), like Redis's `XPENDING`.
+//! - **Fetch** first reclaims messages idle for at least the claim timeout (like `XAUTOCLAIM`:
+//!   the owner becomes the caller, the delivery count goes up by one), scanning in id order from
+//!   a cursor kept between calls, so every lapsed message is reached in turn; then it delivers
+//!   new messages (like `XREADGROUP … >`: delivery count 1). When both kinds are available each
+//!   gets half of `max`, the odd slot alternating between them, and a share one kind cannot use
+//!   goes to the other, so neither starves the other. Never more than `max`.
+//! - **Fence = delivery count**, as on Redis: every takeover increments it, a renew does not.
+//!   Renew, ack, release and dead-letter act only if the caller owns the message **and** the
+//!   lease's fence equals its delivery count; otherwise the answer is `Lost` and nothing
+//!   changes. So a late heartbeat cannot steal a message back and a stale ack cannot delete the
+//!   new owner's delivery. Results come per lease, in order.
+//! - **Ack** removes the message from the pending list and the stream (`XACK` + `XDEL`).
+//!   **Release** with a delay keeps owner and count but makes the message claimable by anyone
+//!   once the delay has passed (`XCLAIM … IDLE claim_timeout - delay`); delays are therefore
+//!   capped at the claim timeout. **Dead-letter** appends the message, its id, the reason and
+//!   its delivery count to an inspectable dead-letter stream ([`MemoryStream::dead_letters`])
+//!   and acks it, in one step.
+//! - **Time** comes from an injectable [`Clock`]: [`SystemClock`] by default, [`ManualClock`]
+//!   for deterministic tests and simulations.
+//! - **Waiting**: when there is nothing to fetch, `fetch(max, wait)` waits up to `wait` for a
+//!   publish, a release or a lease to lapse. It waits on an `event-listener` notification and an
+//!   `async-io` timer, both independent of any executor, so the backend runs under tokio, smol or
+//!   a plain `block_on`. On a clock that is not real-time (such as [`ManualClock`]) it returns
+//!   at once, since real waiting would not advance virtual time.
+//!
+//! Every operation is one short critical section on a mutex, so operations of several
+//! consumers are atomic with respect to each other. The `*_now` methods of [`MemoryBackend`]
+//! offer the same operations synchronously.
+//!
+//! ## Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use leasehold_core::{Backend, LeaseRef, RenewResult, SettleResult};
+//! use leasehold_memory::{MemoryStream, StreamConfig};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // Any executor will do: tokio, smol, or this minimal one.
+//! futures_lite::future::block_on(async {
+//!     let stream = MemoryStream::new(StreamConfig::new(Duration::from_secs(30)))?;
+//!     let worker = stream.consumer("worker-1")?;
+//!
+//!     let id = worker.publish("resize image 42".into()).await?;
+//!     let batch = worker.fetch(10, Duration::from_millis(100)).await?;
+//!     assert_eq!(batch.len(), 1);
+//!     let message = &batch[0];
+//!     assert_eq!((&message.id, message.delivery_count), (&id, 1));
+//!
+//!     // The heartbeat: renew keeps the lease however long the handler runs.
+//!     let lease = LeaseRef { id: message.id.clone(), fence: message.fence };
+//!     assert_eq!(worker.renew(&[lease.clone()]).await?, [RenewResult::Kept]);
+//!
+//!     // Done: ack removes the message.
+//!     assert_eq!(worker.ack(&[lease]).await?, [SettleResult::Ok]);
+//!     assert_eq!(worker.stream_len().await?, 0);
+//!     Ok(())
+//! })
+//! # }
+//! ```
+#![forbid(unsafe_code)]
+
+mod backend;
+mod clock;
+mod config;
+mod id;
+mod inspect;
+mod store;
+mod stream;
+mod sync;
+mod wakeup;
+
+pub use backend::MemoryBackend;
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use config::{MemoryError, StreamConfig};
+pub use inspect::{DeadLetter, PendingInfo};
+pub use stream::MemoryStream;
+
+/// The payload type of this backend: cloning it bumps a reference count, no copy.
+pub use bytes::Bytes;

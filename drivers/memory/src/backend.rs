@@ -1,0 +1,173 @@
+//! [`MemoryBackend`]: one consumer's handle, with the `Backend` implementation.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use leasehold_core::{
+    Backend, BackendResult, DeadLetterReason, Fetched, LeaseRef, MessageId, RenewResult,
+    SettleResult,
+};
+
+use crate::stream::MemoryStream;
+use crate::wakeup;
+
+/// One consumer of a [`MemoryStream`]'s group: implements [`Backend`] for a worker.
+///
+/// Every lease operation is owner-checked and fenced: it acts only if this consumer holds the
+/// message **and** the lease's fence equals the message's current delivery count; otherwise it
+/// answers `Lost` and changes nothing. Results come per lease, in order.
+///
+/// Next to the async [`Backend`] methods there are synchronous `*_now` variants, for
+/// simulators and tests that drive the store without an executor; they never wait.
+///
+/// Dropping the handle frees its name; the messages it held stay pending until reclaimed.
+pub struct MemoryBackend {
+    stream: MemoryStream,
+    name: Arc<str>,
+}
+
+impl MemoryBackend {
+    pub(crate) fn new(stream: MemoryStream, name: Arc<str>) -> Self {
+        Self { stream, name }
+    }
+
+    /// This consumer's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The stream this consumer reads.
+    pub fn stream(&self) -> &MemoryStream {
+        &self.stream
+    }
+
+    /// Takes up to `max` messages without waiting: first reclaimable ones (idle for the claim
+    /// timeout, or released and past their delay; delivery count + 1, owner = this consumer),
+    /// then new ones (delivery count 1). When both kinds are available each gets half of `max`,
+    /// the odd slot alternating, and a share one kind cannot use goes to the other.
+    pub fn fetch_now(&self, max: usize) -> Vec<Fetched<Bytes>> {
+        let now = self.stream.now();
+        self.stream.store().fetch(now, &self.name, max)
+    }
+
+    /// Resets the idle time of each lease this consumer holds with that fence (the delivery
+    /// count stays); `Lost` for any other.
+    pub fn renew_now(&self, leases: &[LeaseRef]) -> Vec<RenewResult> {
+        let now = self.stream.now();
+        self.stream.store().renew(now, &self.name, leases)
+    }
+
+    /// Removes each message this consumer holds with that fence from the stream; `Lost` (and
+    /// nothing removed) for any other.
+    pub fn ack_now(&self, leases: &[LeaseRef]) -> Vec<SettleResult> {
+        self.stream.store().ack(&self.name, leases)
+    }
+
+    /// Lets any consumer reclaim the message once `delay` has passed. Delays are capped at the
+    /// claim timeout, as on Redis (`XCLAIM … IDLE claim_timeout - delay`). Owner and delivery
+    /// count stay until someone reclaims it.
+    pub fn release_now(&self, lease: &LeaseRef, delay: Duration) -> SettleResult {
+        let now = self.stream.now();
+        let result = self.stream.store().release(now, &self.name, lease, delay);
+        if result == SettleResult::Ok {
+            self.stream.wake();
+        }
+        result
+    }
+
+    /// Moves the message to the dead-letter stream (with its id, payload, the reason's text and
+    /// its delivery count) and acknowledges it, in one step.
+    pub fn dead_letter_now(&self, lease: &LeaseRef, reason: &DeadLetterReason) -> SettleResult {
+        self.stream
+            .store()
+            .dead_letter(&self.name, lease, reason.to_string())
+    }
+
+    /// The fetch of [`Backend::fetch`]: waits only on a real-time clock, for a publish, a
+    /// release or the next lease lapse, until `wait` is over.
+    async fn fetch_waiting(&self, max: usize, wait: Duration) -> Vec<Fetched<Bytes>> {
+        let deadline = self.stream.now().checked_add(wait); // `None`: wait without end
+        loop {
+            let listener = self.stream.listen();
+            let now = self.stream.now();
+            let (fetched, next_lapse) = {
+                let mut store = self.stream.store();
+                (store.fetch(now, &self.name, max), store.next_claimable())
+            };
+            let expired = deadline.is_some_and(|deadline| now >= deadline);
+            let can_wait = wakeup::CAN_WAIT && self.stream.is_real_time();
+            if !fetched.is_empty() || max == 0 || expired || !can_wait {
+                return fetched;
+            }
+            let wake_at = match (deadline, next_lapse) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            wakeup::wait(listener, wake_at).await;
+        }
+    }
+}
+
+impl Drop for MemoryBackend {
+    fn drop(&mut self) {
+        self.stream.store().unregister(&self.name);
+    }
+}
+
+impl fmt::Debug for MemoryBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryBackend")
+            .field("name", &self.name)
+            .field("stream", &self.stream)
+            .finish()
+    }
+}
+
+/// Every method completes at once except `fetch`, which may wait; the `*_now` methods document
+/// the semantics of each. No call ever fails: the in-memory store has no transport.
+impl Backend for MemoryBackend {
+    type Payload = Bytes;
+
+    async fn publish(&self, payload: Bytes) -> BackendResult<MessageId> {
+        Ok(self.stream.publish(payload))
+    }
+
+    /// Takes what [`fetch_now`](MemoryBackend::fetch_now) would. If that is nothing and the
+    /// stream's clock is real-time, waits up to `wait` for a publish, a release, or a lease to
+    /// lapse, then returns what is there (possibly nothing). On a virtual clock (e.g.
+    /// [`ManualClock`](crate::ManualClock)) it never waits. Cancel-safe: dropping the future
+    /// never loses a message.
+    async fn fetch(&self, max: usize, wait: Duration) -> BackendResult<Vec<Fetched<Bytes>>> {
+        Ok(self.fetch_waiting(max, wait).await)
+    }
+
+    async fn renew(&self, leases: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
+        Ok(self.renew_now(leases))
+    }
+
+    async fn ack(&self, leases: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
+        Ok(self.ack_now(leases))
+    }
+
+    async fn release(&self, lease: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
+        Ok(self.release_now(lease, delay))
+    }
+
+    async fn dead_letter(
+        &self,
+        lease: &LeaseRef,
+        reason: &DeadLetterReason,
+    ) -> BackendResult<SettleResult> {
+        Ok(self.dead_letter_now(lease, reason))
+    }
+
+    async fn stream_len(&self) -> BackendResult<u64> {
+        Ok(self.stream.len() as u64)
+    }
+
+    async fn pending(&self) -> BackendResult<u64> {
+        Ok(self.stream.pending_len() as u64)
+    }
+}

@@ -1,0 +1,47 @@
+//! Entry ids: `"0-{n}"` with `n` = 1, 2, 3, … in publish order, the Redis entry-id format with a
+//! zero millisecond part. Ids come from a counter, never from the payload, and are never reused.
+
+use leasehold_core::MessageId;
+
+/// The id of the entry with sequence number `seq`.
+pub(crate) fn format(seq: u64) -> MessageId {
+    MessageId::from(format!("0-{seq}"))
+}
+
+/// The sequence number of `id`, if it is an id this store could have issued (canonical form
+/// only: `"0-007"` or `"0-+7"` are not ids of entry 7).
+pub(crate) fn parse(id: &str) -> Option<u64> {
+    let digits = id.strip_prefix("0-")?;
+    let canonical = !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'));
+    if canonical {
+        digits.parse().ok()
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_rejects_non_canonical_forms() {
+        assert_eq!(format(17).as_str(), "0-17");
+        assert_eq!(parse("0-17"), Some(17));
+        for bad in [
+            "",
+            "0-",
+            "17",
+            "1-17",
+            "0-017",
+            "0-+17",
+            "0- 17",
+            "0-1x",
+            "0-99999999999999999999",
+        ] {
+            assert_eq!(parse(bad), None, "{bad:?}");
+        }
+    }
+}

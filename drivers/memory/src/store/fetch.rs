@@ -1,0 +1,158 @@
+//! Fetch: reclaims (XAUTOCLAIM with a cursor) and new entries (XREADGROUP `>`), split so that
+//! neither kind starves the other.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use leasehold_core::{Fence, Fetched};
+
+use super::{Pending, Store};
+use crate::id;
+
+impl Store {
+    /// Up to `max` deliveries for `consumer`: reclaimed entries (XAUTOCLAIM from the cursor)
+    /// and new ones (XREADGROUP `>`), split so that neither kind starves the other.
+    pub(crate) fn fetch(
+        &mut self,
+        now: Instant,
+        consumer: &Arc<str>,
+        max: usize,
+    ) -> Vec<Fetched<Bytes>> {
+        let reclaimable = self.due.range(..=(now, u64::MAX)).take(max).count();
+        let fresh = self
+            .entries
+            .range(self.last_delivered + 1..)
+            .take(max)
+            .count();
+        let (reclaim, read) = split(max, reclaimable, fresh, self.prefer_new);
+        if reclaimable > 0 && fresh > 0 && max % 2 == 1 {
+            // The odd slot was contested: the other kind gets it next time.
+            self.prefer_new = !self.prefer_new;
+        }
+        let mut out = Vec::with_capacity(reclaim + read);
+        self.reclaim(now, consumer, reclaim, &mut out);
+        self.read_new(now, consumer, read, &mut out);
+        out
+    }
+
+    /// Takes up to `count` entries idle for the claim timeout, in id order from the cursor,
+    /// wrapping around: each scan resumes where the last one stopped, so none starves.
+    fn reclaim(
+        &mut self,
+        now: Instant,
+        consumer: &Arc<str>,
+        count: usize,
+        out: &mut Vec<Fetched<Bytes>>,
+    ) {
+        if count == 0 {
+            return;
+        }
+        let mut due: Vec<u64> = self
+            .due
+            .range(..=(now, u64::MAX))
+            .map(|&(_, seq)| seq)
+            .collect();
+        due.sort_unstable();
+        let wrap = due.partition_point(|&seq| seq < self.cursor);
+        due.rotate_left(wrap);
+        due.truncate(count);
+        let until = self.lease_end(now, self.claim_timeout);
+        for &seq in &due {
+            let (Some(pending), Some(payload)) = (self.pel.get_mut(&seq), self.entries.get(&seq))
+            else {
+                continue;
+            };
+            self.due.remove(&(pending.claimable_at, seq));
+            pending.owner = consumer.clone();
+            pending.delivery_count = pending.delivery_count.saturating_add(1);
+            pending.claimable_at = until;
+            self.due.insert((until, seq));
+            out.push(delivery(seq, payload, pending.delivery_count));
+        }
+        if let Some(&last) = due.last() {
+            self.cursor = last + 1;
+        }
+    }
+
+    /// Delivers up to `count` entries never delivered to the group, with delivery count 1.
+    fn read_new(
+        &mut self,
+        now: Instant,
+        consumer: &Arc<str>,
+        count: usize,
+        out: &mut Vec<Fetched<Bytes>>,
+    ) {
+        if count == 0 {
+            return;
+        }
+        let until = self.lease_end(now, self.claim_timeout);
+        for (&seq, payload) in self.entries.range(self.last_delivered + 1..).take(count) {
+            let pending = Pending {
+                owner: consumer.clone(),
+                delivery_count: 1,
+                claimable_at: until,
+            };
+            self.pel.insert(seq, pending);
+            self.due.insert((until, seq));
+            self.last_delivered = seq;
+            out.push(delivery(seq, payload, 1));
+        }
+    }
+}
+
+fn delivery(seq: u64, payload: &Bytes, delivery_count: u32) -> Fetched<Bytes> {
+    Fetched {
+        id: id::format(seq),
+        payload: payload.clone(),
+        delivery_count,
+        fence: Fence(u64::from(delivery_count)),
+    }
+}
+
+/// How many of `max` slots go to reclaims and to new entries, given how many of each are
+/// available: each kind gets half (the odd slot alternates, `prefer_new`), and a share one kind
+/// cannot use goes to the other.
+fn split(max: usize, reclaimable: usize, fresh: usize, prefer_new: bool) -> (usize, usize) {
+    let reclaim_share = max / 2 + if prefer_new { 0 } else { max % 2 };
+    let read = fresh.min(max - reclaim_share.min(reclaimable));
+    let reclaim = reclaimable.min(max - read);
+    (reclaim, read)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_shares_and_hands_over_unused_slots() {
+        // Both kinds plentiful: half each, the odd slot to the preferred kind.
+        assert_eq!(split(4, 10, 10, false), (2, 2));
+        assert_eq!(split(5, 10, 10, false), (3, 2));
+        assert_eq!(split(5, 10, 10, true), (2, 3));
+        assert_eq!(split(1, 10, 10, false), (1, 0));
+        assert_eq!(split(1, 10, 10, true), (0, 1));
+        // One kind short: the other takes its unused share.
+        assert_eq!(split(10, 1, 20, false), (1, 9));
+        assert_eq!(split(10, 20, 1, true), (9, 1));
+        assert_eq!(split(10, 0, 3, false), (0, 3));
+        assert_eq!(split(0, 5, 5, false), (0, 0));
+    }
+
+    #[test]
+    fn split_never_exceeds_max_or_availability() {
+        for max in 0..8 {
+            for r in 0..8 {
+                for f in 0..8 {
+                    for prefer_new in [false, true] {
+                        let (reclaim, read) = split(max, r, f, prefer_new);
+                        assert!(reclaim + read <= max);
+                        assert!(reclaim <= r && read <= f);
+                        // Nothing left idle that could have been taken.
+                        assert_eq!(reclaim + read, max.min(r + f), "{max} {r} {f}");
+                    }
+                }
+            }
+        }
+    }
+}

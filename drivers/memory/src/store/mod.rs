@@ -1,0 +1,245 @@
+//! The synchronous store: one stream, its consumer group's pending list (PEL) and a dead-letter
+//! stream, with the lease semantics of Redis Streams. Every operation is given `now`; the
+//! handles lock the store, read the clock and call in. Nothing here blocks, awaits or panics
+//! half-way through a change.
+
+mod fetch;
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use leasehold_core::{LeaseRef, MessageId, RenewResult, SettleResult};
+
+use crate::config::MemoryError;
+use crate::id;
+use crate::inspect::{DeadLetter, PendingInfo};
+
+/// One delivered, unacknowledged entry: an XPENDING row.
+#[derive(Debug)]
+struct Pending {
+    owner: Arc<str>,
+    delivery_count: u32,
+    /// When the entry becomes claimable by anyone: last delivery/renew + claim timeout, or
+    /// release time + delay. Idle time is `claim_timeout - (claimable_at - now)`.
+    claimable_at: Instant,
+}
+
+#[derive(Debug)]
+pub(crate) struct Store {
+    claim_timeout: Duration,
+    /// The stream: entries by sequence number, pending ones included (XLEN counts them).
+    entries: BTreeMap<u64, Bytes>,
+    last_seq: u64,
+    /// The group's last delivered sequence number: new entries are those after it.
+    last_delivered: u64,
+    pel: BTreeMap<u64, Pending>,
+    /// The PEL ordered by `claimable_at`: finds what is reclaimable without a scan.
+    due: BTreeSet<(Instant, u64)>,
+    /// Where the next reclaim continues (XAUTOCLAIM's cursor): the sequence after the last
+    /// entry reclaimed.
+    cursor: u64,
+    /// Which kind gets the odd slot the next time reclaims and new entries compete.
+    prefer_new: bool,
+    consumers: HashSet<Arc<str>>,
+    dead: Vec<DeadLetter>,
+}
+
+impl Store {
+    pub(crate) fn new(claim_timeout: Duration) -> Self {
+        Self {
+            claim_timeout,
+            entries: BTreeMap::new(),
+            last_seq: 0,
+            last_delivered: 0,
+            pel: BTreeMap::new(),
+            due: BTreeSet::new(),
+            cursor: 0,
+            prefer_new: false,
+            consumers: HashSet::new(),
+            dead: Vec::new(),
+        }
+    }
+
+    pub(crate) fn register(&mut self, name: &str) -> Result<Arc<str>, MemoryError> {
+        if name.is_empty() {
+            return Err(MemoryError::EmptyConsumerName);
+        }
+        if self.consumers.contains(name) {
+            return Err(MemoryError::ConsumerNameTaken(name.to_owned()));
+        }
+        let name: Arc<str> = name.into();
+        self.consumers.insert(name.clone());
+        Ok(name)
+    }
+
+    /// Frees a consumer's name. Its pending entries stay pending under its name (as on Redis
+    /// when a worker dies) until another consumer reclaims them.
+    pub(crate) fn unregister(&mut self, name: &str) {
+        self.consumers.remove(name);
+    }
+
+    /// XADD: appends an entry and returns its sequence number.
+    pub(crate) fn publish(&mut self, payload: Bytes) -> u64 {
+        self.last_seq += 1;
+        self.entries.insert(self.last_seq, payload);
+        self.last_seq
+    }
+
+    /// Resets the idle time of each lease `consumer` holds with that fence (owner-checked
+    /// `XCLAIM … 0 id JUSTID`: the delivery count stays).
+    pub(crate) fn renew(
+        &mut self,
+        now: Instant,
+        consumer: &str,
+        leases: &[LeaseRef],
+    ) -> Vec<RenewResult> {
+        let until = self.lease_end(now, self.claim_timeout);
+        leases
+            .iter()
+            .map(|lease| match self.held(consumer, lease) {
+                Some(seq) => {
+                    self.set_claimable_at(seq, until);
+                    RenewResult::Kept
+                }
+                None => RenewResult::Lost,
+            })
+            .collect()
+    }
+
+    /// Removes each message `consumer` holds with that fence from the PEL and the stream
+    /// (owner-checked XACK + XDEL).
+    pub(crate) fn ack(&mut self, consumer: &str, leases: &[LeaseRef]) -> Vec<SettleResult> {
+        leases
+            .iter()
+            .map(|lease| match self.held(consumer, lease) {
+                Some(seq) => {
+                    self.remove(seq);
+                    SettleResult::Ok
+                }
+                None => SettleResult::Lost,
+            })
+            .collect()
+    }
+
+    /// Makes the message claimable by anyone once `delay` (capped at the claim timeout) has
+    /// passed; owner and delivery count stay (owner-checked `XCLAIM … IDLE (timeout - delay)`).
+    pub(crate) fn release(
+        &mut self,
+        now: Instant,
+        consumer: &str,
+        lease: &LeaseRef,
+        delay: Duration,
+    ) -> SettleResult {
+        let Some(seq) = self.held(consumer, lease) else {
+            return SettleResult::Lost;
+        };
+        let at = self.lease_end(now, delay.min(self.claim_timeout));
+        self.set_claimable_at(seq, at);
+        SettleResult::Ok
+    }
+
+    /// Appends the message to the dead-letter stream and acks it, in one step.
+    pub(crate) fn dead_letter(
+        &mut self,
+        consumer: &str,
+        lease: &LeaseRef,
+        reason: String,
+    ) -> SettleResult {
+        let Some(seq) = self.held(consumer, lease) else {
+            return SettleResult::Lost;
+        };
+        let delivery_count = self.pel[&seq].delivery_count;
+        let payload = self.remove(seq);
+        self.dead.push(DeadLetter {
+            id: id::format(self.dead.len() as u64 + 1),
+            original_id: id::format(seq),
+            payload,
+            reason,
+            delivery_count,
+            consumer: consumer.to_owned(),
+        });
+        SettleResult::Ok
+    }
+
+    /// When the next pending entry becomes claimable, if any is pending.
+    pub(crate) fn next_claimable(&self) -> Option<Instant> {
+        self.due.first().map(|&(at, _)| at)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub(crate) fn pending_len(&self) -> usize {
+        self.pel.len()
+    }
+
+    pub(crate) fn dead_letters(&self) -> &[DeadLetter] {
+        &self.dead
+    }
+
+    pub(crate) fn contains(&self, id: &str) -> bool {
+        id::parse(id).is_some_and(|seq| self.entries.contains_key(&seq))
+    }
+
+    pub(crate) fn pending_info(&self, now: Instant, id: &str) -> Option<PendingInfo> {
+        let seq = id::parse(id)?;
+        self.pel.get(&seq).map(|p| self.info(now, p))
+    }
+
+    pub(crate) fn pending_entries(&self, now: Instant) -> Vec<(MessageId, PendingInfo)> {
+        self.pel
+            .iter()
+            .map(|(&seq, p)| (id::format(seq), self.info(now, p)))
+            .collect()
+    }
+
+    fn info(&self, now: Instant, pending: &Pending) -> PendingInfo {
+        let idle = if pending.claimable_at >= now {
+            self.claim_timeout
+                .saturating_sub(pending.claimable_at - now)
+        } else {
+            self.claim_timeout
+                .saturating_add(now - pending.claimable_at)
+        };
+        PendingInfo {
+            owner: pending.owner.to_string(),
+            delivery_count: pending.delivery_count,
+            idle,
+        }
+    }
+
+    /// The sequence number of the entry, if `consumer` owns it with the lease's fence.
+    fn held(&self, consumer: &str, lease: &LeaseRef) -> Option<u64> {
+        let seq = id::parse(lease.id.as_str())?;
+        let pending = self.pel.get(&seq)?;
+        let current =
+            *pending.owner == *consumer && u64::from(pending.delivery_count) == lease.fence.0;
+        current.then_some(seq)
+    }
+
+    fn set_claimable_at(&mut self, seq: u64, at: Instant) {
+        if let Some(pending) = self.pel.get_mut(&seq) {
+            self.due.remove(&(pending.claimable_at, seq));
+            pending.claimable_at = at;
+            self.due.insert((at, seq));
+        }
+    }
+
+    /// Drops an entry from the PEL and the stream; returns its payload.
+    fn remove(&mut self, seq: u64) -> Bytes {
+        if let Some(pending) = self.pel.remove(&seq) {
+            self.due.remove(&(pending.claimable_at, seq));
+        }
+        self.entries.remove(&seq).unwrap_or_default()
+    }
+
+    /// `now + after`. Both are bounded (`after` ≤ the validated claim timeout), so this only
+    /// fails for a clock centuries past its start; computed before anything is changed.
+    fn lease_end(&self, now: Instant, after: Duration) -> Instant {
+        now.checked_add(after)
+            .expect("lease deadline beyond the range of Instant")
+    }
+}

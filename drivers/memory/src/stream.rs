@@ -1,0 +1,160 @@
+//! [`MemoryStream`]: the shared store, its configuration, clock and wake-ups.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use leasehold_core::MessageId;
+
+use crate::backend::MemoryBackend;
+use crate::clock::{Clock, SystemClock};
+use crate::config::{MemoryError, StreamConfig};
+use crate::id;
+use crate::inspect::{DeadLetter, PendingInfo};
+use crate::store::Store;
+use crate::sync::{lock, Arc, Mutex, MutexGuard};
+use crate::wakeup::{Listener, Wakeup};
+
+/// One in-process stream with one consumer group: a cheap, clone-able handle to the shared
+/// store. Workers get their [`MemoryBackend`] from [`consumer`](MemoryStream::consumer).
+///
+/// Besides [`publish`](MemoryStream::publish) it offers read-only inspection (who holds a
+/// message, its delivery count and idle time, the dead letters) for tests and tools.
+#[derive(Clone)]
+pub struct MemoryStream {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    store: Mutex<Store>,
+    clock: Box<dyn Clock>,
+    /// Notified when something may have become fetchable: a publish or a release.
+    wakeup: Wakeup,
+    claim_timeout: Duration,
+}
+
+impl MemoryStream {
+    /// An empty stream on the system clock.
+    ///
+    /// # Errors
+    ///
+    /// If the configuration is invalid (e.g. a zero claim timeout).
+    pub fn new(config: StreamConfig) -> Result<Self, MemoryError> {
+        Self::with_clock(config, SystemClock)
+    }
+
+    /// An empty stream on the given clock (e.g. a [`ManualClock`](crate::ManualClock)).
+    ///
+    /// # Errors
+    ///
+    /// If the configuration is invalid (e.g. a zero claim timeout).
+    pub fn with_clock(config: StreamConfig, clock: impl Clock) -> Result<Self, MemoryError> {
+        config.validate()?;
+        Ok(Self {
+            shared: Arc::new(Shared {
+                store: Mutex::new(Store::new(config.claim_timeout)),
+                clock: Box::new(clock),
+                wakeup: Wakeup::new(),
+                claim_timeout: config.claim_timeout,
+            }),
+        })
+    }
+
+    /// A backend handle for the consumer `name` of this stream's group.
+    ///
+    /// Names identify lease owners, so each live worker needs its own. Dropping the handle frees
+    /// the name; the messages it held stay pending under that name until the claim timeout
+    /// lets another consumer reclaim them, exactly like a crashed Redis consumer.
+    ///
+    /// # Errors
+    ///
+    /// If `name` is empty or a live consumer of this stream already has it.
+    pub fn consumer(&self, name: &str) -> Result<MemoryBackend, MemoryError> {
+        let name = self.store().register(name)?;
+        Ok(MemoryBackend::new(self.clone(), name))
+    }
+
+    /// Appends a message and returns its id (`"0-1"`, `"0-2"`, …). Equal payloads are distinct
+    /// messages. Wakes fetches waiting for messages.
+    pub fn publish(&self, payload: impl Into<Bytes>) -> MessageId {
+        let seq = self.store().publish(payload.into());
+        self.wake();
+        id::format(seq)
+    }
+
+    /// Messages in the stream, pending ones included (Redis `XLEN`).
+    pub fn len(&self) -> usize {
+        self.store().len()
+    }
+
+    /// Whether the stream holds no message.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Messages delivered and not yet acknowledged or dead-lettered.
+    pub fn pending_len(&self) -> usize {
+        self.store().pending_len()
+    }
+
+    /// Whether the message is still in the stream (not acked, not dead-lettered).
+    pub fn contains(&self, id: &MessageId) -> bool {
+        self.store().contains(id.as_str())
+    }
+
+    /// The pending-list row of a delivered, unacknowledged message; `None` if it was never
+    /// delivered or is gone.
+    pub fn pending_info(&self, id: &MessageId) -> Option<PendingInfo> {
+        self.store().pending_info(self.now(), id.as_str())
+    }
+
+    /// Every pending message with its row, in id order.
+    pub fn pending_entries(&self) -> Vec<(MessageId, PendingInfo)> {
+        self.store().pending_entries(self.now())
+    }
+
+    /// The dead-letter stream, oldest first.
+    pub fn dead_letters(&self) -> Vec<DeadLetter> {
+        self.store().dead_letters().to_vec()
+    }
+
+    /// The configured claim timeout.
+    pub fn claim_timeout(&self) -> Duration {
+        self.shared.claim_timeout
+    }
+
+    /// The current instant on the stream's clock.
+    pub fn now(&self) -> Instant {
+        self.shared.clock.now()
+    }
+
+    pub(crate) fn is_real_time(&self) -> bool {
+        self.shared.clock.is_real_time()
+    }
+
+    pub(crate) fn store(&self) -> MutexGuard<'_, Store> {
+        lock(&self.shared.store)
+    }
+
+    /// A listener to register *before* checking for work, so a publish in between is not missed.
+    pub(crate) fn listen(&self) -> Listener {
+        self.shared.wakeup.listen()
+    }
+
+    /// Wakes every waiting fetch to look again.
+    pub(crate) fn wake(&self) {
+        self.shared.wakeup.notify_all();
+    }
+}
+
+impl fmt::Debug for MemoryStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let store = self.store();
+        f.debug_struct("MemoryStream")
+            .field("claim_timeout", &self.shared.claim_timeout)
+            .field("len", &store.len())
+            .field("pending", &store.pending_len())
+            .field("dead_letters", &store.dead_letters().len())
+            .finish()
+    }
+}
