@@ -161,6 +161,7 @@ impl Config {
             ("retry.initial", self.retry.initial),
             ("retry.max", self.retry.max),
             ("fetch_backoff_max", self.fetch_backoff_max),
+            ("expiry_margin", expiry_margin),
         ] {
             if value.is_zero() {
                 return Err(E::ZeroDuration { knob });

@@ -60,7 +60,9 @@ pub struct LeaseEngine<P> {
     reserved: usize,
     held: usize,
     running: usize,
-    in_flight: usize,
+    releasing: usize,
+    /// Held leases waiting for an orphaned invocation of their message: they need a slot soon.
+    blocked: usize,
     deadlines: Fifo,
     repolls: Fifo,
     retries: Fifo,
@@ -120,7 +122,8 @@ impl<P> LeaseEngine<P> {
             reserved: 0,
             held: 0,
             running: 0,
-            in_flight: 0,
+            releasing: 0,
+            blocked: 0,
             deadlines: Fifo::default(),
             repolls: Fifo::default(),
             retries: Fifo::default(),
@@ -256,9 +259,16 @@ impl<P> LeaseEngine<P> {
             }
             None => (0, self.epochs.open(now)),
         };
-        let hb_due = self.epochs.sent_at(epoch) + self.cfg.heartbeat_interval;
+        let sent_at = self.epochs.sent_at(epoch);
+        let hb_due = sent_at + self.cfg.heartbeat_interval;
+        // The fetch took so long that its deliveries may have lapsed already: never run them.
+        let expired = sent_at + self.cfg.lease_ttl() <= self.now;
         for message in messages {
             self.stats.delivered += 1;
+            if expired {
+                self.stats.expired += 1;
+                continue;
+            }
             if let Some(id) = self.leases.find(source, &message.id) {
                 self.adopt(id, message, epoch);
                 continue;
@@ -378,6 +388,9 @@ impl<P> LeaseEngine<P> {
                         self.epochs.add(epoch);
                     }
                     RenewResult::Kept => {}
+                    // An ack or dead-letter in flight may have removed the entry: its own result
+                    // tells what happened.
+                    RenewResult::Lost if lease.state.is_in_flight() => {}
                     RenewResult::Lost => self.drop_lease(id, CancelReason::LeaseLost),
                 }
             }
@@ -479,16 +492,16 @@ impl<P> LeaseEngine<P> {
     }
 
     fn renewable(&self) -> usize {
-        self.held - self.in_flight
+        self.held - self.releasing
     }
 
-    /// How many more messages a fetch may bring: free slots that are not promised to ready
-    /// re-runs or outstanding fetches, within the lease budget.
+    /// How many more messages a fetch may bring: free slots that are not promised to ready or
+    /// blocked re-runs or to outstanding fetches, within the lease budget.
     fn fetch_budget(&self) -> usize {
         let slots = self
             .cfg
             .concurrency
-            .saturating_sub(self.running + self.ready.live + self.reserved);
+            .saturating_sub(self.running + self.ready.live + self.blocked + self.reserved);
         let leases = self
             .cfg
             .max_leases
@@ -560,17 +573,19 @@ impl<P> LeaseEngine<P> {
                 }
             }
         }
-        if self.round.is_none() && self.renew_due.is_some_and(|due| due <= now) {
+    }
+
+    /// Ends every input: starts an overdue heartbeat and due re-runs, then fetches, flushes
+    /// acks, tidies timers, and reports `Drained`. Anything an input made due happens here, so
+    /// `poll_timeout` is never in the past afterwards.
+    fn finish(&mut self) {
+        if self.round.is_none() && self.renew_due.is_some_and(|due| due <= self.now) {
             if self.renewable() > 0 {
                 self.start_round();
             } else {
                 self.renew_due = None;
             }
         }
-    }
-
-    /// Starts due re-runs, then fetches, flushes acks, tidies timers, and reports `Drained`.
-    fn finish(&mut self) {
         while self.running + self.reserved < self.cfg.concurrency {
             let Some((_, id, stamp)) = self.ready.front() else {
                 break;
@@ -964,8 +979,11 @@ impl<P> LeaseEngine<P> {
         if state.is_running() {
             self.running -= 1;
         }
-        if state.is_in_flight() {
-            self.in_flight -= 1;
+        if state.is_releasing() {
+            self.releasing -= 1;
+        }
+        if *state == State::Blocked {
+            self.blocked -= 1;
         }
         if let Some(fifo) = self.fifo_of(state) {
             fifo.live -= 1;
@@ -980,8 +998,11 @@ impl<P> LeaseEngine<P> {
         if state.is_running() {
             self.running += 1;
         }
-        if state.is_in_flight() {
-            self.in_flight += 1;
+        if state.is_releasing() {
+            self.releasing += 1;
+        }
+        if *state == State::Blocked {
+            self.blocked += 1;
         }
         let delay = match state {
             State::Running { cancelled: None } => self.cfg.max_processing_time,

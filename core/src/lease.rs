@@ -87,7 +87,7 @@ pub(crate) enum Settle {
 }
 
 impl State {
-    /// Held leases count against `max_leases` and are renewed unless a settle is in flight.
+    /// Held leases count against `max_leases` and are renewed unless a release is in flight.
     pub(crate) fn is_held(&self) -> bool {
         !matches!(self, State::Orphaned { .. })
     }
@@ -95,6 +95,7 @@ impl State {
     pub(crate) fn is_running(&self) -> bool {
         matches!(self, State::Running { .. } | State::Orphaned { .. })
     }
+    /// Settling with its effect awaiting a result.
     pub(crate) fn is_in_flight(&self) -> bool {
         matches!(
             self,
@@ -104,8 +105,21 @@ impl State {
             }
         )
     }
+    /// A release in flight is not renewed: a renew landing after it would reset the idle time
+    /// and undo the release's delay. Acks and dead-letters in flight are renewed, so a slow one
+    /// cannot let the lease lapse.
+    pub(crate) fn is_releasing(&self) -> bool {
+        matches!(
+            self,
+            State::Settling {
+                op: Settle::Release(_),
+                in_flight: true,
+                ..
+            }
+        )
+    }
     pub(crate) fn is_renewable(&self) -> bool {
-        self.is_held() && !self.is_in_flight()
+        self.is_held() && !self.is_releasing()
     }
 }
 
