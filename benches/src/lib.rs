@@ -1,1 +1,9 @@
-//! Shared helpers for leasehold benchmarks.
+//! Shared pieces of the leasehold benchmarks: a hand driver that holds `n` leases in a
+//! [`LeaseEngine`] and runs lifecycles and heartbeats on explicit, advancing instants
+//! ([`fixture`]), and the table printed from criterion's results ([`report`]).
+//!
+//! Run everything with `cargo bench -p leasehold-benches`; see `benches/README.md`.
+#![forbid(unsafe_code)]
+
+pub mod fixture;
+pub mod report;
