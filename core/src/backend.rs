@@ -95,10 +95,21 @@ pub trait Backend: Send + Sync + 'static {
         payload: Self::Payload,
     ) -> impl Future<Output = BackendResult<MessageId>> + Send;
 
+    /// The idle time after which this backend lets another consumer take a lease, if it has a
+    /// fixed one. The worker refuses to start when it differs from the engine's
+    /// `claim_timeout`: a shorter one would let peers take messages the engine thinks it holds.
+    fn claim_timeout(&self) -> Option<Duration> {
+        None
+    }
+
     /// Takes up to `max` messages for this consumer: reclaimable ones (not renewed for the
     /// claim timeout, or released and past their delay) and new ones, neither starving the
     /// other. When none is available it may wait up to `wait` for new entries. Never returns
     /// more than `max`; every delivery carries its delivery count and fence.
+    ///
+    /// The future may be dropped while it waits (at shutdown, on a call timeout). Dropping it
+    /// must lose nothing: messages it already took stay pending with this consumer and are
+    /// reclaimed by someone after the claim timeout.
     fn fetch(
         &self,
         max: usize,

@@ -130,6 +130,10 @@ impl fmt::Debug for MemoryBackend {
 impl Backend for MemoryBackend {
     type Payload = Bytes;
 
+    fn claim_timeout(&self) -> Option<Duration> {
+        Some(self.stream().claim_timeout())
+    }
+
     async fn publish(&self, payload: Bytes) -> BackendResult<MessageId> {
         Ok(self.stream.publish(payload))
     }

@@ -1,12 +1,32 @@
-//! The cancellation signal a handler can await.
+//! The cancellation signal a handler can await, and the race between finishing and cancelling.
 
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
-
+#[cfg(not(loom))]
 use event_listener::Event;
 use leasehold_core::CancelReason;
 
-const NOT_CANCELLED: u8 = 0;
+use crate::sync::{AtomicU8, Ordering};
+
+const RUNNING: u8 = 0;
+const FINISHED: u8 = 1;
+
+fn encode(reason: CancelReason) -> u8 {
+    match reason {
+        CancelReason::LeaseLost => 2,
+        CancelReason::LeaseExpired => 3,
+        CancelReason::MaxProcessingTime => 4,
+        CancelReason::Shutdown => 5,
+    }
+}
+
+fn decode(state: u8) -> Option<CancelReason> {
+    match state {
+        2 => Some(CancelReason::LeaseLost),
+        3 => Some(CancelReason::LeaseExpired),
+        4 => Some(CancelReason::MaxProcessingTime),
+        5 => Some(CancelReason::Shutdown),
+        _ => None,
+    }
+}
 
 /// Cancellation of one invocation, shared by the driver (which fires it) and the handler.
 ///
@@ -14,34 +34,19 @@ const NOT_CANCELLED: u8 = 0;
 /// check [`is_cancelled`](Cancellation::is_cancelled)) and stop: its lease is lost, it ran past
 /// `max_processing_time`, or the shutdown grace is over. If it does not stop within the driver's
 /// cancel grace, its future is dropped. Either way its result is discarded, never acked.
+///
+/// Finishing and cancelling race on one atomic state: exactly one of
+/// [`finish`](Cancellation::finish) and [`cancel`](Cancellation::cancel) wins.
 #[derive(Debug, Clone, Default)]
 pub struct Cancellation {
-    inner: Arc<Inner>,
+    inner: crate::sync::Arc<Inner>,
 }
 
 #[derive(Debug, Default)]
 struct Inner {
-    reason: AtomicU8,
+    state: AtomicU8,
+    #[cfg(not(loom))]
     event: Event,
-}
-
-fn encode(reason: CancelReason) -> u8 {
-    match reason {
-        CancelReason::LeaseLost => 1,
-        CancelReason::LeaseExpired => 2,
-        CancelReason::MaxProcessingTime => 3,
-        CancelReason::Shutdown => 4,
-    }
-}
-
-fn decode(code: u8) -> Option<CancelReason> {
-    match code {
-        1 => Some(CancelReason::LeaseLost),
-        2 => Some(CancelReason::LeaseExpired),
-        3 => Some(CancelReason::MaxProcessingTime),
-        4 => Some(CancelReason::Shutdown),
-        _ => None,
-    }
 }
 
 impl Cancellation {
@@ -50,26 +55,33 @@ impl Cancellation {
         Self::default()
     }
 
-    /// Fires the signal (the first reason wins) and wakes every waiter.
-    pub fn cancel(&self, reason: CancelReason) {
-        let fired = self
+    /// Fires the signal and wakes every waiter, unless the invocation already finished or was
+    /// cancelled before. Returns whether this call cancelled it.
+    pub fn cancel(&self, reason: CancelReason) -> bool {
+        let won = self
             .inner
-            .reason
-            .compare_exchange(
-                NOT_CANCELLED,
-                encode(reason),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
+            .state
+            .compare_exchange(RUNNING, encode(reason), Ordering::AcqRel, Ordering::Acquire)
             .is_ok();
-        if fired {
+        #[cfg(not(loom))]
+        if won {
             self.inner.event.notify(usize::MAX);
         }
+        won
+    }
+
+    /// Marks the invocation finished, unless it was cancelled first. Returns whether its result
+    /// stands; if not, the result is discarded.
+    pub fn finish(&self) -> bool {
+        self.inner
+            .state
+            .compare_exchange(RUNNING, FINISHED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     }
 
     /// Why the invocation was cancelled, if it was.
     pub fn reason(&self) -> Option<CancelReason> {
-        decode(self.inner.reason.load(Ordering::Acquire))
+        decode(self.inner.state.load(Ordering::Acquire))
     }
 
     /// Whether the signal has fired.
@@ -78,6 +90,7 @@ impl Cancellation {
     }
 
     /// Completes when the signal fires, with its reason.
+    #[cfg(not(loom))]
     pub async fn cancelled(&self) -> CancelReason {
         loop {
             if let Some(reason) = self.reason() {

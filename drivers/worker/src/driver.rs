@@ -397,6 +397,13 @@ async fn invoke<R: Runtime, P>(
             }
         }
     };
+    // A cancel that won the race makes the result void, whatever it is.
+    if !cancellation.finish() {
+        let reason = cancellation.reason().expect("only a cancel beats finish");
+        return Outcome::Failed {
+            error: format!("cancelled ({reason:?}) before it finished"),
+        };
+    }
     result.unwrap_or_else(panicked)
 }
 

@@ -32,6 +32,19 @@ pub enum WorkerError {
     /// A driver option is out of range.
     #[error("{0}")]
     Option(&'static str),
+    /// A backend lets others take leases after a different idle time than the engine assumes.
+    #[error(
+        "stream {stream:?}: the backend's claim timeout is {backend:?} but the worker's config \
+         says {config:?}; set both to the same value"
+    )]
+    ClaimTimeoutMismatch {
+        /// The stream's name.
+        stream: String,
+        /// The backend's claim timeout.
+        backend: Duration,
+        /// The engine config's claim timeout.
+        config: Duration,
+    },
 }
 
 /// What shutdown did, from the worker's counters.
@@ -176,6 +189,19 @@ where
         }
         let sources = u16::try_from(self.streams.len()).map_err(|_| WorkerError::TooManyStreams)?;
         let engine = LeaseEngine::with_sources(&self.config, sources, self.runtime.now())?;
+        let config_timeout = engine.settings().claim_timeout;
+        for stream in &self.streams {
+            match stream.backend.claim_timeout() {
+                Some(backend) if backend != config_timeout => {
+                    return Err(WorkerError::ClaimTimeoutMismatch {
+                        stream: stream.name.to_string(),
+                        backend,
+                        config: config_timeout,
+                    })
+                }
+                _ => {}
+            }
+        }
         let shutdown_grace = engine.settings().shutdown_grace;
         let (tx, rx) = mpsc::unbounded();
         let driver = Driver::new(
