@@ -1,4 +1,12 @@
+//! Decodes the input bytes into a scenario (a small engine configuration and a list of steps)
+//! and runs it through the invariant-checking harness; any violation is a crash.
 #![no_main]
+
+use leasehold_engine_check::{run, Scenario};
+
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    let _ = data;
+    let scenario = Scenario::from_bytes(data);
+    if let Err(violation) = run(&scenario) {
+        panic!("{violation}\n{scenario:#?}");
+    }
 });

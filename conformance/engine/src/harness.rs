@@ -1,0 +1,518 @@
+//! The [`Harness`]: owns a [`LeaseEngine`], plays a driver and a backend for it step by step,
+//! and checks every effect and the state after every input against the reference model.
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+use leasehold_core::{
+    Effect, Fence, Fetched, LeaseEngine, LeaseId, MessageId, Outcome, RenewResult, SettleResult,
+    SourceId,
+};
+
+use crate::model::{Model, Op, Tag};
+use crate::observe::Problems;
+use crate::scenario::{
+    Finish, Item, Jump, RenewAnswer, Scenario, SettleAnswer, Setup, Step, MAX_ITEMS, POOL,
+};
+use crate::violation::Violation;
+
+/// Most timeouts one `Wait` may fire before the harness calls it a timer storm.
+const MAX_TIMEOUTS_PER_WAIT: usize = 1000;
+/// Inputs shown in a violation's history.
+const HISTORY: usize = 12;
+
+/// What an input was, for the history.
+#[derive(Clone)]
+enum Input {
+    Start,
+    Step(Step),
+    Timeout,
+    Injected(Effect),
+}
+
+impl std::fmt::Display for Input {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Input::Start => f.write_str("engine created"),
+            Input::Step(step) => write!(f, "{step:?}"),
+            Input::Timeout => f.write_str("handle_timeout"),
+            Input::Injected(effect) => write!(f, "injected {effect:?}"),
+        }
+    }
+}
+
+/// Drives one engine through a scenario, checking all invariants after every input.
+///
+/// Each scenario step becomes one engine input (a `Wait` becomes one `handle_timeout` per
+/// `poll_timeout` passed, as a real driver does). After each input the harness drains every
+/// effect, checks it against the reference model, records what is now outstanding (fetches per
+/// source, running invocations, renew chunks, acks, releases, dead-letters), then checks the
+/// invariants of DESIGN §3 and the engine's public view (`held`, `running`, `lease`,
+/// `valid_until`, `poll_timeout`, `is_drained`) against the model. The first input with a
+/// problem ends the run with a [`Violation`] listing every problem found after it.
+pub struct Harness {
+    engine: LeaseEngine<Tag>,
+    model: Model,
+    clock: Instant,
+    skew: Duration,
+    step: usize,
+    next_tag: Tag,
+    next_fence: u64,
+    next_fresh: u64,
+    effects: Vec<Effect>,
+    history: VecDeque<(usize, Input, Instant, Range<usize>)>,
+}
+
+impl std::fmt::Debug for Harness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Harness")
+            .field("step", &self.step)
+            .field("engine", &self.engine)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Harness {
+    /// A harness around a fresh engine configured by `setup`; checks the engine's first effects.
+    ///
+    /// # Panics
+    /// If `setup` does not validate (setups from `Arbitrary` always do).
+    pub fn new(setup: &Setup) -> Result<Self, Violation> {
+        // Far enough from the platform's zero that a skewed `now` never underflows.
+        let origin = Instant::now() + Duration::from_secs(1);
+        let config = setup.config();
+        let settings = config
+            .validate()
+            .unwrap_or_else(|e| panic!("setup {setup:?} does not validate: {e}"));
+        let engine = LeaseEngine::with_sources(&config, setup.sources, origin)
+            .unwrap_or_else(|e| panic!("setup {setup:?} does not validate: {e}"));
+        let mut harness = Self {
+            engine,
+            model: Model::new(settings, usize::from(setup.sources), origin),
+            clock: origin,
+            skew: Duration::ZERO,
+            step: 0,
+            next_tag: 0,
+            next_fence: 0,
+            next_fresh: 0,
+            effects: Vec::new(),
+            history: VecDeque::new(),
+        };
+        harness.model.begin(origin);
+        harness.drain(Input::Start)?;
+        Ok(harness)
+    }
+
+    /// Every effect the engine emitted so far, in order.
+    pub fn effects(&self) -> &[Effect] {
+        &self.effects
+    }
+
+    /// The engine under test.
+    pub fn engine(&self) -> &LeaseEngine<u64> {
+        &self.engine
+    }
+
+    /// Checks `effect` as if the engine had just emitted it after its last input. For tests
+    /// that prove the checker reports hand-made violations.
+    pub fn inject(&mut self, effect: Effect) -> Result<(), Violation> {
+        let start = self.effects.len();
+        let mut out = Problems::new();
+        self.model.observe(&effect, &self.engine, &mut out);
+        self.effects.push(effect.clone());
+        self.model.check(&self.engine, &mut out);
+        self.record(Input::Injected(effect), start);
+        self.verdict(out)
+    }
+
+    /// Applies one step and checks everything it caused.
+    pub fn apply(&mut self, step: &Step) -> Result<(), Violation> {
+        match step {
+            Step::Wait(jump) => self.wait(*jump)?,
+            Step::Tick => {
+                if let Some(t) = self.engine.poll_timeout() {
+                    self.clock = self.clock.max(t);
+                    self.timeout()?;
+                }
+            }
+            Step::Skew { back_ms } => {
+                self.skew = Duration::from_millis(u64::from(back_ms % 500));
+            }
+            step => self.input(step)?,
+        }
+        self.step += 1;
+        Ok(())
+    }
+
+    fn wait(&mut self, jump: Jump) -> Result<(), Violation> {
+        let cfg = &self.model.cfg;
+        let span = match jump {
+            Jump::Tiny(n) => Duration::from_millis(u64::from(n % 4)),
+            Jump::Short(n) => cfg.heartbeat_interval * u32::from(n) / 255,
+            Jump::Long(n) => cfg.claim_timeout * 2 * u32::from(n) / 255,
+        };
+        let target = self.clock + span;
+        let mut fired = 0;
+        while let Some(t) = self.engine.poll_timeout().filter(|t| *t <= target) {
+            fired += 1;
+            if fired > MAX_TIMEOUTS_PER_WAIT {
+                let detail = format!("more than {MAX_TIMEOUTS_PER_WAIT} timeouts within {span:?}");
+                return self.verdict(vec![crate::violation::Problem {
+                    rule: crate::violation::Rule::NoBusyLoop,
+                    detail,
+                }]);
+            }
+            self.clock = self.clock.max(t);
+            self.timeout()?;
+        }
+        self.clock = target;
+        Ok(())
+    }
+
+    fn timeout(&mut self) -> Result<(), Violation> {
+        let now = self.clock;
+        self.model.timeout(now);
+        self.engine.handle_timeout(now);
+        self.drain(Input::Timeout)
+    }
+
+    /// The `now` an input carries: the clock, or older after a `Skew`.
+    fn input_now(&mut self) -> Instant {
+        let skew = std::mem::take(&mut self.skew);
+        self.clock.checked_sub(skew).unwrap_or(self.clock)
+    }
+
+    fn input(&mut self, step: &Step) -> Result<(), Violation> {
+        let now = self.input_now();
+        let (model, engine) = (&mut self.model, &mut self.engine);
+        match step {
+            Step::Fetched { pick, items } => {
+                let sources: Vec<usize> = (0..model.fetches.len())
+                    .filter(|&s| model.fetches[s].is_some())
+                    .collect();
+                let Some(&source) = choose(&sources, *pick) else {
+                    return Ok(());
+                };
+                let batch = self.deliveries(source, items);
+                let source = SourceId(source as u16);
+                self.model.fetched(now, source, &batch);
+                self.engine.handle_fetched(now, source, batch);
+            }
+            Step::FetchFailed { pick } => {
+                let sources: Vec<usize> = (0..model.fetches.len())
+                    .filter(|&s| model.fetches[s].is_some())
+                    .collect();
+                let Some(&source) = choose(&sources, *pick) else {
+                    return Ok(());
+                };
+                let source = SourceId(source as u16);
+                model.fetch_failed(now, source);
+                engine.handle_fetch_failed(now, source);
+            }
+            Step::Unsolicited { source, count } => {
+                let source = usize::from(*source) % model.fetches.len();
+                if model.fetches[source].is_some() || model.shutdown.is_some() {
+                    return Ok(());
+                }
+                let items = vec![Item::Fresh { count: 0 }; usize::from(*count) % (MAX_ITEMS + 1)];
+                let batch = self.deliveries(source, &items);
+                let source = SourceId(source as u16);
+                self.model.fetched(now, source, &batch);
+                self.engine.handle_fetched(now, source, batch);
+            }
+            Step::Finish { pick, outcome } => {
+                let runs: Vec<_> = model.runs.keys().copied().collect();
+                let Some(&inv) = choose(&runs, *pick) else {
+                    return Ok(());
+                };
+                let outcome = outcome_of(*outcome);
+                model.outcome(now, inv, &outcome);
+                engine.handle_outcome(now, inv, outcome);
+            }
+            Step::FinishStale { pick, outcome } => {
+                let Some(&inv) = choose(&model.old_runs, *pick) else {
+                    return Ok(());
+                };
+                let outcome = outcome_of(*outcome);
+                model.outcome(now, inv, &outcome);
+                engine.handle_outcome(now, inv, outcome);
+            }
+            Step::Renewed { pick, answers } => {
+                let chunks: Vec<_> = model
+                    .round
+                    .iter()
+                    .flat_map(|r| r.chunks.iter().filter(|c| !c.answered))
+                    .map(|c| (c.batch, c.leases.clone()))
+                    .collect();
+                let Some((batch, leases)) = choose(&chunks, *pick).cloned() else {
+                    return Ok(());
+                };
+                let results: Vec<(LeaseId, RenewResult)> = leases
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, id)| {
+                        let answer = answers.get(i % answers.len().max(1)).copied();
+                        match answer.unwrap_or(RenewAnswer::Kept) {
+                            RenewAnswer::Kept => Some((*id, RenewResult::Kept)),
+                            RenewAnswer::Lost => Some((*id, RenewResult::Lost)),
+                            RenewAnswer::Omit => None,
+                        }
+                    })
+                    .collect();
+                model.renewed(now, batch, &results);
+                engine.handle_renewed(now, batch, results);
+            }
+            Step::RenewFailed { pick } => {
+                let chunks: Vec<_> = model
+                    .round
+                    .iter()
+                    .flat_map(|r| r.chunks.iter().filter(|c| !c.answered))
+                    .map(|c| c.batch)
+                    .collect();
+                let Some(&batch) = choose(&chunks, *pick) else {
+                    return Ok(());
+                };
+                model.renew_failed(now, batch);
+                engine.handle_renew_failed(now, batch);
+            }
+            Step::RenewStale { pick, lost } => {
+                let Some((batch, leases)) = choose(&model.old_chunks, *pick).cloned() else {
+                    return Ok(());
+                };
+                let result = if *lost {
+                    RenewResult::Lost
+                } else {
+                    RenewResult::Kept
+                };
+                let results: Vec<_> = leases.iter().map(|id| (*id, result)).collect();
+                model.renewed(now, batch, &results);
+                engine.handle_renewed(now, batch, results);
+            }
+            Step::Acked { pick, answers } => {
+                if model.acks.is_empty() {
+                    return Ok(());
+                }
+                let leases = model.acks.remove(usize::from(*pick) % model.acks.len());
+                let results: Vec<_> = leases
+                    .iter()
+                    .enumerate()
+                    .map(|(i, id)| {
+                        let answer = answers.get(i % answers.len().max(1)).copied();
+                        (*id, settle_result(answer.unwrap_or(SettleAnswer::Ok)))
+                    })
+                    .collect();
+                model.settled(now, Op::Ack, &results);
+                engine.handle_acked(now, results);
+            }
+            Step::Released { pick, answer } => {
+                if model.releases.is_empty() {
+                    return Ok(());
+                }
+                let id = model
+                    .releases
+                    .remove(usize::from(*pick) % model.releases.len());
+                let result = settle_result(*answer);
+                model.settled(now, Op::Release, &[(id, result)]);
+                engine.handle_released(now, id, result);
+            }
+            Step::DeadLettered { pick, answer } => {
+                if model.dead_letters.is_empty() {
+                    return Ok(());
+                }
+                let len = model.dead_letters.len();
+                let id = model.dead_letters.remove(usize::from(*pick) % len);
+                let result = settle_result(*answer);
+                model.settled(now, Op::DeadLetter, &[(id, result)]);
+                engine.handle_dead_lettered(now, id, result);
+            }
+            Step::SettleStale { pick, answer } => {
+                let Some(&(op, id)) = choose(&model.old_settles, *pick) else {
+                    return Ok(());
+                };
+                let result = settle_result(*answer);
+                model.settled(now, op, &[(id, result)]);
+                match op {
+                    Op::Ack => engine.handle_acked(now, [(id, result)]),
+                    Op::Release => engine.handle_released(now, id, result),
+                    Op::DeadLetter => engine.handle_dead_lettered(now, id, result),
+                }
+            }
+            Step::Shutdown { grace_ms } => {
+                let deadline = now + Duration::from_millis(u64::from(grace_ms % 400));
+                model.shutdown(now, deadline);
+                engine.handle_shutdown(now, deadline);
+            }
+            Step::Wait(_) | Step::Tick | Step::Skew { .. } => unreachable!("not an input"),
+        }
+        self.drain(Input::Step(step.clone()))
+    }
+
+    /// The messages of a fetch answer on `source`, each with a fresh payload tag.
+    fn deliveries(&mut self, source: usize, items: &[Item]) -> Vec<Fetched<Tag>> {
+        let max_count = self.model.cfg.max_deliveries + 1;
+        let count = |c: u8| 1 + u32::from(c) % max_count;
+        let mut batch: Vec<Fetched<Tag>> = Vec::new();
+        for item in items.iter().take(MAX_ITEMS) {
+            self.next_tag += 1;
+            let (id, delivery_count, fence) = match *item {
+                Item::Duplicate if !batch.is_empty() => {
+                    let last = batch.last().expect("checked");
+                    (last.id.clone(), last.delivery_count, last.fence)
+                }
+                Item::Pool { n, count: c } => (
+                    MessageId::from(format!("p{}", n % POOL)),
+                    count(c),
+                    self.fence(),
+                ),
+                Item::Redeliver { pick } => {
+                    let held: Vec<_> = self
+                        .model
+                        .leases
+                        .values()
+                        .filter(|l| l.state.is_held() && usize::from(l.source.0) == source)
+                        .map(|l| (l.msg.clone(), l.delivery_count))
+                        .collect();
+                    match choose(&held, pick) {
+                        Some((id, c)) => (id.clone(), c.saturating_add(1), self.fence()),
+                        None => (self.fresh(), 1, self.fence()),
+                    }
+                }
+                Item::Fresh { count: c } => (self.fresh(), count(c), self.fence()),
+                Item::Duplicate => (self.fresh(), 1, self.fence()),
+            };
+            batch.push(Fetched {
+                id,
+                payload: self.next_tag,
+                delivery_count,
+                fence,
+            });
+        }
+        batch
+    }
+
+    fn fresh(&mut self) -> MessageId {
+        self.next_fresh += 1;
+        MessageId::from(format!("f{}", self.next_fresh))
+    }
+
+    fn fence(&mut self) -> Fence {
+        self.next_fence += 1;
+        Fence(self.next_fence)
+    }
+
+    /// Drains and checks the effects of the input just given, then the state.
+    fn drain(&mut self, input: Input) -> Result<(), Violation> {
+        let start = self.effects.len();
+        let mut out = Problems::new();
+        while let Some(effect) = self.engine.poll_effect() {
+            self.model.observe(&effect, &self.engine, &mut out);
+            self.effects.push(effect);
+        }
+        self.model.check(&self.engine, &mut out);
+        self.record(input, start);
+        self.verdict(out)
+    }
+
+    fn record(&mut self, input: Input, start: usize) {
+        if self.history.len() == HISTORY {
+            self.history.pop_front();
+        }
+        let range = start..self.effects.len();
+        self.history
+            .push_back((self.step, input, self.model.now, range));
+    }
+
+    fn verdict(&self, problems: Problems) -> Result<(), Violation> {
+        if problems.is_empty() {
+            return Ok(());
+        }
+        let mut history = String::new();
+        for (step, input, now, range) in &self.history {
+            history.push_str(&format!(
+                "  step {step} at {}: {input}\n",
+                self.model.at(*now)
+            ));
+            for effect in &self.effects[range.clone()] {
+                history.push_str(&format!("      -> {effect:?}\n"));
+            }
+        }
+        let input = self
+            .history
+            .back()
+            .map_or(String::new(), |(_, input, _, _)| input.to_string());
+        Err(Violation {
+            step: self.step,
+            input,
+            problems,
+            history,
+        })
+    }
+}
+
+fn choose<T>(items: &[T], pick: u8) -> Option<&T> {
+    (!items.is_empty()).then(|| &items[usize::from(pick) % items.len()])
+}
+
+fn outcome_of(finish: Finish) -> Outcome {
+    match finish {
+        Finish::Done => Outcome::Done,
+        Finish::Pending => Outcome::Pending,
+        Finish::Retry => Outcome::Retry { delay: None },
+        Finish::RetryAfter(ms) => Outcome::Retry {
+            delay: Some(Duration::from_millis(u64::from(ms))),
+        },
+        Finish::Reject => Outcome::Reject {
+            reason: "cannot decode".into(),
+        },
+        Finish::Failed => Outcome::Failed {
+            error: "handler error".into(),
+        },
+    }
+}
+
+fn settle_result(answer: SettleAnswer) -> SettleResult {
+    match answer {
+        SettleAnswer::Ok => SettleResult::Ok,
+        SettleAnswer::Lost => SettleResult::Lost,
+        SettleAnswer::Failed => SettleResult::Failed,
+    }
+}
+
+/// Runs a scenario through a fresh harness; the effects it produced, or the first violation.
+pub fn run(scenario: &Scenario) -> Result<Vec<Effect>, Violation> {
+    let mut harness = Harness::new(&scenario.setup)?;
+    for step in &scenario.steps {
+        harness.apply(step)?;
+    }
+    Ok(harness.effects)
+}
+
+/// Runs a scenario twice: no violation, and the same effects both times (determinism).
+pub fn check(scenario: &Scenario) -> Result<(), Violation> {
+    let first = run(scenario)?;
+    let second = run(scenario)?;
+    if first == second {
+        return Ok(());
+    }
+    let at = first
+        .iter()
+        .zip(&second)
+        .position(|(a, b)| a != b)
+        .unwrap_or(first.len().min(second.len()));
+    Err(Violation {
+        step: 0,
+        input: "the whole scenario, twice".into(),
+        problems: vec![crate::violation::Problem {
+            rule: crate::violation::Rule::Determinism,
+            detail: format!(
+                "effect {at} differs: {:?} vs {:?} ({} vs {} effects)",
+                first.get(at),
+                second.get(at),
+                first.len(),
+                second.len()
+            ),
+        }],
+        history: String::new(),
+    })
+}

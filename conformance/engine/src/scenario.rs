@@ -1,0 +1,462 @@
+//! What a run is made of: a configuration choice ([`Setup`]) and a bounded list of [`Step`]s.
+//!
+//! Every type here implements [`arbitrary::Arbitrary`] so that any byte string decodes into a
+//! valid, small scenario ([`Scenario::from_bytes`]); the fuzz target and the proptest both use
+//! that path. Steps name what they act on by a `pick` index taken modulo the matching list of
+//! outstanding requests, so every decoded step means something (a step whose list is empty is a
+//! no-op).
+
+use std::time::Duration;
+
+use arbitrary::{Arbitrary, Result, Unstructured};
+use leasehold_core::{Config, RetryPolicy};
+
+/// Most steps decoded into one scenario.
+pub const MAX_STEPS: usize = 96;
+/// Most messages in one fetch answer (more than any `max` the engine can ask for with
+/// `concurrency ≤ 4`, so overflow happens).
+pub const MAX_ITEMS: usize = 6;
+/// Most per-lease answers listed in one renew or ack answer (cycled over the leases).
+pub const MAX_ANSWERS: usize = 4;
+/// Size of the pool of message ids `Item::Pool` draws from, per source.
+pub const POOL: u8 = 4;
+
+/// A run: a configuration choice and the steps applied to it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scenario {
+    /// The engine's configuration.
+    pub setup: Setup,
+    /// The steps, applied in order.
+    pub steps: Vec<Step>,
+}
+
+impl Scenario {
+    /// Decodes any bytes into a scenario (the fuzz target's and proptest's entry point).
+    pub fn from_bytes(data: &[u8]) -> Self {
+        let mut u = Unstructured::new(data);
+        Self::arbitrary(&mut u).unwrap_or_else(|_| Self {
+            setup: Setup::default(),
+            steps: Vec::new(),
+        })
+    }
+}
+
+impl<'a> Arbitrary<'a> for Scenario {
+    fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
+        let setup = Setup::arbitrary(u)?;
+        let mut steps = Vec::new();
+        while steps.len() < MAX_STEPS && !u.is_empty() {
+            steps.push(Step::arbitrary(u)?);
+        }
+        Ok(Self { setup, steps })
+    }
+}
+
+/// A small configuration: durations in milliseconds, few slots and sources, tiny renew chunks.
+///
+/// [`Setup::config`] turns it into a [`Config`]; the `Arbitrary` impl only produces setups that
+/// validate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Setup {
+    /// Invocations at once (1-4).
+    pub concurrency: usize,
+    /// Leases held at once (`concurrency..=concurrency + 3`).
+    pub max_leases: usize,
+    /// Sources served (1-3).
+    pub sources: u16,
+    /// Claim timeout (20-300 ms).
+    pub claim_ms: u64,
+    /// Heartbeat (`None`: the default `claim / 3`).
+    pub heartbeat_ms: Option<u64>,
+    /// Expiry margin (`None`: the default `claim / 10`).
+    pub margin_ms: Option<u64>,
+    /// Poll interval (1-40 ms).
+    pub poll_ms: u64,
+    /// Re-poll interval (`None`: the poll interval).
+    pub repoll_ms: Option<u64>,
+    /// Max processing time of one invocation (5-600 ms).
+    pub max_processing_ms: u64,
+    /// First retry backoff (1-50 ms).
+    pub retry_initial_ms: u64,
+    /// Backoff cap (≥ initial, ≤ 200 ms).
+    pub retry_max_ms: u64,
+    /// Backoff growth factor (1, 1.5 or 2).
+    pub retry_multiplier: f64,
+    /// Backoff jitter (0, 0.25 or 1).
+    pub retry_jitter: f64,
+    /// Deliveries before dead-lettering (1-4).
+    pub max_deliveries: u32,
+    /// Renew chunk size (1-3), so heartbeats are chunked.
+    pub renew_batch_size: usize,
+    /// Cap of the fetch-failure backoff (1-100 ms).
+    pub fetch_backoff_max_ms: u64,
+    /// Seed of the engine's jitter generator.
+    pub seed: u64,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Self {
+            concurrency: 2,
+            max_leases: 4,
+            sources: 2,
+            claim_ms: 60,
+            heartbeat_ms: None,
+            margin_ms: None,
+            poll_ms: 5,
+            repoll_ms: None,
+            max_processing_ms: 100,
+            retry_initial_ms: 5,
+            retry_max_ms: 40,
+            retry_multiplier: 2.0,
+            retry_jitter: 0.25,
+            max_deliveries: 3,
+            renew_batch_size: 2,
+            fetch_backoff_max_ms: 20,
+            seed: 1,
+        }
+    }
+}
+
+impl Setup {
+    /// The engine configuration this setup stands for.
+    pub fn config(&self) -> Config {
+        let ms = Duration::from_millis;
+        let mut config = Config::default()
+            .concurrency(self.concurrency)
+            .max_leases(self.max_leases)
+            .claim_timeout(ms(self.claim_ms))
+            .poll_interval(ms(self.poll_ms))
+            .max_processing_time(ms(self.max_processing_ms))
+            .retry(RetryPolicy {
+                initial: ms(self.retry_initial_ms),
+                multiplier: self.retry_multiplier,
+                max: ms(self.retry_max_ms),
+                jitter: self.retry_jitter,
+            })
+            .max_deliveries(self.max_deliveries)
+            .renew_batch_size(self.renew_batch_size)
+            .fetch_backoff_max(ms(self.fetch_backoff_max_ms))
+            .seed(self.seed);
+        if let Some(hb) = self.heartbeat_ms {
+            config = config.heartbeat_interval(ms(hb));
+        }
+        if let Some(margin) = self.margin_ms {
+            config = config.expiry_margin(ms(margin));
+        }
+        if let Some(repoll) = self.repoll_ms {
+            config = config.repoll_interval(ms(repoll));
+        }
+        config
+    }
+}
+
+impl<'a> Arbitrary<'a> for Setup {
+    fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
+        let concurrency = u.int_in_range(1..=4usize)?;
+        let max_leases = concurrency + u.int_in_range(0..=3usize)?;
+        let claim_ms = u.int_in_range(20..=300u64)?;
+        let heartbeat_ms = if bool::arbitrary(u)? {
+            Some(u.int_in_range(1..=claim_ms / 2)?)
+        } else {
+            None
+        };
+        let hb = heartbeat_ms.unwrap_or(claim_ms / 3);
+        // Valid iff 0 < margin and margin + heartbeat < claim.
+        let margin_ms = if bool::arbitrary(u)? {
+            Some(u.int_in_range(1..=claim_ms - hb - 1)?)
+        } else {
+            None
+        };
+        let retry_initial_ms = u.int_in_range(1..=50u64)?;
+        Ok(Self {
+            concurrency,
+            max_leases,
+            sources: u.int_in_range(1..=3u16)?,
+            claim_ms,
+            heartbeat_ms,
+            margin_ms,
+            poll_ms: u.int_in_range(1..=40u64)?,
+            repoll_ms: if bool::arbitrary(u)? {
+                Some(u.int_in_range(1..=40u64)?)
+            } else {
+                None
+            },
+            max_processing_ms: u.int_in_range(5..=600u64)?,
+            retry_initial_ms,
+            retry_max_ms: u.int_in_range(retry_initial_ms..=200u64)?,
+            retry_multiplier: *u.choose(&[1.0, 1.5, 2.0])?,
+            retry_jitter: *u.choose(&[0.0, 0.25, 1.0])?,
+            max_deliveries: u.int_in_range(1..=4u32)?,
+            renew_batch_size: u.int_in_range(1..=3usize)?,
+            fetch_backoff_max_ms: u.int_in_range(1..=100u64)?,
+            seed: u64::arbitrary(u)?,
+        })
+    }
+}
+
+/// One step of a scenario: an input to the engine, or time passing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Time passes; the harness fires `handle_timeout` at every `poll_timeout` on the way.
+    Wait(Jump),
+    /// Jump to the next `poll_timeout` (if any) and fire it.
+    Tick,
+    /// Answer an outstanding fetch (the `pick`-th source with one) with these messages,
+    /// possibly more than it asked for.
+    Fetched {
+        /// Which outstanding fetch.
+        pick: u8,
+        /// The messages delivered (at most [`MAX_ITEMS`] are used).
+        items: Vec<Item>,
+    },
+    /// Report an outstanding fetch failed.
+    FetchFailed {
+        /// Which outstanding fetch.
+        pick: u8,
+    },
+    /// Deliver fresh messages on a source with no fetch outstanding (a late answer of a fetch
+    /// the driver gave up on); ignored once shutdown began.
+    Unsolicited {
+        /// The source (modulo the number of sources).
+        source: u8,
+        /// How many fresh messages (at most [`MAX_ITEMS`]).
+        count: u8,
+    },
+    /// Report the outcome of a running invocation (cancelled ones included).
+    Finish {
+        /// Which running invocation.
+        pick: u8,
+        /// What it came to.
+        outcome: Finish,
+    },
+    /// Report an outcome again for an invocation that already reported (a stale result).
+    FinishStale {
+        /// Which earlier invocation.
+        pick: u8,
+        /// What it came to.
+        outcome: Finish,
+    },
+    /// Answer an outstanding `Renew` chunk lease by lease (answers cycle over the leases; none
+    /// given means all kept).
+    Renewed {
+        /// Which outstanding chunk.
+        pick: u8,
+        /// Per-lease answers.
+        answers: Vec<RenewAnswer>,
+    },
+    /// Fail an outstanding `Renew` chunk as a whole.
+    RenewFailed {
+        /// Which outstanding chunk.
+        pick: u8,
+    },
+    /// Answer an already answered chunk again (stale), all kept or all lost.
+    RenewStale {
+        /// Which earlier chunk.
+        pick: u8,
+        /// All lost instead of all kept.
+        lost: bool,
+    },
+    /// Answer an outstanding `Ack` lease by lease (answers cycle; none given means all ok).
+    Acked {
+        /// Which outstanding ack.
+        pick: u8,
+        /// Per-lease answers.
+        answers: Vec<SettleAnswer>,
+    },
+    /// Answer an outstanding `Release`.
+    Released {
+        /// Which outstanding release.
+        pick: u8,
+        /// The answer.
+        answer: SettleAnswer,
+    },
+    /// Answer an outstanding `DeadLetter`.
+    DeadLettered {
+        /// Which outstanding dead-letter.
+        pick: u8,
+        /// The answer.
+        answer: SettleAnswer,
+    },
+    /// Answer an already answered ack, release or dead-letter again (stale).
+    SettleStale {
+        /// Which earlier answer.
+        pick: u8,
+        /// The answer.
+        answer: SettleAnswer,
+    },
+    /// Begin (or hasten) shutdown with a deadline `grace_ms % 400` ms after the input's `now`.
+    Shutdown {
+        /// Grace period in ms (modulo 400).
+        grace_ms: u16,
+    },
+    /// The next input carries a `now` this much older than the clock (out-of-order time).
+    Skew {
+        /// How far back, in ms (modulo 500).
+        back_ms: u16,
+    },
+}
+
+impl<'a> Arbitrary<'a> for Step {
+    fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
+        // Weighted choice: the steps that move a lease's life on are the common ones.
+        let selector = u8::arbitrary(u)?;
+        let pick = |u: &mut Unstructured<'a>| u8::arbitrary(u);
+        Ok(match selector {
+            0..=24 => Step::Wait(Jump::arbitrary(u)?),
+            25..=49 => Step::Tick,
+            50..=89 => Step::Fetched {
+                pick: pick(u)?,
+                items: bounded(u, MAX_ITEMS)?,
+            },
+            90..=95 => Step::FetchFailed { pick: pick(u)? },
+            96..=98 => Step::Unsolicited {
+                source: pick(u)?,
+                count: pick(u)?,
+            },
+            99..=138 => Step::Finish {
+                pick: pick(u)?,
+                outcome: Finish::arbitrary(u)?,
+            },
+            139..=143 => Step::FinishStale {
+                pick: pick(u)?,
+                outcome: Finish::arbitrary(u)?,
+            },
+            144..=183 => Step::Renewed {
+                pick: pick(u)?,
+                answers: bounded(u, MAX_ANSWERS)?,
+            },
+            184..=189 => Step::RenewFailed { pick: pick(u)? },
+            190..=193 => Step::RenewStale {
+                pick: pick(u)?,
+                lost: bool::arbitrary(u)?,
+            },
+            194..=213 => Step::Acked {
+                pick: pick(u)?,
+                answers: bounded(u, MAX_ANSWERS)?,
+            },
+            214..=228 => Step::Released {
+                pick: pick(u)?,
+                answer: SettleAnswer::arbitrary(u)?,
+            },
+            229..=236 => Step::DeadLettered {
+                pick: pick(u)?,
+                answer: SettleAnswer::arbitrary(u)?,
+            },
+            237..=240 => Step::SettleStale {
+                pick: pick(u)?,
+                answer: SettleAnswer::arbitrary(u)?,
+            },
+            241..=242 => Step::Shutdown {
+                grace_ms: u16::arbitrary(u)?,
+            },
+            243..=249 => Step::Skew {
+                back_ms: u16::arbitrary(u)?,
+            },
+            _ => Step::Tick,
+        })
+    }
+}
+
+/// Decodes a vector of at most `max` elements.
+fn bounded<'a, T: Arbitrary<'a>>(u: &mut Unstructured<'a>, max: usize) -> Result<Vec<T>> {
+    let len = u.int_in_range(0..=max)?;
+    (0..len).map(|_| T::arbitrary(u)).collect()
+}
+
+/// How far a [`Step::Wait`] moves the clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Arbitrary)]
+pub enum Jump {
+    /// 0-3 ms.
+    Tiny(u8),
+    /// Up to one heartbeat interval (`n / 255` of it).
+    Short(u8),
+    /// Up to two claim timeouts (`2n / 255` of one).
+    Long(u8),
+}
+
+/// One message of a fetch answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Arbitrary)]
+pub enum Item {
+    /// A message never delivered before, with delivery count `1 + count % (max_deliveries + 1)`.
+    Fresh {
+        /// Delivery count selector.
+        count: u8,
+    },
+    /// A message from a small per-source pool of ids (so it may be held already, or have a
+    /// cancelled invocation still winding down), same delivery count rule.
+    Pool {
+        /// Pool index (modulo [`POOL`]).
+        n: u8,
+        /// Delivery count selector.
+        count: u8,
+    },
+    /// A redelivery of a message this worker holds on this source (new fence, count + 1);
+    /// a fresh message when it holds none.
+    Redeliver {
+        /// Which held message.
+        pick: u8,
+    },
+    /// The previous message of this answer again, same fence (a duplicate).
+    Duplicate,
+}
+
+/// What a finished invocation reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Arbitrary)]
+pub enum Finish {
+    /// `Outcome::Done`.
+    Done,
+    /// `Outcome::Pending`.
+    Pending,
+    /// `Outcome::Retry { delay: None }`.
+    Retry,
+    /// `Outcome::Retry { delay: Some(n ms) }`.
+    RetryAfter(u8),
+    /// `Outcome::Reject`.
+    Reject,
+    /// `Outcome::Failed`.
+    Failed,
+}
+
+/// A backend's answer for one lease of a renew chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RenewAnswer {
+    /// Still ours.
+    Kept,
+    /// Taken by someone else.
+    Lost,
+    /// Left out of the answer.
+    Omit,
+}
+
+impl<'a> Arbitrary<'a> for RenewAnswer {
+    fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
+        // Mostly kept: leases must live long enough to do something.
+        Ok(match u8::arbitrary(u)? {
+            0..=199 => Self::Kept,
+            200..=229 => Self::Lost,
+            _ => Self::Omit,
+        })
+    }
+}
+
+/// A backend's answer for an ack, release or dead-letter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettleAnswer {
+    /// Done.
+    Ok,
+    /// Refused: not ours any more.
+    Lost,
+    /// Transient failure.
+    Failed,
+}
+
+impl<'a> Arbitrary<'a> for SettleAnswer {
+    fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
+        Ok(match u8::arbitrary(u)? {
+            0..=179 => Self::Ok,
+            180..=214 => Self::Lost,
+            _ => Self::Failed,
+        })
+    }
+}
