@@ -1,0 +1,190 @@
+//! Engine defects the checker found, each minimized into a named test. They must keep passing.
+
+use std::time::{Duration, Instant};
+
+use leasehold_core::{Config, Effect, Fence, Fetched, LeaseEngine, LeaseId, MessageId, SourceId};
+use leasehold_engine_check::{check, Finish, Item, Jump, Scenario, SettleAnswer, Setup, Step};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn fetched(id: &str) -> Fetched<()> {
+    Fetched {
+        id: MessageId::from(id),
+        payload: (),
+        delivery_count: 1,
+        fence: Fence(1),
+    }
+}
+
+fn drain(engine: &mut LeaseEngine<()>) -> Vec<Effect> {
+    std::iter::from_fn(|| engine.poll_effect()).collect()
+}
+
+fn released(effects: &[Effect]) -> Vec<LeaseId> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Release { lease, .. } => Some(*lease),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A fetch answer nobody asked for (the late result of a fetch the driver gave up on) arriving
+/// with a `now` older than the engine's clock opened an epoch dated before the newer ones. Expiry
+/// scans epochs in send order and stops at the first one sent after the cutoff, and
+/// `poll_timeout` looks at the oldest *live* epoch only, so the lease dated in the past outlived
+/// its `valid_until`: no timer woke the driver for it, and it was still held after that instant
+/// (invariant 5). Cause: `handle_fetched` calls `self.epochs.open(now)` with the input's `now`
+/// instead of the engine clock `self.now`.
+#[test]
+fn unsolicited_delivery_with_an_older_now_expires_on_time() {
+    let config = Config::default()
+        .claim_timeout(ms(100)) // heartbeat 33 ms, margin 10 ms, TTL 90 ms
+        .poll_interval(ms(5))
+        .max_leases(2);
+    let t0 = Instant::now();
+    let mut engine = LeaseEngine::<()>::new(&config, t0).unwrap();
+    drain(&mut engine); // Fetch { max 1 } sent at t0
+                        // Empty answer at t0 + 50: the next fetch goes out at once, dated t0 + 50; it delivers "x".
+    engine.handle_fetched(t0 + ms(50), SourceId(0), vec![]);
+    drain(&mut engine);
+    engine.handle_fetched(t0 + ms(50), SourceId(0), vec![fetched("x")]);
+    drain(&mut engine); // Run x
+                        // An unsolicited delivery, reported with an older `now`: released at once, held meanwhile.
+    engine.handle_fetched(t0 + ms(20), SourceId(0), vec![fetched("y")]);
+    let y = released(&drain(&mut engine))[0];
+    let deadline = engine
+        .valid_until(y)
+        .expect("held while its release is in flight");
+
+    // A driver: fire every timer up to y's expiry.
+    while let Some(t) = engine.poll_timeout().filter(|t| *t <= deadline) {
+        engine.handle_timeout(t);
+        drain(&mut engine);
+    }
+    assert!(
+        engine.valid_until(y).is_none() || engine.poll_timeout().is_some_and(|t| t <= deadline),
+        "no timer at y's expiry {:?}: poll_timeout {:?}",
+        deadline - t0,
+        engine.poll_timeout().map(|t| t - t0)
+    );
+    engine.handle_timeout(deadline);
+    drain(&mut engine);
+    assert_eq!(
+        engine.valid_until(y),
+        None,
+        "y is still held at its own valid_until"
+    );
+}
+
+/// The same defect as the harness sees it: the unsolicited delivery must be dated at the
+/// engine's clock, like every other confirmation, not at the input's older `now`.
+#[test]
+fn unsolicited_answer_dated_at_the_engine_clock() {
+    let scenario = Scenario {
+        setup: Setup {
+            concurrency: 1,
+            max_leases: 2,
+            sources: 1,
+            claim_ms: 100,
+            ..Setup::default()
+        },
+        steps: vec![
+            Step::Wait(Jump::Long(64)), // +50 ms, the first fetch still outstanding
+            Step::Fetched {
+                pick: 0,
+                items: vec![],
+            },
+            Step::Fetched {
+                pick: 0,
+                items: vec![Item::Fresh { count: 0 }],
+            },
+            Step::Skew { back_ms: 30 },
+            Step::Unsolicited {
+                source: 0,
+                count: 1,
+            },
+            Step::Wait(Jump::Long(255)),
+        ],
+    };
+    if let Err(violation) = check(&scenario) {
+        panic!("{violation}");
+    }
+}
+
+/// Setup of the settle regressions: a 1 ms poll interval (the settle retry delay) and retry.
+fn settle_setup() -> Setup {
+    Setup {
+        poll_ms: 1,
+        ..Setup::default()
+    }
+}
+
+/// A settle retry sent at the start of an input, then settled by that same input (a second,
+/// stale answer to the earlier send arriving once the retry was due): the `Ack` queued for the
+/// retry was still flushed at the end of the input, naming a lease the backend had just
+/// reported lost, which the engine no longer knows (invariant 3: never ack a lease reported
+/// lost; a driver cannot even look the lease up). Cause: `advance` re-sends due settles into
+/// `self.acks` / `self.effects`, `settled` then removes the lease, and `finish` flushes the
+/// queued ids without checking they are still settling.
+#[test]
+fn no_ack_for_a_lease_a_stale_answer_reported_lost_in_the_same_input() {
+    let scenario = Scenario {
+        setup: settle_setup(),
+        steps: vec![
+            Step::Fetched {
+                pick: 0,
+                items: vec![Item::Fresh { count: 0 }],
+            },
+            Step::Finish {
+                pick: 0,
+                outcome: Finish::Done,
+            }, // Ack sent at +0
+            Step::Wait(Jump::Tiny(3)), // clock +3 ms, nothing due
+            Step::Skew { back_ms: 3 },
+            Step::Acked {
+                pick: 0,
+                answers: vec![SettleAnswer::Failed],
+            }, // reported at +0: retry due at +1 ms
+            // At +3 ms: the retry goes out first, then a second answer to the first send.
+            Step::SettleStale {
+                pick: 0,
+                answer: SettleAnswer::Lost,
+            },
+        ],
+    };
+    if let Err(violation) = check(&scenario) {
+        panic!("{violation}");
+    }
+}
+
+/// The same defect with a release: the re-sent `Release` is emitted for a lease the same input
+/// removed (settled by a stale `Ok`), so the driver finds no lease behind the effect.
+#[test]
+fn no_release_for_a_lease_settled_in_the_same_input() {
+    let scenario = Scenario {
+        setup: settle_setup(),
+        steps: vec![
+            Step::Fetched {
+                pick: 0,
+                items: vec![Item::Fresh { count: 0 }, Item::Fresh { count: 0 }],
+            }, // the second is overflow: Release sent at +0
+            Step::Wait(Jump::Tiny(3)),
+            Step::Skew { back_ms: 3 },
+            Step::Released {
+                pick: 0,
+                answer: SettleAnswer::Failed,
+            },
+            Step::SettleStale {
+                pick: 0,
+                answer: SettleAnswer::Ok,
+            },
+        ],
+    };
+    if let Err(violation) = check(&scenario) {
+        panic!("{violation}");
+    }
+}
