@@ -1,0 +1,95 @@
+use std::io;
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+/// Why a [`RedisServer`](crate::RedisServer) operation failed.
+///
+/// Every variant that concerns a server that did not come up carries the tail of its log, so a
+/// failing test says why without anyone having to find the temporary directory.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The `redis-server` binary could not be found or executed.
+    #[error(
+        "`{}` could not be run ({source}). The Redis tests need redis-server: install it with \
+         `apt-get install -y redis-server` (Debian/Ubuntu; `brew install redis` on macOS), or run \
+         `.ci/run`, which installs it where missing. To use a binary outside PATH, set {env}.",
+        binary.display(),
+        env = crate::BINARY_ENV
+    )]
+    NotInstalled {
+        /// The binary that was tried.
+        binary: PathBuf,
+        /// The error from spawning it.
+        #[source]
+        source: io::Error,
+    },
+    /// Creating the temporary data directory or a log file in it failed.
+    #[error("preparing the redis-server data directory failed: {0}")]
+    Setup(#[source] io::Error),
+    /// Spawning the process failed for a reason other than a missing binary.
+    #[error("starting `{}` failed: {source}", binary.display())]
+    Spawn {
+        /// The binary that was tried.
+        binary: PathBuf,
+        /// The error from spawning it.
+        #[source]
+        source: io::Error,
+    },
+    /// The server exited before it answered `PING` (a bad argument, a broken AOF, …).
+    #[error("redis-server on port {port} exited before answering PING ({status}); log tail:\n{log_tail}")]
+    Exited {
+        /// The port it was started on.
+        port: u16,
+        /// How it exited.
+        status: ExitStatus,
+        /// The last lines of its log and its stdout/stderr.
+        log_tail: String,
+    },
+    /// The server did not answer `PING` within the startup timeout (it has been killed).
+    #[error(
+        "redis-server on port {port} did not answer PING within {timeout:?}; log tail:\n{log_tail}"
+    )]
+    Timeout {
+        /// The port it was started on.
+        port: u16,
+        /// The startup timeout.
+        timeout: Duration,
+        /// The last lines of its log and its stdout/stderr.
+        log_tail: String,
+    },
+    /// The port stayed in use by another process (on `restart`, which must reuse the port; or on
+    /// `start` after several fresh ports all collided).
+    #[error("port {port} is in use by another process; log tail:\n{log_tail}")]
+    PortInUse {
+        /// The port that could not be bound.
+        port: u16,
+        /// The last lines of its log and its stdout/stderr.
+        log_tail: String,
+    },
+    /// The operation needs a running server and this one is not running.
+    #[error("redis-server on port {port} is not running")]
+    NotRunning {
+        /// Its port.
+        port: u16,
+    },
+    /// A clean shutdown did not happen (the server refused `SHUTDOWN` or did not exit in time);
+    /// the process has been killed instead.
+    #[error("redis-server on port {port} did not shut down cleanly ({reason}); it was killed")]
+    Unclean {
+        /// Its port.
+        port: u16,
+        /// What went wrong.
+        reason: String,
+    },
+    /// Talking to the server or managing its process failed.
+    #[error("redis-server on port {port}: {source}")]
+    Io {
+        /// Its port.
+        port: u16,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+}
