@@ -1,0 +1,471 @@
+//! The Redis Streams [`Backend`]: fenced Lua scripts over a multiplexed connection, and a
+//! dedicated connection for the blocking wait.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use leasehold_core::{
+    Backend, BackendError, BackendResult, DeadLetterReason, Fence, Fetched, LeaseRef, MessageId,
+    RenewResult, SettleResult,
+};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{RedisError, Script, Value};
+
+use crate::config::{unique_consumer_name, RedisConfig};
+
+static FETCH: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/fetch.lua")));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/renew.lua")));
+static ACK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/ack.lua")));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/release.lua")));
+static DEAD_LETTER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/dead_letter.lua")));
+static REAP: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/reap_consumers.lua")));
+
+/// Most ids per script call: keeps each script short so Redis stays responsive.
+const SCRIPT_BATCH: usize = 1000;
+
+/// One consumer of a Redis stream's consumer group, implementing [`Backend`].
+///
+/// Clone-free sharing: the driver holds it in an `Arc`; every call clones a connection handle.
+pub struct RedisBackend {
+    config: RedisConfig,
+    consumer: String,
+    dead_key: String,
+    /// Scripts, publishes, acks and renews: multiplexed, never blocked.
+    commands: ConnectionManager,
+    /// Only the blocking `XREAD … BLOCK`, so a waiting fetch never delays a heartbeat.
+    blocking: ConnectionManager,
+    /// The `XAUTOCLAIM` cursor, carried between fetches so every lapsed entry is reached.
+    cursor: Mutex<String>,
+    /// With `max = 1`, reclaims and new entries take turns.
+    reclaim_turn: AtomicBool,
+    last_reap: Mutex<Option<Instant>>,
+}
+
+impl std::fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBackend")
+            .field("stream", &self.config.stream)
+            .field("group", &self.config.group)
+            .field("consumer", &self.consumer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisBackend {
+    /// Connects, and creates the stream and group if they do not exist (the group starts at
+    /// the stream's beginning, so existing entries are consumed as they are).
+    pub async fn connect(config: RedisConfig) -> BackendResult<Self> {
+        config
+            .validate()
+            .map_err(|e| BackendError::fatal(e.to_string()))?;
+        let client = redis::Client::open(config.url.as_str())
+            .map_err(|e| BackendError::fatal(format!("bad Redis URL: {e}")).with_source(e))?;
+        let reconnect = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.command_timeout))
+            .set_max_delay(Duration::from_secs(2));
+        let commands = client
+            .get_connection_manager_with_config(
+                reconnect
+                    .clone()
+                    .set_response_timeout(Some(config.command_timeout)),
+            )
+            .await
+            .map_err(|e| error("connect", e))?;
+        // The blocking read may wait as long as the fetch asks; the driver bounds the call.
+        let blocking = client
+            .get_connection_manager_with_config(reconnect.set_response_timeout(None))
+            .await
+            .map_err(|e| error("connect", e))?;
+        let backend = Self {
+            consumer: config.consumer.clone().unwrap_or_else(unique_consumer_name),
+            dead_key: config.dead_letter_key(),
+            config,
+            commands,
+            blocking,
+            cursor: Mutex::new("0-0".into()),
+            reclaim_turn: AtomicBool::new(true),
+            last_reap: Mutex::new(None),
+        };
+        backend.ensure_group().await?;
+        Ok(backend)
+    }
+
+    /// This worker's consumer name.
+    pub fn consumer_name(&self) -> &str {
+        &self.consumer
+    }
+
+    /// The stream's key.
+    pub fn stream_key(&self) -> &str {
+        &self.config.stream
+    }
+
+    /// The dead-letter stream's key.
+    pub fn dead_letter_key(&self) -> &str {
+        &self.dead_key
+    }
+
+    /// Creates the stream and group if missing (`BUSYGROUP` means it exists: fine).
+    async fn ensure_group(&self) -> BackendResult<()> {
+        let created: Result<Value, _> = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(&self.config.stream)
+            .arg(&self.config.group)
+            .arg("0")
+            .arg("MKSTREAM")
+            .query_async(&mut self.commands.clone())
+            .await;
+        match created {
+            Err(e) if e.code() != Some("BUSYGROUP") => Err(error("create group", e)),
+            _ => Ok(()),
+        }
+    }
+
+    /// One non-blocking fetch script; also returns the group's last-delivered id when it
+    /// found nothing, to wait for entries after it.
+    async fn fetch_once(&self, max: usize) -> BackendResult<(Vec<Fetched<Bytes>>, Option<String>)> {
+        let reclaim_max = if max == 1 {
+            usize::from(self.reclaim_turn.fetch_xor(true, Ordering::Relaxed))
+        } else {
+            max / 2
+        };
+        let cursor = self
+            .cursor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let min_idle = millis(self.config.claim_timeout);
+        let mut invocation = FETCH.prepare_invoke();
+        invocation
+            .key(&self.config.stream)
+            .key(&self.dead_key)
+            .arg(&self.config.group)
+            .arg(&self.consumer)
+            .arg(min_idle)
+            .arg(&cursor)
+            .arg(reclaim_max)
+            .arg(max)
+            .arg(&self.config.field);
+        let reply: Value = match invocation.invoke_async(&mut self.commands.clone()).await {
+            Err(e) if is_nogroup(&e) => {
+                tracing::warn!(stream = %self.config.stream, "consumer group vanished; recreating");
+                self.ensure_group().await?;
+                invocation
+                    .invoke_async(&mut self.commands.clone())
+                    .await
+                    .map_err(|e| error("fetch", e))?
+            }
+            other => other.map_err(|e| error("fetch", e))?,
+        };
+        let (next_cursor, entries, last) = parse_fetch(reply)
+            .ok_or_else(|| BackendError::fatal("unexpected reply from the fetch script"))?;
+        *self.cursor.lock().unwrap_or_else(|e| e.into_inner()) = next_cursor;
+        Ok((entries, last))
+    }
+
+    /// Waits (on the dedicated connection) until the stream has an entry after `last`, or
+    /// `wait` passes. It consumes nothing, so dropping it midway loses nothing.
+    async fn wait_for_new(&self, last: &str, wait: Duration) -> BackendResult<()> {
+        let _: Value = redis::cmd("XREAD")
+            .arg("COUNT")
+            .arg(1)
+            .arg("BLOCK")
+            .arg(millis(wait).max(1))
+            .arg("STREAMS")
+            .arg(&self.config.stream)
+            .arg(last)
+            .query_async(&mut self.blocking.clone())
+            .await
+            .map_err(|e| error("wait for entries", e))?;
+        Ok(())
+    }
+
+    /// Now and then, removes consumers of dead workers that hold nothing.
+    async fn reap_consumers(&self) {
+        let Some(idle) = self.config.reap_idle_consumers else {
+            return;
+        };
+        let now = Instant::now();
+        {
+            let mut last = self.last_reap.lock().unwrap_or_else(|e| e.into_inner());
+            let every = (idle / 2).clamp(Duration::from_secs(1), Duration::from_secs(600));
+            if last.is_some_and(|at| now.duration_since(at) < every) {
+                return;
+            }
+            *last = Some(now);
+        }
+        let reaped: Result<i64, _> = REAP
+            .key(&self.config.stream)
+            .arg(&self.config.group)
+            .arg(millis(idle))
+            .arg(&self.consumer)
+            .invoke_async(&mut self.commands.clone())
+            .await;
+        match reaped {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(stream = %self.config.stream, n, "removed idle consumers"),
+            Err(e) => tracing::debug!(%e, "reaping idle consumers failed"),
+        }
+    }
+
+    /// Runs a fenced per-id script over `leases` in batches; a vanished group means every
+    /// lease is lost.
+    async fn fenced(
+        &self,
+        script: &Script,
+        what: &str,
+        leases: &[LeaseRef],
+    ) -> BackendResult<Vec<bool>> {
+        let mut results = Vec::with_capacity(leases.len());
+        for chunk in leases.chunks(SCRIPT_BATCH) {
+            let mut invocation = script.prepare_invoke();
+            invocation
+                .key(&self.config.stream)
+                .arg(&self.config.group)
+                .arg(&self.consumer);
+            for lease in chunk {
+                invocation.arg(lease.id.as_str()).arg(lease.fence.0);
+            }
+            match invocation
+                .invoke_async::<Vec<i64>>(&mut self.commands.clone())
+                .await
+            {
+                Ok(flags) if flags.len() == chunk.len() => {
+                    results.extend(flags.into_iter().map(|flag| flag == 1))
+                }
+                Ok(_) => {
+                    return Err(BackendError::fatal(format!(
+                        "{what}: wrong number of results"
+                    )))
+                }
+                Err(e) if is_nogroup(&e) => results.extend(chunk.iter().map(|_| false)),
+                Err(e) => return Err(error(what, e)),
+            }
+        }
+        Ok(results)
+    }
+
+    async fn fenced_one(
+        &self,
+        script: &Script,
+        what: &str,
+        lease: &LeaseRef,
+        extra: &[String],
+    ) -> BackendResult<SettleResult> {
+        let mut invocation = script.prepare_invoke();
+        invocation
+            .key(&self.config.stream)
+            .key(&self.dead_key)
+            .arg(&self.config.group)
+            .arg(&self.consumer)
+            .arg(lease.id.as_str())
+            .arg(lease.fence.0);
+        for arg in extra {
+            invocation.arg(arg);
+        }
+        match invocation
+            .invoke_async::<i64>(&mut self.commands.clone())
+            .await
+        {
+            Ok(1) => Ok(SettleResult::Ok),
+            Ok(_) => Ok(SettleResult::Lost),
+            Err(e) if is_nogroup(&e) => Ok(SettleResult::Lost),
+            Err(e) => Err(error(what, e)),
+        }
+    }
+}
+
+impl Backend for RedisBackend {
+    type Payload = Bytes;
+
+    fn claim_timeout(&self) -> Option<Duration> {
+        Some(self.config.claim_timeout)
+    }
+
+    async fn publish(&self, payload: Bytes) -> BackendResult<MessageId> {
+        let mut cmd = redis::cmd("XADD");
+        cmd.arg(&self.config.stream);
+        if let Some(len) = self.config.max_len {
+            cmd.arg("MAXLEN").arg("~").arg(len);
+        }
+        let id: String = cmd
+            .arg("*")
+            .arg(&self.config.field)
+            .arg(payload.as_ref())
+            .query_async(&mut self.commands.clone())
+            .await
+            .map_err(|e| error("publish", e))?;
+        Ok(id.into())
+    }
+
+    async fn fetch(&self, max: usize, wait: Duration) -> BackendResult<Vec<Fetched<Bytes>>> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        self.reap_consumers().await;
+        let (batch, last) = self.fetch_once(max).await?;
+        match last {
+            Some(last) if batch.is_empty() && !wait.is_zero() => {
+                self.wait_for_new(&last, wait).await?;
+                Ok(self.fetch_once(max).await?.0)
+            }
+            _ => Ok(batch),
+        }
+    }
+
+    async fn renew(&self, leases: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
+        let kept = self.fenced(&RENEW, "renew", leases).await?;
+        Ok(kept
+            .into_iter()
+            .map(|kept| {
+                if kept {
+                    RenewResult::Kept
+                } else {
+                    RenewResult::Lost
+                }
+            })
+            .collect())
+    }
+
+    async fn ack(&self, leases: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
+        let acked = self.fenced(&ACK, "ack", leases).await?;
+        Ok(acked
+            .into_iter()
+            .map(|acked| {
+                if acked {
+                    SettleResult::Ok
+                } else {
+                    SettleResult::Lost
+                }
+            })
+            .collect())
+    }
+
+    /// Delays are capped at the claim timeout: the entry's idle time is set to
+    /// `claim_timeout - delay`, so any consumer's `XAUTOCLAIM` takes it once `delay` passed.
+    async fn release(&self, lease: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
+        let idle = self.config.claim_timeout.saturating_sub(delay);
+        let mut invocation = RELEASE.prepare_invoke();
+        invocation
+            .key(&self.config.stream)
+            .arg(&self.config.group)
+            .arg(&self.consumer)
+            .arg(lease.id.as_str())
+            .arg(lease.fence.0)
+            .arg(millis(idle));
+        match invocation
+            .invoke_async::<i64>(&mut self.commands.clone())
+            .await
+        {
+            Ok(1) => Ok(SettleResult::Ok),
+            Ok(_) => Ok(SettleResult::Lost),
+            Err(e) if is_nogroup(&e) => Ok(SettleResult::Lost),
+            Err(e) => Err(error("release", e)),
+        }
+    }
+
+    async fn dead_letter(
+        &self,
+        lease: &LeaseRef,
+        reason: &DeadLetterReason,
+    ) -> BackendResult<SettleResult> {
+        self.fenced_one(&DEAD_LETTER, "dead-letter", lease, &[reason.to_string()])
+            .await
+    }
+
+    async fn stream_len(&self) -> BackendResult<u64> {
+        redis::cmd("XLEN")
+            .arg(&self.config.stream)
+            .query_async(&mut self.commands.clone())
+            .await
+            .map_err(|e| error("length", e))
+    }
+
+    async fn pending(&self) -> BackendResult<u64> {
+        let summary: Result<Value, _> = redis::cmd("XPENDING")
+            .arg(&self.config.stream)
+            .arg(&self.config.group)
+            .query_async(&mut self.commands.clone())
+            .await;
+        match summary {
+            Ok(Value::Array(items)) => Ok(items.first().and_then(as_u64).unwrap_or(0)),
+            Ok(_) => Ok(0),
+            Err(e) if is_nogroup(&e) => Ok(0),
+            Err(e) => Err(error("pending", e)),
+        }
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn is_nogroup(e: &RedisError) -> bool {
+    e.code() == Some("NOGROUP") || e.to_string().contains("NOGROUP")
+}
+
+/// Transient (retry) for connection trouble and a busy or loading server; fatal otherwise
+/// (authentication, permissions, a key of the wrong type, a script error).
+fn error(what: &str, e: RedisError) -> BackendError {
+    let transient = e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || matches!(
+            e.code(),
+            Some("BUSY" | "LOADING" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN" | "READONLY")
+        );
+    let message = format!("{what}: {e}");
+    if transient {
+        BackendError::transient(message).with_source(e)
+    } else {
+        BackendError::fatal(message).with_source(e)
+    }
+}
+
+fn as_u64(value: &Value) -> Option<u64> {
+    match value {
+        Value::Int(n) => u64::try_from(*n).ok(),
+        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
+fn as_string(value: Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => String::from_utf8(bytes).ok(),
+        Value::SimpleString(s) => Some(s),
+        _ => None,
+    }
+}
+
+/// `{cursor, {id, count, payload, ...}, last-delivered-id or nil}`.
+fn parse_fetch(reply: Value) -> Option<(String, Vec<Fetched<Bytes>>, Option<String>)> {
+    let Value::Array(parts) = reply else {
+        return None;
+    };
+    let mut parts = parts.into_iter();
+    let cursor = as_string(parts.next()?)?;
+    let Value::Array(flat) = parts.next()? else {
+        return None;
+    };
+    let last = parts.next().and_then(as_string);
+    let mut entries = Vec::with_capacity(flat.len() / 3);
+    let mut flat = flat.into_iter();
+    while let (Some(id), Some(count), Some(payload)) = (flat.next(), flat.next(), flat.next()) {
+        let count = as_u64(&count)?;
+        let Value::BulkString(payload) = payload else {
+            return None;
+        };
+        entries.push(Fetched {
+            id: as_string(id)?.into(),
+            payload: Bytes::from(payload),
+            delivery_count: u32::try_from(count).unwrap_or(u32::MAX),
+            fence: Fence(count),
+        });
+    }
+    Some((cursor, entries, last))
+}

@@ -1,0 +1,217 @@
+//! Where the stream lives and how the backend talks to it.
+
+use std::time::Duration;
+
+use leasehold_core::MAX_DURATION;
+
+/// A [`RedisConfig`] that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RedisConfigError {
+    /// A name is empty.
+    #[error("{0} must not be empty")]
+    Empty(&'static str),
+    /// The claim timeout is zero, below a millisecond or above a year.
+    #[error("claim_timeout must be between 1 ms and one year, got {0:?}")]
+    ClaimTimeout(Duration),
+    /// A trim length of zero would delete every entry.
+    #[error("max_len must be at least 1 when set")]
+    ZeroMaxLen,
+}
+
+/// Configuration of a [`RedisBackend`](crate::RedisBackend): one stream, one consumer group,
+/// one consumer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisConfig {
+    pub(crate) url: String,
+    pub(crate) stream: String,
+    pub(crate) group: String,
+    pub(crate) consumer: Option<String>,
+    pub(crate) claim_timeout: Duration,
+    pub(crate) field: String,
+    pub(crate) dead_letter_stream: Option<String>,
+    pub(crate) max_len: Option<usize>,
+    pub(crate) reap_idle_consumers: Option<Duration>,
+    pub(crate) command_timeout: Duration,
+}
+
+impl RedisConfig {
+    /// A stream at `url` (`redis://[user:password@]host:port/db`, or `rediss://` with the `tls`
+    /// feature) consumed by consumer group `group`. Defaults: claim timeout 60 s, payload
+    /// field `data`, a unique consumer name, dead letters in `{stream}:dead`.
+    pub fn new(
+        url: impl Into<String>,
+        stream: impl Into<String>,
+        group: impl Into<String>,
+    ) -> Self {
+        Self {
+            url: url.into(),
+            stream: stream.into(),
+            group: group.into(),
+            consumer: None,
+            claim_timeout: Duration::from_secs(60),
+            field: "data".into(),
+            dead_letter_stream: None,
+            max_len: None,
+            reap_idle_consumers: Some(Duration::from_secs(24 * 3600)),
+            command_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// This worker's consumer name. It must be unique among live workers: two workers with one
+    /// name share a pending list. Default: `{hostname}-{pid}-{random}`.
+    #[must_use]
+    pub fn consumer(mut self, name: impl Into<String>) -> Self {
+        self.consumer = Some(name.into());
+        self
+    }
+
+    /// Idle time after which another consumer may take a lease (XAUTOCLAIM min-idle). Must
+    /// equal the worker's `claim_timeout`.
+    #[must_use]
+    pub fn claim_timeout(mut self, timeout: Duration) -> Self {
+        self.claim_timeout = timeout;
+        self
+    }
+
+    /// The entry field holding the payload (default `data`, as lib-data-stream-redis writes).
+    #[must_use]
+    pub fn field(mut self, field: impl Into<String>) -> Self {
+        self.field = field.into();
+        self
+    }
+
+    /// The dead-letter stream. Default: `{stream}:dead`, hash-tagged so that it lives in the
+    /// stream's cluster slot (required: dead-lettering is one script over both keys).
+    #[must_use]
+    pub fn dead_letter_stream(mut self, key: impl Into<String>) -> Self {
+        self.dead_letter_stream = Some(key.into());
+        self
+    }
+
+    /// Trim the stream to about this many entries on publish (`XADD MAXLEN ~`).
+    #[must_use]
+    pub fn max_len(mut self, len: usize) -> Self {
+        self.max_len = Some(len);
+        self
+    }
+
+    /// Remove consumers with no pending entries idle this long (dead workers), or never
+    /// (`None`). Default: one day.
+    #[must_use]
+    pub fn reap_idle_consumers(mut self, idle: Option<Duration>) -> Self {
+        self.reap_idle_consumers = idle;
+        self
+    }
+
+    /// Bound on one command's response (the blocking read has its own, from the fetch's wait).
+    #[must_use]
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), RedisConfigError> {
+        for (what, value) in [
+            ("url", &self.url),
+            ("stream", &self.stream),
+            ("group", &self.group),
+            ("field", &self.field),
+        ] {
+            if value.is_empty() {
+                return Err(RedisConfigError::Empty(what));
+            }
+        }
+        if self.consumer.as_deref() == Some("") {
+            return Err(RedisConfigError::Empty("consumer"));
+        }
+        if self.claim_timeout < Duration::from_millis(1) || self.claim_timeout > MAX_DURATION {
+            return Err(RedisConfigError::ClaimTimeout(self.claim_timeout));
+        }
+        if self.max_len == Some(0) {
+            return Err(RedisConfigError::ZeroMaxLen);
+        }
+        Ok(())
+    }
+
+    /// The dead-letter stream's key: in the same cluster slot as the stream.
+    pub(crate) fn dead_letter_key(&self) -> String {
+        if let Some(key) = &self.dead_letter_stream {
+            return key.clone();
+        }
+        if has_hash_tag(&self.stream) {
+            format!("{}:dead", self.stream)
+        } else {
+            format!("{{{}}}:dead", self.stream)
+        }
+    }
+}
+
+/// Whether Redis Cluster hashes `key` by a `{tag}` (a non-empty one) rather than whole.
+fn has_hash_tag(key: &str) -> bool {
+    key.find('{')
+        .and_then(|open| key[open + 1..].find('}'))
+        .is_some_and(|len| len > 0)
+}
+
+/// A consumer name unique to this process and instance.
+pub(crate) fn unique_consumer_name() -> String {
+    use std::hash::{BuildHasher, RandomState};
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "worker".into());
+    let random = RandomState::new().hash_one(std::time::SystemTime::now()) & 0xffff_ffff;
+    format!("{host}-{}-{random:08x}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dead_letter_key_shares_the_stream_slot() {
+        let config = |stream: &str| RedisConfig::new("redis://x", stream, "g");
+        assert_eq!(config("orders").dead_letter_key(), "{orders}:dead");
+        assert_eq!(
+            config("{app}:orders").dead_letter_key(),
+            "{app}:orders:dead"
+        );
+        assert_eq!(config("odd{}name").dead_letter_key(), "{odd{}name}:dead");
+        assert_eq!(
+            config("orders")
+                .dead_letter_stream("elsewhere")
+                .dead_letter_key(),
+            "elsewhere"
+        );
+    }
+
+    #[test]
+    fn bad_configs_are_errors() {
+        let ok = RedisConfig::new("redis://x", "s", "g");
+        assert_eq!(ok.validate(), Ok(()));
+        assert_eq!(
+            RedisConfig::new("redis://x", "", "g").validate(),
+            Err(RedisConfigError::Empty("stream"))
+        );
+        assert_eq!(
+            ok.clone().claim_timeout(Duration::ZERO).validate(),
+            Err(RedisConfigError::ClaimTimeout(Duration::ZERO))
+        );
+        assert_eq!(
+            ok.clone().max_len(0).validate(),
+            Err(RedisConfigError::ZeroMaxLen)
+        );
+        assert_eq!(
+            ok.consumer("").validate(),
+            Err(RedisConfigError::Empty("consumer"))
+        );
+    }
+
+    #[test]
+    fn consumer_names_are_unique() {
+        assert_ne!(unique_consumer_name(), unique_consumer_name());
+    }
+}

@@ -1,0 +1,30 @@
+//! # leasehold-redis: the Redis Streams backend
+//!
+//! One [`RedisBackend`] is one consumer of one stream's consumer group. Its lease operations
+//! are Lua scripts that check, per entry, that this consumer owns it **and** that its delivery
+//! count still equals the lease's fence, then act, answering per entry:
+//!
+//! - renew = owner-checked `XCLAIM … 0 id JUSTID` (resets idle, keeps the count): a late
+//!   heartbeat can never steal back an entry a peer reclaimed;
+//! - ack = owner-checked `XACK` + `XDEL`: a stale worker's ack never deletes the new owner's
+//!   delivery;
+//! - release with delay `d` = owner-checked `XCLAIM … IDLE (claim_timeout - d) JUSTID`: anyone
+//!   may reclaim it once `d` has passed, with no extra keys (delays cap at the claim timeout);
+//! - dead-letter = owner-checked copy to `{stream}:dead` (reason, delivery count, fields) +
+//!   `XACK` + `XDEL`, atomically.
+//!
+//! A fetch is one script too: `XAUTOCLAIM` (min-idle = claim timeout, cursor carried between
+//! calls; half of `max` at most, so reclaims and new entries never starve each other) then
+//! `XREADGROUP … >`; every delivery carries its delivery count, which is its fence. Entries
+//! without the payload field are dead-lettered on the spot. When nothing is there, the fetch
+//! waits on a **dedicated connection** with `XREAD BLOCK`, which consumes nothing (so a dropped
+//! wait loses nothing) and never delays a heartbeat on the command connection. Both connections
+//! reconnect with backoff. A vanished group (`NOGROUP`) is recreated by the next fetch; its
+//! leases are reported lost. Keys are hash-tagged so every script is Redis Cluster safe.
+#![forbid(unsafe_code)]
+
+mod backend;
+mod config;
+
+pub use backend::RedisBackend;
+pub use config::{RedisConfig, RedisConfigError};

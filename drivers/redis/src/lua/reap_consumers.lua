@@ -1,0 +1,18 @@
+-- Remove consumers of dead workers: no pending entries and idle for at least ARGV[2] ms.
+-- A consumer with pending entries is never removed (DELCONSUMER would discard its PEL).
+-- KEYS: stream. ARGV: group, min idle ms, this consumer. Returns the number removed.
+local stream, group, min_idle, me = KEYS[1], ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local removed = 0
+for _, info in ipairs(redis.call('XINFO', 'CONSUMERS', stream, group)) do
+  local name, pending, idle
+  for i = 1, #info, 2 do
+    if info[i] == 'name' then name = info[i + 1] end
+    if info[i] == 'pending' then pending = info[i + 1] end
+    if info[i] == 'idle' then idle = info[i + 1] end
+  end
+  if name ~= me and pending == 0 and idle >= min_idle then
+    redis.call('XGROUP', 'DELCONSUMER', stream, group, name)
+    removed = removed + 1
+  end
+end
+return removed

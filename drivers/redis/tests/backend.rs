@@ -1,0 +1,350 @@
+//! The Redis backend's lease semantics against a real, throwaway `redis-server`.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use leasehold_core::{Backend, DeadLetterReason, Fetched, LeaseRef, RenewResult, SettleResult};
+use leasehold_redis::{RedisBackend, RedisConfig};
+use leasehold_redis_harness::RedisServer;
+
+/// Short, so takeovers happen within a test; renews in the tests come every ~third of it, so a
+/// stall would have to last a whole claim timeout to disturb them.
+const CLAIM: Duration = Duration::from_secs(1);
+
+fn server() -> RedisServer {
+    RedisServer::start().unwrap_or_else(|e| panic!("these tests need redis-server: {e}"))
+}
+
+async fn consumer(server: &RedisServer, name: &str) -> RedisBackend {
+    let config = RedisConfig::new(server.url(), "jobs", "workers")
+        .consumer(name)
+        .claim_timeout(CLAIM);
+    RedisBackend::connect(config).await.expect("connect")
+}
+
+fn lease(message: &Fetched<Bytes>) -> LeaseRef {
+    LeaseRef {
+        id: message.id.clone(),
+        fence: message.fence,
+    }
+}
+
+async fn redis(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// (owner, delivery count) of an entry in the group's pending list.
+async fn pending_of(server: &RedisServer, id: &str) -> Option<(String, u64)> {
+    let rows: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
+        .arg("jobs")
+        .arg("workers")
+        .arg(id)
+        .arg(id)
+        .arg(1)
+        .query_async(&mut redis(server).await)
+        .await
+        .unwrap();
+    rows.into_iter()
+        .next()
+        .map(|(_, owner, _, count)| (owner, count))
+}
+
+#[tokio::test]
+async fn publish_fetch_renew_ack_round_trip() {
+    let server = server();
+    let a = consumer(&server, "a").await;
+    let id = a.publish(Bytes::from_static(b"hello")).await.unwrap();
+    a.publish(Bytes::from_static(b"hello")).await.unwrap();
+    let batch = a.fetch(10, Duration::ZERO).await.unwrap();
+    assert_eq!(batch.len(), 2, "equal payloads are two messages");
+    assert_eq!((&batch[0].id, batch[0].delivery_count), (&id, 1));
+    assert_eq!(batch[0].payload, Bytes::from_static(b"hello"));
+    let leases: Vec<_> = batch.iter().map(lease).collect();
+    assert_eq!(a.renew(&leases).await.unwrap(), [RenewResult::Kept; 2]);
+    assert_eq!(a.pending().await.unwrap(), 2);
+    assert_eq!(a.ack(&leases).await.unwrap(), [SettleResult::Ok; 2]);
+    assert_eq!(
+        a.stream_len().await.unwrap(),
+        0,
+        "acked entries are deleted"
+    );
+    assert_eq!(a.pending().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn renew_keeps_a_lease_past_the_claim_timeout_and_reclaim_bumps_the_fence() {
+    let server = server();
+    let (a, b) = (consumer(&server, "a").await, consumer(&server, "b").await);
+    a.publish(Bytes::from_static(b"x")).await.unwrap();
+    let first = a.fetch(1, Duration::ZERO).await.unwrap().remove(0);
+    for _ in 0..5 {
+        tokio::time::sleep(CLAIM / 3).await;
+        assert_eq!(
+            a.renew(&[lease(&first)]).await.unwrap(),
+            [RenewResult::Kept]
+        );
+        assert!(
+            b.fetch(1, Duration::ZERO).await.unwrap().is_empty(),
+            "live lease taken"
+        );
+    }
+    tokio::time::sleep(CLAIM + Duration::from_millis(50)).await;
+    let mut taken = Vec::new();
+    for _ in 0..2 {
+        // max 1 alternates between reclaiming and new entries.
+        taken.extend(b.fetch(1, Duration::ZERO).await.unwrap());
+    }
+    assert_eq!(taken.len(), 1);
+    assert_eq!(taken[0].id, first.id);
+    assert_eq!((taken[0].delivery_count, taken[0].fence.0), (2, 2));
+    assert_eq!(
+        pending_of(&server, first.id.as_str()).await,
+        Some(("b".into(), 2))
+    );
+}
+
+#[tokio::test]
+async fn no_steal_back_and_no_stale_ack_after_a_takeover() {
+    let server = server();
+    let (a, b) = (consumer(&server, "a").await, consumer(&server, "b").await);
+    a.publish(Bytes::from_static(b"x")).await.unwrap();
+    let first = a.fetch(1, Duration::ZERO).await.unwrap().remove(0);
+    // A raw XCLAIM by "b" (what the Java renew did, with no owner check) takes it over.
+    let _: redis::Value = redis::cmd("XCLAIM")
+        .arg("jobs")
+        .arg("workers")
+        .arg("b")
+        .arg(0)
+        .arg(first.id.as_str())
+        .query_async(&mut redis(&server).await)
+        .await
+        .unwrap();
+    assert_eq!(
+        pending_of(&server, first.id.as_str()).await,
+        Some(("b".into(), 2))
+    );
+    // a's late heartbeat and late ack are refused and change nothing.
+    assert_eq!(
+        a.renew(&[lease(&first)]).await.unwrap(),
+        [RenewResult::Lost]
+    );
+    assert_eq!(a.ack(&[lease(&first)]).await.unwrap(), [SettleResult::Lost]);
+    assert_eq!(
+        a.release(&lease(&first), Duration::ZERO).await.unwrap(),
+        SettleResult::Lost
+    );
+    let reason = DeadLetterReason::Rejected("x".into());
+    assert_eq!(
+        a.dead_letter(&lease(&first), &reason).await.unwrap(),
+        SettleResult::Lost
+    );
+    assert_eq!(
+        pending_of(&server, first.id.as_str()).await,
+        Some(("b".into(), 2))
+    );
+    assert_eq!(b.stream_len().await.unwrap(), 1);
+    // The same consumer with a stale fence is refused too.
+    let stale = LeaseRef {
+        id: first.id.clone(),
+        fence: first.fence,
+    };
+    assert_eq!(b.renew(&[stale]).await.unwrap(), [RenewResult::Lost]);
+}
+
+#[tokio::test]
+async fn mixed_batches_answer_per_lease() {
+    let server = server();
+    let (a, b) = (consumer(&server, "a").await, consumer(&server, "b").await);
+    for _ in 0..3 {
+        a.publish(Bytes::from_static(b"x")).await.unwrap();
+    }
+    let mine = a.fetch(2, Duration::ZERO).await.unwrap();
+    let theirs = b.fetch(1, Duration::ZERO).await.unwrap();
+    let batch = [lease(&mine[0]), lease(&theirs[0]), lease(&mine[1])];
+    assert_eq!(
+        a.renew(&batch).await.unwrap(),
+        [RenewResult::Kept, RenewResult::Lost, RenewResult::Kept]
+    );
+    assert_eq!(
+        a.ack(&batch).await.unwrap(),
+        [SettleResult::Ok, SettleResult::Lost, SettleResult::Ok]
+    );
+    assert_eq!(b.pending().await.unwrap(), 1);
+}
+
+/// Idle time (ms) Redis records for an entry of the group.
+async fn idle_of(server: &RedisServer, id: &str) -> u64 {
+    let rows: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
+        .arg("jobs")
+        .arg("workers")
+        .arg(id)
+        .arg(id)
+        .arg(1)
+        .query_async(&mut redis(server).await)
+        .await
+        .unwrap();
+    rows[0].2
+}
+
+#[tokio::test]
+async fn release_with_delay_sets_the_idle_time_to_claim_timeout_minus_delay() {
+    let server = server();
+    let config = |name: &str| {
+        RedisConfig::new(server.url(), "jobs", "workers")
+            .consumer(name)
+            .claim_timeout(Duration::from_secs(60))
+    };
+    let a = RedisBackend::connect(config("a")).await.unwrap();
+    let b = RedisBackend::connect(config("b")).await.unwrap();
+    a.publish(Bytes::from_static(b"x")).await.unwrap();
+    let first = a.fetch(1, Duration::ZERO).await.unwrap().remove(0);
+    assert_eq!(
+        a.release(&lease(&first), Duration::from_secs(20))
+            .await
+            .unwrap(),
+        SettleResult::Ok
+    );
+    // Claimable once idle reaches 60 s, i.e. in 20 s: nobody gets it now.
+    let idle = idle_of(&server, first.id.as_str()).await;
+    assert!((40_000..60_000).contains(&idle), "idle {idle} ms");
+    for _ in 0..2 {
+        assert!(b.fetch(1, Duration::ZERO).await.unwrap().is_empty());
+    }
+    // Still a's (owner and fence unchanged): a zero delay hands it over at once.
+    assert_eq!(
+        a.release(&lease(&first), Duration::ZERO).await.unwrap(),
+        SettleResult::Ok
+    );
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        got.extend(b.fetch(1, Duration::ZERO).await.unwrap());
+    }
+    assert_eq!(got.len(), 1);
+    assert_eq!((&got[0].id, got[0].delivery_count), (&first.id, 2));
+}
+
+#[tokio::test]
+async fn a_short_release_delay_passes_and_the_message_is_retaken() {
+    let server = server();
+    let (a, b) = (consumer(&server, "a").await, consumer(&server, "b").await);
+    a.publish(Bytes::from_static(b"x")).await.unwrap();
+    let first = a.fetch(1, Duration::ZERO).await.unwrap().remove(0);
+    let delay = Duration::from_millis(200);
+    assert_eq!(
+        a.release(&lease(&first), delay).await.unwrap(),
+        SettleResult::Ok
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let got = loop {
+        let batch = b.fetch(1, Duration::ZERO).await.unwrap();
+        if let Some(message) = batch.into_iter().next() {
+            break message;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never became claimable"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!((&got.id, got.delivery_count), (&first.id, 2));
+}
+
+#[tokio::test]
+async fn dead_letters_keep_reason_count_and_payload() {
+    let server = server();
+    let a = consumer(&server, "a").await;
+    a.publish(Bytes::from_static(b"poison")).await.unwrap();
+    let first = a.fetch(1, Duration::ZERO).await.unwrap().remove(0);
+    let reason = DeadLetterReason::MaxDeliveries {
+        deliveries: 1,
+        last_error: "boom".into(),
+    };
+    assert_eq!(
+        a.dead_letter(&lease(&first), &reason).await.unwrap(),
+        SettleResult::Ok
+    );
+    assert_eq!(a.stream_len().await.unwrap(), 0);
+    let dead: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+        .arg(a.dead_letter_key())
+        .arg("-")
+        .arg("+")
+        .query_async(&mut redis(&server).await)
+        .await
+        .unwrap();
+    assert_eq!(a.dead_letter_key(), "{jobs}:dead");
+    let fields: std::collections::HashMap<_, _> = dead[0].1.iter().cloned().collect();
+    assert_eq!(fields["id"], first.id.as_str());
+    assert_eq!(fields["deliveries"], "1");
+    assert_eq!(fields["data"], "poison");
+    assert!(fields["reason"].contains("boom"));
+}
+
+#[tokio::test]
+async fn entries_without_the_payload_field_are_dead_lettered_not_delivered() {
+    let server = server();
+    let a = consumer(&server, "a").await;
+    let _: String = redis::cmd("XADD")
+        .arg("jobs")
+        .arg("*")
+        .arg("other")
+        .arg("x")
+        .query_async(&mut redis(&server).await)
+        .await
+        .unwrap();
+    a.publish(Bytes::from_static(b"ok")).await.unwrap();
+    let batch = a.fetch(10, Duration::ZERO).await.unwrap();
+    assert_eq!(batch.len(), 1);
+    assert_eq!(batch[0].payload, Bytes::from_static(b"ok"));
+    let dead: u64 = redis::cmd("XLEN")
+        .arg(a.dead_letter_key())
+        .query_async(&mut redis(&server).await)
+        .await
+        .unwrap();
+    assert_eq!(dead, 1);
+}
+
+#[tokio::test]
+async fn a_waiting_fetch_wakes_on_publish() {
+    let server = server();
+    let a = consumer(&server, "a").await;
+    let publisher = consumer(&server, "p").await;
+    let fetch = a.fetch(10, Duration::from_secs(30));
+    let publish = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        publisher
+            .publish(Bytes::from_static(b"late"))
+            .await
+            .unwrap()
+    };
+    let (batch, id) = tokio::join!(fetch, publish);
+    let batch = batch.unwrap();
+    assert_eq!(batch.len(), 1);
+    assert_eq!(batch[0].id, id);
+}
+
+#[tokio::test]
+async fn a_vanished_group_is_recreated_and_its_leases_are_lost() {
+    let server = server();
+    let a = consumer(&server, "a").await;
+    a.publish(Bytes::from_static(b"x")).await.unwrap();
+    let first = a.fetch(1, Duration::ZERO).await.unwrap().remove(0);
+    let _: redis::Value = redis::cmd("XGROUP")
+        .arg("DESTROY")
+        .arg("jobs")
+        .arg("workers")
+        .query_async(&mut redis(&server).await)
+        .await
+        .unwrap();
+    assert_eq!(
+        a.renew(&[lease(&first)]).await.unwrap(),
+        [RenewResult::Lost]
+    );
+    // The next fetch recreates the group from the start: the unacked entry comes back.
+    let again = a.fetch(1, Duration::ZERO).await.unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].id, first.id);
+}
