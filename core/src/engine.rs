@@ -252,12 +252,12 @@ impl<P> LeaseEngine<P> {
                 // Full: there is probably more, fetch again at once without blocking.
                 (src.next_at, src.wait) = match messages.len() {
                     0 => (sent_at + poll, poll),
-                    n if n < max => (now, poll),
-                    _ => (now, Duration::ZERO),
+                    n if n < max => (self.now, poll),
+                    _ => (self.now, Duration::ZERO),
                 };
                 (max, epoch)
             }
-            None => (0, self.epochs.open(now)),
+            None => (0, self.epochs.open(self.now)),
         };
         let sent_at = self.epochs.sent_at(epoch);
         let hb_due = sent_at + self.cfg.heartbeat_interval;
@@ -313,7 +313,7 @@ impl<P> LeaseEngine<P> {
                     .poll_interval
                     .saturating_mul(factor)
                     .min(self.cfg.fetch_backoff_max);
-                src.next_at = now + backoff;
+                src.next_at = self.now + backoff;
                 src.wait = self.cfg.poll_interval;
                 self.reserved -= max;
                 self.epochs.unpin(epoch);
@@ -416,24 +416,28 @@ impl<P> LeaseEngine<P> {
         now: Instant,
         results: impl IntoIterator<Item = (LeaseId, SettleResult)>,
     ) {
-        self.begin(now);
+        // Answers are about sends already made: apply them before timers re-send anything.
+        self.now = self.now.max(now);
         for (id, result) in results {
             self.settled(id, result, |op| matches!(op, Settle::Ack));
         }
+        self.begin(now);
         self.finish();
     }
 
     /// Result of a `Release` effect.
     pub fn handle_released(&mut self, now: Instant, lease: LeaseId, result: SettleResult) {
-        self.begin(now);
+        self.now = self.now.max(now);
         self.settled(lease, result, |op| matches!(op, Settle::Release(_)));
+        self.begin(now);
         self.finish();
     }
 
     /// Result of a `DeadLetter` effect.
     pub fn handle_dead_lettered(&mut self, now: Instant, lease: LeaseId, result: SettleResult) {
-        self.begin(now);
+        self.now = self.now.max(now);
         self.settled(lease, result, |op| matches!(op, Settle::DeadLetter(_)));
+        self.begin(now);
         self.finish();
     }
 
@@ -597,8 +601,23 @@ impl<P> LeaseEngine<P> {
         }
         self.fetch();
         if !self.acks.is_empty() {
-            let leases = std::mem::take(&mut self.acks);
-            self.effects.push_back(Effect::Ack { leases });
+            let mut leases = std::mem::take(&mut self.acks);
+            // A lease dropped later in the same input (lost, expired) is not acked.
+            leases.retain(|id| {
+                self.leases.get(*id).is_some_and(|l| {
+                    matches!(
+                        l.state,
+                        State::Settling {
+                            op: Settle::Ack,
+                            in_flight: true,
+                            ..
+                        }
+                    )
+                })
+            });
+            if !leases.is_empty() {
+                self.effects.push_back(Effect::Ack { leases });
+            }
         }
         let leases = &self.leases;
         let is_live = |id: LeaseId, stamp: u32| leases.get(id).is_some_and(|l| l.stamp == stamp);
