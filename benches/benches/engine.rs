@@ -27,89 +27,102 @@ use leasehold_core::MessageId;
 /// many lifecycles went by since the last one.
 const CHUNK: u64 = 8192;
 
-fn lifecycle(c: &mut Criterion) {
+fn lifecycle(c: &mut Criterion, held: usize) {
     let mut group = c.benchmark_group(report::LIFECYCLE);
-    for held in LIFECYCLE_SIZES {
-        let mut driver = Driver::with_pending(held, 1, |_| ());
-        driver.heartbeat();
-        let mut acked = 0u64;
-        let mut since_heartbeat = 0u64;
-        group.bench_function(BenchmarkId::from_parameter(held), |b| {
-            b.iter_custom(|iters| {
-                let mut total = Duration::ZERO;
-                let mut left = iters;
-                while left > 0 {
-                    let n = left.min(CHUNK);
-                    let mut deliveries: Vec<_> =
-                        (0..n).map(|_| driver.next_delivery(1, |_| ())).collect();
-                    let start = Instant::now();
-                    for delivery in deliveries.drain(..) {
-                        driver.lifecycle(delivery);
-                    }
-                    total += start.elapsed();
-                    drop(deliveries);
-                    left -= n;
-                    acked += n;
-                    since_heartbeat += n;
-                    driver.verify(acked);
-                    if since_heartbeat >= CHUNK {
-                        driver.heartbeat();
-                        since_heartbeat = 0;
-                    }
+    let mut driver = Driver::with_pending(held, 1, |_| ());
+    driver.heartbeat();
+    let mut acked = 0u64;
+    let mut since_heartbeat = 0u64;
+    group.bench_function(BenchmarkId::from_parameter(held), |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            let mut left = iters;
+            while left > 0 {
+                let n = left.min(CHUNK);
+                let mut deliveries: Vec<_> =
+                    (0..n).map(|_| driver.next_delivery(1, |_| ())).collect();
+                let start = Instant::now();
+                for delivery in deliveries.drain(..) {
+                    driver.lifecycle(delivery);
                 }
-                total
-            });
+                total += start.elapsed();
+                drop(deliveries);
+                left -= n;
+                acked += n;
+                since_heartbeat += n;
+                driver.verify(acked);
+                if since_heartbeat >= CHUNK {
+                    driver.heartbeat();
+                    since_heartbeat = 0;
+                }
+            }
+            total
         });
-    }
+    });
     group.finish();
 }
 
 /// The floor on a map type: insert one fresh id and remove it again, with `held` ids held.
-macro_rules! floor {
-    ($c:expr, $name:expr, $map:ty) => {{
-        let mut group = $c.benchmark_group($name);
-        for held in LIFECYCLE_SIZES {
-            let mut map: $map = Default::default();
-            map.extend((0..held as u64).map(|i| (message_id(i), i)));
-            let mut next = 1_000_000_000u64;
-            group.bench_function(BenchmarkId::from_parameter(held), |b| {
-                b.iter_custom(|iters| {
-                    let mut total = Duration::ZERO;
-                    let mut left = iters;
-                    while left > 0 {
-                        let n = left.min(CHUNK);
-                        let mut ids: Vec<MessageId> = (next..next + n).map(message_id).collect();
-                        let keys = ids.clone();
-                        next += n;
-                        let start = Instant::now();
-                        for (id, key) in ids.drain(..).zip(&keys) {
-                            map.insert(id, next);
-                            black_box(map.remove(key));
-                        }
-                        total += start.elapsed();
-                        left -= n;
-                    }
-                    assert_eq!(map.len(), held);
-                    total
-                });
-            });
-        }
-        group.finish();
-    }};
+fn floor<M: Floor>(c: &mut Criterion, name: &str, held: usize) {
+    let mut group = c.benchmark_group(name);
+    let mut map = M::default();
+    for i in 0..held as u64 {
+        map.insert(message_id(i), i);
+    }
+    let mut next = 1_000_000_000u64;
+    group.bench_function(BenchmarkId::from_parameter(held), |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            let mut left = iters;
+            while left > 0 {
+                let n = left.min(CHUNK);
+                let mut ids: Vec<MessageId> = (next..next + n).map(message_id).collect();
+                let keys = ids.clone();
+                next += n;
+                let start = Instant::now();
+                for (id, key) in ids.drain(..).zip(&keys) {
+                    map.insert(id, next);
+                    black_box(map.remove(key));
+                }
+                total += start.elapsed();
+                left -= n;
+            }
+            assert_eq!(map.len(), held);
+            total
+        });
+    });
+    group.finish();
 }
 
-fn floors(c: &mut Criterion) {
-    floor!(
-        c,
-        report::FLOOR_STD,
-        std::collections::HashMap<MessageId, u64>
-    );
-    floor!(
-        c,
-        report::FLOOR_FOLDHASH,
-        hashbrown::HashMap<MessageId, u64>
-    );
+/// The two maps of the floor.
+trait Floor: Default {
+    fn insert(&mut self, id: MessageId, value: u64);
+    fn remove(&mut self, id: &MessageId) -> Option<u64>;
+    fn len(&self) -> usize;
 }
+
+macro_rules! impl_floor {
+    ($($map:ty),*) => {$(
+        impl Floor for $map {
+            #[inline]
+            fn insert(&mut self, id: MessageId, value: u64) {
+                <$map>::insert(self, id, value);
+            }
+            #[inline]
+            fn remove(&mut self, id: &MessageId) -> Option<u64> {
+                <$map>::remove(self, id)
+            }
+            fn len(&self) -> usize {
+                <$map>::len(self)
+            }
+        }
+    )*};
+}
+
+impl_floor!(
+    std::collections::HashMap<MessageId, u64>,
+    hashbrown::HashMap<MessageId, u64>
+);
 
 fn heartbeat(c: &mut Criterion) {
     let mut group = c.benchmark_group(report::HEARTBEAT);
@@ -130,8 +143,13 @@ fn main() {
         .measurement_time(Duration::from_secs(3))
         .sample_size(50)
         .configure_from_args();
-    lifecycle(&mut c);
-    floors(&mut c);
+    // Each size's lifecycle and floors run back to back, so a change in the machine's load
+    // between them skews their ratio as little as possible.
+    for held in LIFECYCLE_SIZES {
+        lifecycle(&mut c, held);
+        floor::<std::collections::HashMap<MessageId, u64>>(&mut c, report::FLOOR_STD, held);
+        floor::<hashbrown::HashMap<MessageId, u64>>(&mut c, report::FLOOR_FOLDHASH, held);
+    }
     heartbeat(&mut c);
     c.final_summary();
     // `cargo bench` passes `--bench`; `cargo test --benches` runs each benchmark once, no table.
