@@ -144,8 +144,19 @@ impl<P> LeaseEngine<P> {
 
     // ----- outputs -------------------------------------------------------------------------
 
-    /// The next effect to execute, if any. Drain it after every `handle_*` call.
+    /// The next effect to execute, if any. Drain effects before sleeping on
+    /// [`poll_timeout`](Self::poll_timeout).
+    ///
+    /// `Ack` and `Fetch` are decided here, when everything else has been drained: a driver
+    /// that feeds a burst of inputs before draining gets one ack batch and one fetch sized for
+    /// all the slots the burst freed, instead of one tiny fetch per finished invocation.
     pub fn poll_effect(&mut self) -> Option<Effect> {
+        if self.effects.is_empty() {
+            self.fetch();
+        }
+        if self.effects.is_empty() {
+            self.flush_acks();
+        }
         self.effects.pop_front()
     }
 
@@ -579,9 +590,9 @@ impl<P> LeaseEngine<P> {
         }
     }
 
-    /// Ends every input: starts an overdue heartbeat and due re-runs, then fetches, flushes
-    /// acks, tidies timers, and reports `Drained`. Anything an input made due happens here, so
-    /// `poll_timeout` is never in the past afterwards.
+    /// Ends every input: starts an overdue heartbeat and due re-runs, tidies timers, and
+    /// reports `Drained`. Anything an input made due happens here (fetches and acks when the
+    /// effects are polled), so `poll_timeout` is never in the past once effects are drained.
     fn finish(&mut self) {
         if self.round.is_none() && self.renew_due.is_some_and(|due| due <= self.now) {
             if self.renewable() > 0 {
@@ -597,26 +608,6 @@ impl<P> LeaseEngine<P> {
             self.ready.pop_front();
             if self.is_current(id, stamp) {
                 self.start_run(id);
-            }
-        }
-        self.fetch();
-        if !self.acks.is_empty() {
-            let mut leases = std::mem::take(&mut self.acks);
-            // A lease dropped later in the same input (lost, expired) is not acked.
-            leases.retain(|id| {
-                self.leases.get(*id).is_some_and(|l| {
-                    matches!(
-                        l.state,
-                        State::Settling {
-                            op: Settle::Ack,
-                            in_flight: true,
-                            ..
-                        }
-                    )
-                })
-            });
-            if !leases.is_empty() {
-                self.effects.push_back(Effect::Ack { leases });
             }
         }
         let leases = &self.leases;
@@ -639,6 +630,30 @@ impl<P> LeaseEngine<P> {
         {
             self.drained = true;
             self.effects.push_back(Effect::Drained);
+        }
+    }
+
+    /// Sends the acks collected since the last poll as one batch.
+    fn flush_acks(&mut self) {
+        if self.acks.is_empty() {
+            return;
+        }
+        let mut leases = std::mem::take(&mut self.acks);
+        // A lease dropped after its Done (lost, expired) is not acked.
+        leases.retain(|id| {
+            self.leases.get(*id).is_some_and(|l| {
+                matches!(
+                    l.state,
+                    State::Settling {
+                        op: Settle::Ack,
+                        in_flight: true,
+                        ..
+                    }
+                )
+            })
+        });
+        if !leases.is_empty() {
+            self.effects.push_back(Effect::Ack { leases });
         }
     }
 

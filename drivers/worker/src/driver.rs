@@ -1,7 +1,7 @@
 //! The driver loop, written once: it owns the engine, executes its effects as concurrent tasks,
 //! feeds their results back, and sleeps until the engine's next timeout.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::{pin, Pin};
@@ -44,6 +44,9 @@ pub(crate) enum Event<P> {
     Stats(oneshot::Sender<Stats>),
 }
 
+/// Most events handled before effects are executed, so one busy burst cannot starve dispatch.
+const MAX_BURST: usize = 1024;
+
 /// Tunables of the driver itself (the engine has its own config).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct DriverOptions {
@@ -65,8 +68,6 @@ pub(crate) struct Driver<R: Runtime, B: Backend> {
     tx: mpsc::UnboundedSender<Event<B::Payload>>,
     rx: mpsc::UnboundedReceiver<Event<B::Payload>>,
     invocations: HashMap<InvocationId, Invocation>,
-    /// Acks of one batch of events, sent together.
-    acks: Vec<LeaseId>,
     waiters: Vec<oneshot::Sender<ShutdownReport>>,
     options: DriverOptions,
     clock: Clock,
@@ -93,7 +94,6 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
             tx,
             rx,
             invocations: HashMap::new(),
-            acks: Vec::new(),
             waiters: Vec::new(),
             options,
             base,
@@ -105,7 +105,6 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
     pub(crate) async fn run(mut self) {
         loop {
             self.execute();
-            self.flush_acks();
             if self.drained {
                 let report = ShutdownReport::from(*self.engine.stats());
                 for waiter in self.waiters.drain(..) {
@@ -127,9 +126,10 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
                 None => self.engine.handle_timeout(self.rt.now()),
                 Some(event) => {
                     self.handle(event);
-                    // Take everything already waiting before acting, so acks batch up.
-                    while let Ok(event) = self.rx.try_recv() {
-                        self.execute();
+                    // Feed everything already waiting before draining effects: the engine then
+                    // sends one ack batch and one fetch sized for all the slots the burst freed.
+                    for _ in 1..MAX_BURST {
+                        let Ok(event) = self.rx.try_recv() else { break };
                         self.handle(event);
                     }
                 }
@@ -176,7 +176,7 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
         }
     }
 
-    /// Executes every pending effect; acks collect until [`flush_acks`](Self::flush_acks).
+    /// Executes every pending effect.
     fn execute(&mut self) {
         while let Some(effect) = self.engine.poll_effect() {
             match effect {
@@ -188,7 +188,7 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
                     }
                 }
                 Effect::Renew { batch, leases } => self.renew(batch, leases),
-                Effect::Ack { leases } => self.acks.extend(leases),
+                Effect::Ack { leases } => self.ack(leases),
                 Effect::Release { lease, delay } => self.release(lease, delay),
                 Effect::DeadLetter { lease, reason } => {
                     let Some((source, lease_ref)) = self.resolve(lease) else {
@@ -207,6 +207,19 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
 
     fn backend(&self, source: SourceId) -> Arc<B> {
         self.streams[usize::from(source.0)].backend.clone()
+    }
+
+    /// The leases the engine still knows, grouped by source, with their backend references.
+    fn by_source(&self, leases: Vec<LeaseId>) -> BTreeMap<SourceId, (Vec<LeaseId>, Vec<LeaseRef>)> {
+        let mut groups: BTreeMap<SourceId, (Vec<LeaseId>, Vec<LeaseRef>)> = BTreeMap::new();
+        for id in leases {
+            if let Some((source, lease_ref)) = self.resolve(id) {
+                let (ids, refs) = groups.entry(source).or_default();
+                ids.push(id);
+                refs.push(lease_ref);
+            }
+        }
+        groups
     }
 
     fn resolve(&self, lease: LeaseId) -> Option<(SourceId, LeaseRef)> {
@@ -290,15 +303,8 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
     }
 
     fn renew(&self, batch: RenewId, leases: Vec<LeaseId>) {
-        let mut by_source: HashMap<SourceId, (Vec<LeaseId>, Vec<LeaseRef>)> = HashMap::new();
-        for id in leases {
-            if let Some((source, lease_ref)) = self.resolve(id) {
-                let (ids, refs) = by_source.entry(source).or_default();
-                ids.push(id);
-                refs.push(lease_ref);
-            }
-        }
-        let calls: Vec<_> = by_source
+        let calls: Vec<_> = self
+            .by_source(leases)
             .into_iter()
             .map(|(source, (ids, refs))| {
                 let backend = self.backend(source);
@@ -327,20 +333,9 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
         self.call(call, move |result| Event::Renewed(batch, result));
     }
 
-    /// Sends the acks collected so far: one backend call per source.
-    fn flush_acks(&mut self) {
-        if self.acks.is_empty() {
-            return;
-        }
-        let mut by_source: HashMap<SourceId, (Vec<LeaseId>, Vec<LeaseRef>)> = HashMap::new();
-        for id in std::mem::take(&mut self.acks) {
-            if let Some((source, lease_ref)) = self.resolve(id) {
-                let (ids, refs) = by_source.entry(source).or_default();
-                ids.push(id);
-                refs.push(lease_ref);
-            }
-        }
-        for (source, (ids, refs)) in by_source {
+    /// Acks one batch: one backend call per source.
+    fn ack(&self, leases: Vec<LeaseId>) {
+        for (source, (ids, refs)) in self.by_source(leases) {
             let backend = self.backend(source);
             let sent = ids.clone();
             self.call(async move { backend.ack(&refs).await }, move |result| {
