@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use leasehold_core::{CancelReason, LeaseEngine};
 
-use crate::model::{End, MState, Model, Tag};
+use crate::model::{End, MLease, MState, Model, Tag};
 use crate::observe::{problem, Problems};
 use crate::violation::Rule;
 
@@ -24,7 +24,7 @@ impl Model {
     /// Effects the model decided on for this input were all emitted.
     fn check_expected_effects(&self, out: &mut Problems) {
         for (tag, l) in &self.leases {
-            let who = format!("{:?}/{} (delivery {tag})", l.source, l.msg);
+            let who = Who(l, *tag);
             match &l.state {
                 MState::Taken => problem(
                     out,
@@ -79,7 +79,7 @@ impl Model {
         let ttl = self.ttl();
         for (tag, l) in &self.leases {
             let Some(id) = l.id else { continue };
-            let who = format!("{:?}/{} (delivery {tag}, {id:?})", l.source, l.msg);
+            let who = Who(l, *tag);
             let lease = engine.lease(id);
             let valid = engine.valid_until(id);
             match &l.state {
@@ -256,46 +256,34 @@ impl Model {
                 ),
             );
         }
-        let mut due: Vec<(Instant, Rule, String)> = Vec::new();
+        // (due, rule, which timer, for which delivery)
+        let mut due: Vec<(Instant, Rule, &str, Option<Tag>)> = Vec::new();
         let (ttl, hb, mpt) = (
             self.ttl(),
             self.cfg.heartbeat_interval,
             self.cfg.max_processing_time,
         );
+        let round_outstanding = self.round_outstanding();
         for (tag, l) in &self.leases {
-            let who = format!("{:?}/{} (delivery {tag})", l.source, l.msg);
+            let tag = Some(*tag);
             if l.state.is_held() {
-                due.push((
-                    l.confirmed + ttl,
-                    Rule::Expiry,
-                    format!("local expiry of {who}"),
-                ));
+                due.push((l.confirmed + ttl, Rule::Expiry, "local expiry", tag));
             }
-            if l.state.is_renewable() && !self.round_outstanding() {
-                due.push((
-                    l.baseline + hb,
-                    Rule::Heartbeat,
-                    format!("heartbeat of {who}"),
-                ));
+            if l.state.is_renewable() && !round_outstanding {
+                due.push((l.baseline + hb, Rule::Heartbeat, "heartbeat", tag));
             }
             match l.state {
                 MState::Running {
                     started,
                     cancelled: None,
                     ..
-                } => due.push((
-                    started + mpt,
-                    Rule::Model,
-                    format!("max processing time of {who}"),
-                )),
-                MState::Waiting { due: at } => {
-                    due.push((at, Rule::Model, format!("re-poll of {who}")))
-                }
+                } => due.push((started + mpt, Rule::Model, "max processing time", tag)),
+                MState::Waiting { due: at } => due.push((at, Rule::Model, "re-poll", tag)),
                 MState::Settling {
                     in_flight: false,
                     retry_at: Some(at),
                     ..
-                } => due.push((at, Rule::Model, format!("settle retry of {who}"))),
+                } => due.push((at, Rule::Model, "settle retry", tag)),
                 _ => {}
             }
         }
@@ -309,16 +297,19 @@ impl Model {
                     }
                 )
             }) {
-                due.push((shutdown.deadline, Rule::Model, "shutdown deadline".into()));
+                due.push((shutdown.deadline, Rule::Model, "shutdown deadline", None));
             }
         }
-        for (at, rule, what) in due.into_iter().filter(|(at, ..)| *at > now) {
-            if !timeout.is_some_and(|t| t <= at) {
+        for (at, rule, what, tag) in due {
+            if at > now && !timeout.is_some_and(|t| t <= at) {
+                let of = tag.map_or(String::new(), |t| {
+                    format!(" of {}", Who(&self.leases[&t], t))
+                });
                 problem(
                     out,
                     rule,
                     format!(
-                        "{what} is due at {}, but poll_timeout is {}",
+                        "{what}{of} is due at {}, but poll_timeout is {}",
                         self.at(at),
                         timeout.map_or("None".into(), |t| self.at(t))
                     ),
@@ -355,6 +346,20 @@ impl Model {
                 Rule::Drain,
                 "shut down with nothing held, running or fetching, but no Drained".into(),
             );
+        }
+    }
+}
+
+/// Names a delivery in messages, formatted only when a problem is reported.
+struct Who<'a>(&'a MLease, Tag);
+
+impl std::fmt::Display for Who<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Who(lease, tag) = self;
+        write!(f, "{:?}/{} (delivery {tag}", lease.source, lease.msg)?;
+        match lease.id {
+            Some(id) => write!(f, ", {id:?})"),
+            None => f.write_str(")"),
         }
     }
 }
