@@ -1,0 +1,463 @@
+//! `leasehold bench`: messages per second through a worker on the in-memory backend with a
+//! no-op handler, against the minimal async consumer measured in the same run.
+//!
+//! - **baseline**: `n` messages pre-sent into a tokio unbounded mpsc channel; one task receives
+//!   them and spawns a task per message that runs the no-op handler. No lease, no ack, and no
+//!   concurrency limit: every message gets its task at once.
+//! - **leasehold**: `n` messages pre-published to a [`MemoryStream`]; one worker (tokio, the
+//!   same multi-thread runtime) fetches, leases, runs the no-op handler under the concurrency
+//!   limit, and acks. The clock stops when the backend has acked the `n`-th message.
+//!
+//! Rounds alternate (baseline, leasehold, baseline, …) so that drift of the machine hits both
+//! alike; the table shows the medians of the rounds and their ratio.
+
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use leasehold_memory::{Bytes, MemoryBackend, MemoryStream, StreamConfig};
+use leasehold_tokio::core::{
+    Backend, BackendResult, DeadLetterReason, Fetched, LeaseRef, MessageId, RenewResult,
+    SettleResult,
+};
+use leasehold_tokio::{Config, Delivery, Raw, TokioRuntime, WorkerBuilder};
+use tokio::sync::Notify;
+
+use crate::stats::{grouped, median};
+use crate::CliError;
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Messages per round.
+    pub messages: usize,
+    /// Measured rounds per side and concurrency (one more, unmeasured, warms up).
+    pub rounds: usize,
+    /// The worker's concurrency settings to measure.
+    pub concurrency: Vec<usize>,
+    /// Show a progress bar (on stderr, only when it is a terminal).
+    pub progress: bool,
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        Self {
+            messages: 100_000,
+            rounds: 5,
+            concurrency: vec![1, 100, 1000],
+            progress: false,
+        }
+    }
+}
+
+/// The backend calls of one leasehold round (until the last ack): how well the driver batches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Calls {
+    /// `fetch` calls.
+    pub fetches: usize,
+    /// Messages those fetches returned.
+    pub fetched: usize,
+    /// `ack` calls.
+    pub acks: usize,
+    /// `renew` calls.
+    pub renews: usize,
+}
+
+/// One concurrency setting's result: messages per second of every round, and the medians.
+#[derive(Debug, Clone)]
+pub struct BenchRow {
+    /// The worker's concurrency (the baseline has no limit).
+    pub concurrency: usize,
+    /// Baseline rounds, messages per second.
+    pub baseline: Vec<f64>,
+    /// leasehold rounds, messages per second.
+    pub leasehold: Vec<f64>,
+    /// Backend calls of each leasehold round.
+    pub calls: Vec<Calls>,
+    /// CPU time per message of each baseline round, in µs (empty where unmeasurable).
+    pub baseline_cpu: Vec<f64>,
+    /// CPU time per message of each leasehold round, in µs (empty where unmeasurable).
+    pub leasehold_cpu: Vec<f64>,
+}
+
+impl BenchRow {
+    /// Median of the baseline rounds.
+    pub fn baseline_median(&self) -> f64 {
+        median(&self.baseline)
+    }
+
+    /// Median of the leasehold rounds.
+    pub fn leasehold_median(&self) -> f64 {
+        median(&self.leasehold)
+    }
+
+    /// leasehold / baseline, of the medians.
+    pub fn ratio(&self) -> f64 {
+        self.leasehold_median() / self.baseline_median().max(f64::MIN_POSITIVE)
+    }
+}
+
+/// The whole measurement.
+#[derive(Debug, Clone)]
+pub struct BenchReport {
+    /// What was measured.
+    pub options: BenchOptions,
+    /// Worker threads of the tokio runtime.
+    pub threads: usize,
+    /// One row per concurrency setting.
+    pub rows: Vec<BenchRow>,
+}
+
+impl fmt::Display for BenchReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let o = &self.options;
+        writeln!(
+            f,
+            "memory backend, no-op handler, {} messages per round, median of {} interleaved \
+             rounds, tokio multi-thread ({} threads)",
+            grouped(o.messages as f64),
+            o.rounds,
+            self.threads
+        )?;
+        writeln!(f)?;
+        writeln!(
+            f,
+            "| concurrency | baseline (msg/s) | leasehold (msg/s) | leasehold / baseline \
+             | CPU µs/msg baseline | CPU µs/msg leasehold |"
+        )?;
+        writeln!(f, "|---:|---:|---:|---:|---:|---:|")?;
+        let cpu = |samples: &[f64]| match samples {
+            [] => "n/a".to_owned(),
+            _ => format!("{:.2}", median(samples)),
+        };
+        for row in &self.rows {
+            writeln!(
+                f,
+                "| {} | {} | {} | {:.2} | {} | {} |",
+                row.concurrency,
+                grouped(row.baseline_median()),
+                grouped(row.leasehold_median()),
+                row.ratio(),
+                cpu(&row.baseline_cpu),
+                cpu(&row.leasehold_cpu),
+            )?;
+        }
+        writeln!(f)?;
+        writeln!(f, "backend calls per leasehold round (mean of the rounds):")?;
+        for row in &self.rows {
+            let n = row.calls.len().max(1) as f64;
+            let sum = |pick: fn(&Calls) -> usize| row.calls.iter().map(pick).sum::<usize>() as f64;
+            let (fetches, fetched) = (sum(|c| c.fetches), sum(|c| c.fetched));
+            writeln!(
+                f,
+                "  concurrency {:>5}: {:>7.0} fetches ({:.1} messages each), {:>7.0} acks \
+                 ({:.1} messages each), {:.0} renews",
+                row.concurrency,
+                fetches / n,
+                fetched / fetches.max(1.0),
+                sum(|c| c.acks) / n,
+                o.messages as f64 * n / sum(|c| c.acks).max(1.0),
+                sum(|c| c.renews) / n,
+            )?;
+        }
+        writeln!(f)?;
+        write!(
+            f,
+            "baseline: tokio unbounded mpsc, one spawned task per message, no concurrency limit, \
+             no lease, no ack (the same in every row).\nleasehold: one worker, fetch + lease + \
+             run + batched ack on the in-memory stream, concurrency as in the row."
+        )
+    }
+}
+
+/// Runs the benchmark on a fresh tokio multi-thread runtime.
+pub fn run(options: &BenchOptions) -> Result<BenchReport, CliError> {
+    if options.messages == 0 {
+        return Err(CliError::Invalid("--messages must be at least 1".into()));
+    }
+    if options.rounds == 0 {
+        return Err(CliError::Invalid("--rounds must be at least 1".into()));
+    }
+    if options.concurrency.is_empty() || options.concurrency.contains(&0) {
+        return Err(CliError::Invalid(
+            "--concurrency takes one or more values, each at least 1".into(),
+        ));
+    }
+    for &concurrency in &options.concurrency {
+        worker_config(concurrency).validate()?;
+    }
+    let runtime = crate::exec::tokio_runtime()?;
+    let threads = runtime.metrics().num_workers();
+    let rt = TokioRuntime::from_handle(runtime.handle().clone());
+    let bar = progress_bar(options);
+    let mut rows = Vec::new();
+    for &concurrency in &options.concurrency {
+        let mut row = BenchRow {
+            concurrency,
+            baseline: Vec::new(),
+            leasehold: Vec::new(),
+            calls: Vec::new(),
+            baseline_cpu: Vec::new(),
+            leasehold_cpu: Vec::new(),
+        };
+        // Round 0 warms up (allocator, thread pool) and is not counted.
+        for round in 0..=options.rounds {
+            bar.set_message(format!("concurrency {concurrency}, round {round}"));
+            let base = runtime.block_on(baseline_round(options.messages));
+            let lease =
+                runtime.block_on(leasehold_round(rt.clone(), options.messages, concurrency))?;
+            if round > 0 {
+                let per_message = |cpu: Option<Duration>| {
+                    cpu.map(|cpu| cpu.as_secs_f64() * 1e6 / options.messages as f64)
+                };
+                row.baseline.push(rate(options.messages, base.wall));
+                row.leasehold.push(rate(options.messages, lease.wall));
+                row.baseline_cpu.extend(per_message(base.cpu));
+                row.leasehold_cpu.extend(per_message(lease.cpu));
+                row.calls.push(lease.calls);
+            }
+            bar.inc(1);
+        }
+        rows.push(row);
+    }
+    bar.finish_and_clear();
+    Ok(BenchReport {
+        options: options.clone(),
+        threads,
+        rows,
+    })
+}
+
+fn rate(messages: usize, took: Duration) -> f64 {
+    messages as f64 / took.as_secs_f64().max(1e-9)
+}
+
+/// The defaults, except the concurrency under test (and `max_leases`, which must not be below
+/// it) and a short poll interval: the last fetch of a round waits that long for new messages,
+/// and shutdown waits for that fetch (outside the measured time, but it slows the command).
+fn worker_config(concurrency: usize) -> Config {
+    Config::default()
+        .concurrency(concurrency)
+        .max_leases(concurrency.max(1000))
+        .poll_interval(Duration::from_millis(50))
+}
+
+/// The payload of every message: small, like an id.
+const PAYLOAD: &[u8] = b"job-0001";
+
+/// A handler that does nothing.
+async fn no_op(delivery: Delivery<Vec<u8>>) {
+    std::hint::black_box(delivery.message());
+}
+
+/// The minimal async consumer: an mpsc channel and a spawned task per message.
+async fn baseline_round(messages: usize) -> Round {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Bytes>();
+    for _ in 0..messages {
+        // The receiver is alive until below: sending cannot fail.
+        let _ = tx.send(Bytes::from_static(PAYLOAD));
+    }
+    drop(tx);
+    let done = Arc::new((AtomicUsize::new(0), Notify::new()));
+    let clock = Stopwatch::start();
+    let counter = done.clone();
+    tokio::spawn(async move {
+        while let Some(message) = rx.recv().await {
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                std::hint::black_box(message);
+                if counter.0.fetch_add(1, Ordering::AcqRel) + 1 == messages {
+                    counter.1.notify_one();
+                }
+            });
+        }
+    });
+    done.1.notified().await;
+    clock.stop(Calls::default())
+}
+
+/// One worker over a pre-published stream; the clock stops at the last ack.
+async fn leasehold_round(
+    rt: TokioRuntime,
+    messages: usize,
+    concurrency: usize,
+) -> Result<Round, CliError> {
+    let stream = MemoryStream::new(StreamConfig::default())?;
+    for _ in 0..messages {
+        stream.publish(Bytes::from_static(PAYLOAD));
+    }
+    let acked = Arc::new(AckCounter {
+        target: messages,
+        acked: AtomicUsize::new(0),
+        all_acked: Notify::new(),
+        calls: CallCounts::default(),
+    });
+    let backend = Counting {
+        inner: stream.consumer("bench")?,
+        acked: acked.clone(),
+    };
+    let clock = Stopwatch::start();
+    let worker = WorkerBuilder::new(rt)
+        .config(worker_config(concurrency))
+        .stream_with_codec("bench", backend, Raw, no_op)
+        .start()?;
+    acked.all_acked.notified().await;
+    let calls = &acked.calls;
+    let calls = Calls {
+        fetches: calls.fetches.load(Ordering::Relaxed),
+        fetched: calls.fetched.load(Ordering::Relaxed),
+        acks: calls.acks.load(Ordering::Relaxed),
+        renews: calls.renews.load(Ordering::Relaxed),
+    };
+    let round = clock.stop(calls);
+    let report = worker.shutdown(Duration::from_secs(5)).await;
+    if report.acked != messages as u64 || !stream.is_empty() {
+        return Err(CliError::Invalid(format!(
+            "benchmark round lost messages: {} acked of {messages}, {} left in the stream",
+            report.acked,
+            stream.len()
+        )));
+    }
+    Ok(round)
+}
+
+/// What one round measured.
+struct Round {
+    wall: Duration,
+    /// CPU time of the whole process during the round, where the platform tells.
+    cpu: Option<Duration>,
+    calls: Calls,
+}
+
+struct Stopwatch {
+    wall: Instant,
+    cpu: Option<Duration>,
+}
+
+impl Stopwatch {
+    fn start() -> Self {
+        Self {
+            cpu: cpu_time(),
+            wall: Instant::now(),
+        }
+    }
+
+    fn stop(self, calls: Calls) -> Round {
+        let wall = self.wall.elapsed();
+        let cpu = match (self.cpu, cpu_time()) {
+            (Some(start), Some(end)) => end.checked_sub(start),
+            _ => None,
+        };
+        Round { wall, cpu, calls }
+    }
+}
+
+/// CPU time used so far by every thread of this process (Linux: the first field of
+/// `/proc/self/task/*/schedstat`, in nanoseconds); `None` elsewhere. CPU time per message is
+/// steadier than throughput on a machine shared with other work.
+fn cpu_time() -> Option<Duration> {
+    let mut total = 0u64;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let path = task.ok()?.path().join("schedstat");
+        // A thread may end between listing and reading: it no longer runs, skip it.
+        if let Ok(text) = std::fs::read_to_string(path) {
+            total += text.split_whitespace().next()?.parse::<u64>().ok()?;
+        }
+    }
+    Some(Duration::from_nanos(total))
+}
+
+struct AckCounter {
+    target: usize,
+    acked: AtomicUsize,
+    all_acked: Notify,
+    calls: CallCounts,
+}
+
+/// Backend calls a leasehold round made: how well the driver batches.
+#[derive(Debug, Default)]
+struct CallCounts {
+    fetches: AtomicUsize,
+    fetched: AtomicUsize,
+    acks: AtomicUsize,
+    renews: AtomicUsize,
+}
+
+/// The memory backend, counting successful acks to stop the clock at the last one.
+struct Counting {
+    inner: MemoryBackend,
+    acked: Arc<AckCounter>,
+}
+
+impl Backend for Counting {
+    type Payload = Bytes;
+
+    fn claim_timeout(&self) -> Option<Duration> {
+        self.inner.claim_timeout()
+    }
+
+    async fn publish(&self, payload: Bytes) -> BackendResult<MessageId> {
+        self.inner.publish(payload).await
+    }
+
+    async fn fetch(&self, max: usize, wait: Duration) -> BackendResult<Vec<Fetched<Bytes>>> {
+        let fetched = self.inner.fetch(max, wait).await?;
+        let calls = &self.acked.calls;
+        calls.fetches.fetch_add(1, Ordering::Relaxed);
+        calls.fetched.fetch_add(fetched.len(), Ordering::Relaxed);
+        Ok(fetched)
+    }
+
+    async fn renew(&self, leases: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
+        self.acked.calls.renews.fetch_add(1, Ordering::Relaxed);
+        self.inner.renew(leases).await
+    }
+
+    async fn ack(&self, leases: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
+        self.acked.calls.acks.fetch_add(1, Ordering::Relaxed);
+        let results = self.inner.ack(leases).await?;
+        let ok = results.iter().filter(|r| **r == SettleResult::Ok).count();
+        let counter = &self.acked;
+        let before = counter.acked.fetch_add(ok, Ordering::AcqRel);
+        if before < counter.target && before + ok >= counter.target {
+            counter.all_acked.notify_one();
+        }
+        Ok(results)
+    }
+
+    async fn release(&self, lease: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
+        self.inner.release(lease, delay).await
+    }
+
+    async fn dead_letter(
+        &self,
+        lease: &LeaseRef,
+        reason: &DeadLetterReason,
+    ) -> BackendResult<SettleResult> {
+        self.inner.dead_letter(lease, reason).await
+    }
+
+    async fn stream_len(&self) -> BackendResult<u64> {
+        self.inner.stream_len().await
+    }
+
+    async fn pending(&self) -> BackendResult<u64> {
+        self.inner.pending().await
+    }
+}
+
+fn progress_bar(options: &BenchOptions) -> ProgressBar {
+    if !options.progress {
+        return ProgressBar::hidden();
+    }
+    let rounds = (options.rounds + 1) * options.concurrency.len();
+    let bar = ProgressBar::new(rounds as u64);
+    let style = ProgressStyle::with_template("{spinner} {elapsed:>4} [{bar:32}] {pos}/{len} {msg}")
+        .map(|style| style.progress_chars("=> "))
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style);
+    bar.enable_steady_tick(Duration::from_millis(100));
+    bar
+}

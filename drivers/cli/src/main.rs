@@ -1,0 +1,35 @@
+//! `leasehold`: the demo and the benchmark. See the crate's README.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use leasehold_cli::args::{Cli, Command};
+use leasehold_cli::{bench, demo};
+
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::Demo(args) => match demo::run(&args.options()) {
+            Ok(report) => {
+                println!("{report}");
+                if report.passed() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
+            }
+            Err(error) => fail(&error),
+        },
+        Command::Bench(args) => match bench::run(&args.options()) {
+            Ok(report) => {
+                println!("{report}");
+                ExitCode::SUCCESS
+            }
+            Err(error) => fail(&error),
+        },
+    }
+}
+
+fn fail(error: &leasehold_cli::CliError) -> ExitCode {
+    eprintln!("error: {error}");
+    ExitCode::from(2)
+}

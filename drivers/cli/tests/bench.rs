@@ -1,0 +1,51 @@
+//! The benchmark runs end to end on a small count and every leasehold round acks every message.
+//! (Its figures are not asserted: they come from `leasehold bench`, not from tests.)
+
+use leasehold_cli::bench::{self, BenchOptions};
+use leasehold_cli::CliError;
+
+#[test]
+fn bench_runs_interleaved_rounds() {
+    let options = BenchOptions {
+        messages: 2000,
+        rounds: 2,
+        concurrency: vec![1, 64],
+        progress: false,
+    };
+    let report = bench::run(&options).expect("the bench runs");
+    assert_eq!(report.rows.len(), 2);
+    for row in &report.rows {
+        assert_eq!(row.baseline.len(), 2);
+        assert_eq!(row.leasehold.len(), 2);
+        assert!(row.ratio() > 0.0);
+        for calls in &row.calls {
+            assert_eq!(calls.fetched, 2000, "each message fetched once: {calls:?}");
+        }
+    }
+    let table = report.to_string();
+    assert!(table.contains("| 64 |"), "{table}");
+}
+
+#[test]
+fn bench_rejects_bad_options() {
+    for options in [
+        BenchOptions {
+            messages: 0,
+            ..BenchOptions::default()
+        },
+        BenchOptions {
+            rounds: 0,
+            ..BenchOptions::default()
+        },
+        BenchOptions {
+            concurrency: vec![],
+            ..BenchOptions::default()
+        },
+        BenchOptions {
+            concurrency: vec![8, 0],
+            ..BenchOptions::default()
+        },
+    ] {
+        assert!(matches!(bench::run(&options), Err(CliError::Invalid(_))));
+    }
+}
