@@ -259,10 +259,16 @@ impl Model {
 
     /// Starts mirroring an input at `now`: the clock never goes back; due timers run.
     pub(crate) fn begin(&mut self, now: Instant) {
+        self.start(now);
+        self.advance();
+    }
+
+    /// Starts mirroring an input whose answers apply before timers run (renew and settle
+    /// answers are about sends already made).
+    fn start(&mut self, now: Instant) {
         self.input += 1;
         self.acks_this_input = 0;
         self.now = self.now.max(now);
-        self.advance();
     }
 
     /// Everything due at `self.now`, in the engine's order.
@@ -516,7 +522,7 @@ impl Model {
         batch: RenewId,
         results: &[(LeaseId, RenewResult)],
     ) {
-        self.now = self.now.max(now);
+        self.start(now);
         if let Some((sent_at, gens)) = self.answer_chunk(batch) {
             for (id, result) in results {
                 let Some(&tag) = self.by_id.get(id) else {
@@ -537,7 +543,7 @@ impl Model {
             }
             self.close_round();
         }
-        self.begin(now);
+        self.advance();
     }
 
     /// `handle_renew_failed`.
@@ -573,8 +579,9 @@ impl Model {
     }
 
     /// `handle_acked`, `handle_released`, `handle_dead_lettered`.
+    /// Answers apply before timers run, so a retry due now is not re-sent first.
     pub(crate) fn settled(&mut self, now: Instant, op: Op, results: &[(LeaseId, SettleResult)]) {
-        self.begin(now);
+        self.start(now);
         for (id, result) in results {
             self.old_settles.push((op, *id));
             trim(&mut self.old_settles);
@@ -614,6 +621,7 @@ impl Model {
                 }
             }
         }
+        self.advance();
     }
 
     /// `handle_shutdown`.
