@@ -107,6 +107,9 @@ pub struct BenchArgs {
         value_parser = value_parser!(u32).range(1..=1_000_000)
     )]
     pub concurrency: Vec<u32>,
+    /// Worker threads of the tokio runtime (default: one per core).
+    #[arg(long, value_parser = value_parser!(u16).range(1..=1024))]
+    pub threads: Option<u16>,
     /// No progress bar.
     #[arg(long)]
     pub no_progress: bool,
@@ -119,6 +122,7 @@ impl BenchArgs {
             messages: self.messages as usize,
             rounds: self.rounds.into(),
             concurrency: self.concurrency.iter().map(|&c| c as usize).collect(),
+            threads: self.threads.map(usize::from),
             progress: !self.no_progress,
         }
     }

@@ -37,6 +37,8 @@ pub struct BenchOptions {
     pub rounds: usize,
     /// The worker's concurrency settings to measure.
     pub concurrency: Vec<usize>,
+    /// Worker threads of the tokio runtime (`None`: one per core).
+    pub threads: Option<usize>,
     /// Show a progress bar (on stderr, only when it is a terminal).
     pub progress: bool,
 }
@@ -47,6 +49,7 @@ impl Default for BenchOptions {
             messages: 100_000,
             rounds: 5,
             concurrency: vec![1, 100, 1000],
+            threads: None,
             progress: false,
         }
     }
@@ -180,6 +183,9 @@ pub fn run(options: &BenchOptions) -> Result<BenchReport, CliError> {
     if options.rounds == 0 {
         return Err(CliError::Invalid("--rounds must be at least 1".into()));
     }
+    if options.threads == Some(0) {
+        return Err(CliError::Invalid("--threads must be at least 1".into()));
+    }
     if options.concurrency.is_empty() || options.concurrency.contains(&0) {
         return Err(CliError::Invalid(
             "--concurrency takes one or more values, each at least 1".into(),
@@ -188,7 +194,7 @@ pub fn run(options: &BenchOptions) -> Result<BenchReport, CliError> {
     for &concurrency in &options.concurrency {
         worker_config(concurrency).validate()?;
     }
-    let runtime = crate::exec::tokio_runtime()?;
+    let runtime = crate::exec::tokio_runtime(options.threads)?;
     let threads = runtime.metrics().num_workers();
     let rt = TokioRuntime::from_handle(runtime.handle().clone());
     let bar = progress_bar(options);

@@ -33,9 +33,13 @@ pub(crate) fn threads() -> usize {
     thread::available_parallelism().map_or(2, |n| n.get())
 }
 
-/// A tokio multi-thread runtime with timers.
-pub(crate) fn tokio_runtime() -> Result<tokio::runtime::Runtime, CliError> {
-    tokio::runtime::Builder::new_multi_thread()
+/// A tokio multi-thread runtime with timers, on `threads` worker threads (default: one per core).
+pub(crate) fn tokio_runtime(threads: Option<usize>) -> Result<tokio::runtime::Runtime, CliError> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = threads {
+        builder.worker_threads(threads);
+    }
+    builder
         .enable_all()
         .build()
         .map_err(|source| CliError::Runtime {
@@ -49,7 +53,7 @@ pub(crate) fn on_tokio<F, T>(main: impl FnOnce(TokioRuntime) -> F) -> Result<T, 
 where
     F: Future<Output = T>,
 {
-    let runtime = tokio_runtime()?;
+    let runtime = tokio_runtime(None)?;
     let handle = TokioRuntime::from_handle(runtime.handle().clone());
     Ok(runtime.block_on(main(handle)))
 }

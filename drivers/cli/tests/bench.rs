@@ -10,6 +10,7 @@ fn bench_runs_interleaved_rounds() {
         messages: 2000,
         rounds: 2,
         concurrency: vec![1, 64],
+        threads: None,
         progress: false,
     };
     let report = bench::run(&options).expect("the bench runs");
@@ -43,6 +44,10 @@ fn bench_rejects_bad_options() {
         },
         BenchOptions {
             concurrency: vec![8, 0],
+            ..BenchOptions::default()
+        },
+        BenchOptions {
+            threads: Some(0),
             ..BenchOptions::default()
         },
     ] {
