@@ -1,0 +1,95 @@
+//! Worker-level scenarios (`common`) against a real, throwaway `redis-server`, on smol: workers
+//! run on smol's global executor; a crashing worker gets an executor of its own that stops
+//! being run under it.
+
+mod common;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use leasehold_smol::SmolRuntime;
+use smol::Executor;
+
+/// Workers run on smol's global executor; the Redis connections too (redis-rs picks smol
+/// outside a tokio runtime).
+#[derive(Clone)]
+struct Smol;
+
+impl common::TestRt for Smol {
+    type Runtime = SmolRuntime;
+    type Isolated = IsolatedSmol;
+
+    fn runtime(&self) -> SmolRuntime {
+        SmolRuntime::global()
+    }
+
+    fn unblock<T, F>(&self, f: F) -> impl Future<Output = T> + Send + 'static
+    where
+        T: Send + 'static,
+        F: FnOnce() -> T + Send + 'static,
+    {
+        smol::unblock(f)
+    }
+
+    fn isolated(&self) -> IsolatedSmol {
+        let executor = Arc::new(Executor::new());
+        let (stop, stopped) = smol::channel::bounded::<()>(1);
+        let runner = executor.clone();
+        let thread = std::thread::spawn(move || {
+            smol::block_on(runner.run(async move {
+                let _ = stopped.recv().await;
+            }))
+        });
+        IsolatedSmol {
+            executor,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+}
+
+/// An executor of its own, run by one thread, for a worker that will crash: `kill` stops that
+/// thread, and nothing runs the executor's tasks (the driver, its handlers) ever again — a
+/// frozen process: no heartbeat, no release, no graceful shutdown.
+struct IsolatedSmol {
+    executor: Arc<Executor<'static>>,
+    stop: Option<smol::channel::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl common::Isolated for IsolatedSmol {
+    type Runtime = SmolRuntime;
+
+    fn runtime(&self) -> SmolRuntime {
+        SmolRuntime::with_executor(self.executor.clone())
+    }
+
+    fn run<T, F>(&self, future: F) -> impl Future<Output = T> + Send + 'static
+    where
+        T: Send + 'static,
+        F: Future<Output = T> + Send + 'static,
+    {
+        self.executor.spawn(future)
+    }
+
+    fn kill(mut self) {
+        self.stop_thread();
+    }
+}
+
+impl IsolatedSmol {
+    fn stop_thread(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            thread.join().expect("the isolated executor's thread");
+        }
+    }
+}
+
+impl Drop for IsolatedSmol {
+    fn drop(&mut self) {
+        self.stop_thread();
+    }
+}
+
+common::all_scenarios!(Smol, smol::block_on);
