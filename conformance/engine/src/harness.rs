@@ -130,6 +130,7 @@ impl Harness {
     pub fn apply(&mut self, step: &Step) -> Result<(), Violation> {
         match step {
             Step::Wait(jump) => self.wait(*jump)?,
+            Step::Stall(jump) => self.clock += self.span(*jump),
             Step::Tick => {
                 if let Some(t) = self.engine.poll_timeout() {
                     self.clock = self.clock.max(t);
@@ -145,13 +146,17 @@ impl Harness {
         Ok(())
     }
 
-    fn wait(&mut self, jump: Jump) -> Result<(), Violation> {
+    fn span(&self, jump: Jump) -> Duration {
         let cfg = &self.model.cfg;
-        let span = match jump {
+        match jump {
             Jump::Tiny(n) => Duration::from_millis(u64::from(n % 4)),
             Jump::Short(n) => cfg.heartbeat_interval * u32::from(n) / 255,
             Jump::Long(n) => cfg.claim_timeout * 2 * u32::from(n) / 255,
-        };
+        }
+    }
+
+    fn wait(&mut self, jump: Jump) -> Result<(), Violation> {
+        let span = self.span(jump);
         let target = self.clock + span;
         let mut fired = 0;
         while let Some(t) = self.engine.poll_timeout().filter(|t| *t <= target) {
@@ -343,7 +348,9 @@ impl Harness {
                 model.shutdown(now, deadline);
                 engine.handle_shutdown(now, deadline);
             }
-            Step::Wait(_) | Step::Tick | Step::Skew { .. } => unreachable!("not an input"),
+            Step::Wait(_) | Step::Stall(_) | Step::Tick | Step::Skew { .. } => {
+                unreachable!("not an input")
+            }
         }
         self.drain(Input::Step(step.clone()))
     }

@@ -5,8 +5,9 @@
 //! fence, duplicates, nothing, failure), invocation outcomes (`Done`, `Pending`, `Retry` with or
 //! without delay, `Reject`, `Failed`, also for cancelled and already reported invocations),
 //! per-lease renew answers (kept, lost, left out) or whole-chunk failures, ack / release /
-//! dead-letter answers (ok, lost, failed, stale), shutdown with a deadline, and inputs carrying
-//! an older `now`. Any byte string decodes into one ([`Scenario::from_bytes`]), which is how
+//! dead-letter answers (ok, lost, failed, stale), shutdown with a deadline, inputs carrying
+//! an older `now`, and a busy driver (time passing with no timeout fired, so the next input
+//! finds timers overdue). Any byte string decodes into one ([`Scenario::from_bytes`]), which is how
 //! the fuzz target and the proptest generate them.
 //!
 //! A [`Harness`] plays driver and backend for one engine and, after every input, checks the

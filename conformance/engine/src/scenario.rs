@@ -202,6 +202,9 @@ pub enum Step {
     Wait(Jump),
     /// Jump to the next `poll_timeout` (if any) and fire it.
     Tick,
+    /// Time passes while the driver is busy: no timeout fires, so the next input arrives with
+    /// timers already overdue (the engine must run them first, or order them correctly).
+    Stall(Jump),
     /// Answer an outstanding fetch (the `pick`-th source with one) with these messages,
     /// possibly more than it asked for.
     Fetched {
@@ -304,7 +307,8 @@ impl<'a> Arbitrary<'a> for Step {
         let pick = |u: &mut Unstructured<'a>| u8::arbitrary(u);
         Ok(match selector {
             0..=24 => Step::Wait(Jump::arbitrary(u)?),
-            25..=49 => Step::Tick,
+            25..=44 => Step::Tick,
+            45..=49 => Step::Stall(Jump::arbitrary(u)?),
             50..=89 => Step::Fetched {
                 pick: pick(u)?,
                 items: bounded(u, MAX_ITEMS)?,
@@ -364,7 +368,7 @@ fn bounded<'a, T: Arbitrary<'a>>(u: &mut Unstructured<'a>, max: usize) -> Result
     (0..len).map(|_| T::arbitrary(u)).collect()
 }
 
-/// How far a [`Step::Wait`] moves the clock.
+/// How far a [`Step::Wait`] or [`Step::Stall`] moves the clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Arbitrary)]
 pub enum Jump {
     /// 0-3 ms.

@@ -188,3 +188,43 @@ fn no_release_for_a_lease_settled_in_the_same_input() {
         panic!("{violation}");
     }
 }
+
+/// A release answered `Lost` for a stale fence (the message was redelivered meanwhile) is
+/// re-sent with the new fence while the answer is applied, before the input's timers run; when
+/// the answer arrives after the lease's local expiry (the driver was busy), the expiry then
+/// drops the lease, but the re-sent `Release` stays queued: a release for a lease already
+/// expired, which the engine no longer knows (invariant 5). Cause: `settled` re-sends on a
+/// stale `Lost` before `begin` expires leases, and queued `Release` / `DeadLetter` effects are
+/// not withdrawn when their lease is dropped (acks are, in `flush_acks`).
+#[test]
+fn no_release_resent_for_a_lease_that_expired_before_the_answer() {
+    let scenario = Scenario {
+        setup: Setup {
+            concurrency: 1,
+            max_leases: 2,
+            sources: 1,
+            claim_ms: 20, // TTL 18 ms
+            poll_ms: 1,
+            ..Setup::default()
+        },
+        steps: vec![
+            // "f1" runs; "f2" is overflow (Release sent), then delivered again: new fence.
+            Step::Fetched {
+                pick: 0,
+                items: vec![
+                    Item::Fresh { count: 0 },
+                    Item::Fresh { count: 0 },
+                    Item::Duplicate,
+                ],
+            },
+            Step::Stall(Jump::Long(255)), // +40 ms with no timeout fired: both leases lapsed
+            Step::Released {
+                pick: 0,
+                answer: SettleAnswer::Lost,
+            },
+        ],
+    };
+    if let Err(violation) = check(&scenario) {
+        panic!("{violation}");
+    }
+}
