@@ -1,0 +1,342 @@
+//! Failures: retries with backoff, dead letters, lost and expired leases, hung handlers.
+
+use std::time::Duration;
+
+use leasehold_memory::Bytes;
+use leasehold_worker::core::LeaseRef;
+use leasehold_worker::{CancelReason, Delivery, Outcome};
+
+use crate::support::{
+    base_config, builder, memory_stream, publish, settle, wait_until, Ended, Mark, Probe, Recorder,
+    LONG_CLAIM, POLL, RETRY_INITIAL, SHORT_CLAIM,
+};
+use crate::TestRuntime;
+
+/// A handler that panics or fails every time is retried with exponential backoff (the delivery
+/// count rising each time) and dead-lettered after `max_deliveries`, with the count and the
+/// last error; other messages keep flowing meanwhile.
+pub async fn failures_back_off_then_dead_letter<T: TestRuntime>(rt: T) {
+    const MAX_DELIVERIES: u32 = 3;
+    let stream = memory_stream(&rt.clock(), LONG_CLAIM);
+    let panics = publish(&stream, "panics");
+    let errors = publish(&stream, "errors");
+    for i in 0..4 {
+        publish(&stream, &format!("ok-{i}"));
+    }
+    let rec = Recorder::new(&rt);
+    let handler = {
+        let rec = rec.clone();
+        move |d: Delivery<String>| {
+            let run = rec.enter(&d);
+            async move {
+                run.returned();
+                match d.message().as_str() {
+                    "panics" => panic!("boom (a deliberate test panic)"),
+                    "errors" => Err("nope".to_string()),
+                    _ => Ok(()),
+                }
+            }
+        }
+    };
+    let config = base_config().max_deliveries(MAX_DELIVERIES);
+    let worker = builder(&rt, config)
+        .stream("jobs", Probe::new(&stream, "w1").0, handler)
+        .start()
+        .expect("valid worker");
+
+    wait_until(&rt, "both failing messages to be dead-lettered", || {
+        stream.dead_letters().len() == 2 && stream.is_empty()
+    })
+    .await;
+    let report = worker.shutdown(LONG_CLAIM).await;
+    assert_eq!((report.acked, report.dead_lettered), (4, 2));
+
+    let dead = stream.dead_letters();
+    for (id, message, error) in [(&panics, "panics", "boom"), (&errors, "errors", "nope")] {
+        let runs = rec.runs_of(message);
+        let counts: Vec<u32> = runs.iter().map(|r| r.delivery_count).collect();
+        assert_eq!(
+            counts,
+            [1, 2, 3],
+            "{message}: one run per delivery, up to the cap"
+        );
+        let letter = dead
+            .iter()
+            .find(|l| l.original_id == *id)
+            .unwrap_or_else(|| panic!("{message} is dead-lettered: {dead:?}"));
+        assert_eq!(letter.delivery_count, MAX_DELIVERIES);
+        assert!(
+            letter.reason.contains("failed 3 deliveries") && letter.reason.contains(error),
+            "{message}: the reason names the count and the last error: {:?}",
+            letter.reason
+        );
+        assert_eq!(letter.consumer, "w1");
+        if rt.is_virtual() {
+            for (k, pair) in runs.windows(2).enumerate() {
+                let backoff = RETRY_INITIAL * 2u32.pow(k as u32);
+                let (ended, _) = pair[0].ended.expect("ended");
+                let gap = pair[1].started - ended;
+                assert!(
+                    gap >= backoff && gap < backoff + POLL * 3,
+                    "{message}: retry {} came {gap:?} after the failure; backoff is {backoff:?}",
+                    k + 1
+                );
+            }
+        }
+    }
+    // The other messages flowed while the failing ones backed off.
+    let (runs, marks) = (rec.runs(), rec.marks());
+    for i in 0..4 {
+        assert_eq!(rec.started(&format!("ok-{i}")), 1);
+    }
+    let first_ok_end = marks
+        .iter()
+        .position(|m| matches!(m, Mark::End(i) if runs[*i].message.starts_with("ok-")))
+        .expect("ok messages ran");
+    let last_failure_start = marks
+        .iter()
+        .rposition(|m| matches!(m, Mark::Start(i) if !runs[*i].message.starts_with("ok-")))
+        .expect("failures ran");
+    assert!(
+        first_ok_end < last_failure_start,
+        "other messages completed between the retries: {marks:?}"
+    );
+}
+
+/// A payload the codec cannot decode is dead-lettered on its first delivery, without invoking
+/// the handler and without retries; the next message is processed.
+pub async fn undecodable_payload_is_dead_lettered_at_once<T: TestRuntime>(rt: T) {
+    let stream = memory_stream(&rt.clock(), LONG_CLAIM);
+    let garbage = stream.publish(Bytes::from_static(b"\xffnot json"));
+    publish(&stream, "fine");
+    let rec = Recorder::new(&rt);
+    let handler = {
+        let rec = rec.clone();
+        move |d: Delivery<String>| {
+            let run = rec.enter(&d);
+            async move { run.returned() }
+        }
+    };
+    let worker = builder(&rt, base_config())
+        .stream("jobs", Probe::new(&stream, "w1").0, handler)
+        .start()
+        .expect("valid worker");
+
+    wait_until(&rt, "the stream to drain", || stream.is_empty()).await;
+    let report = worker.shutdown(LONG_CLAIM).await;
+    let dead = stream.dead_letters();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0].original_id, garbage);
+    assert_eq!(dead[0].delivery_count, 1, "no retry can fix a payload");
+    assert!(
+        dead[0].reason.starts_with("rejected") && dead[0].reason.contains("decode"),
+        "{:?}",
+        dead[0].reason
+    );
+    let ran: Vec<String> = rec.runs().into_iter().map(|r| r.message).collect();
+    assert_eq!(ran, ["fine"]);
+    assert_eq!((report.acked, report.dead_lettered), (1, 1));
+}
+
+/// A lease the backend reports lost (another consumer took the message) cancels the running
+/// handler with `LeaseLost`; its result is never acked, and the new owner still holds the
+/// message and can ack it.
+pub async fn lost_lease_cancels_the_handler_and_drops_its_result<T: TestRuntime>(rt: T) {
+    let clock = rt.clock();
+    let stream = memory_stream(&clock, SHORT_CLAIM);
+    let id = publish(&stream, "victim");
+    let thief = stream.consumer("thief").expect("fresh name");
+    let rec = Recorder::new(&rt);
+    let handler = {
+        let rec = rec.clone();
+        move |d: Delivery<String>| {
+            let rec = rec.clone();
+            async move {
+                let run = rec.enter(&d);
+                let reason = d.cancelled().await;
+                rec.cancelled(&run, reason);
+                run.returned();
+                // The result a stale worker must not act on.
+                Outcome::Done
+            }
+        }
+    };
+    let (backend, taps) = Probe::new(&stream, "w1");
+    // Concurrency 1: the worker does not fetch while the message runs, so only the thief can
+    // take it over.
+    let worker = builder(&rt, base_config().claim_timeout(SHORT_CLAIM))
+        .stream("jobs", backend, handler)
+        .start()
+        .expect("valid worker");
+
+    wait_until(&rt, "the handler to start", || rec.running("victim") == 1).await;
+    // The lease lapses on the backend (its clock runs ahead) and another consumer takes it.
+    clock.jump(SHORT_CLAIM);
+    let stolen = thief.fetch_now(1);
+    assert_eq!(stolen.len(), 1, "the lapsed message is reclaimable");
+    assert_eq!((&stolen[0].id, stolen[0].delivery_count), (&id, 2));
+    let lease = LeaseRef {
+        id: id.clone(),
+        fence: stolen[0].fence,
+    };
+    // The thief keeps its lease alive while the worker's next heartbeat learns of the loss.
+    let keep = || {
+        let kept = thief.renew_now(std::slice::from_ref(&lease));
+        assert_eq!(
+            kept,
+            [leasehold_worker::core::RenewResult::Kept],
+            "the thief keeps it"
+        );
+    };
+    wait_until(&rt, "the handler to be cancelled and return", || {
+        keep();
+        rec.runs_of("victim")[0].ended.is_some()
+    })
+    .await;
+    settle(&rt).await;
+    keep();
+
+    let runs = rec.runs_of("victim");
+    assert_eq!(runs.len(), 1, "the worker does not run it again: {runs:?}");
+    let cancelled = runs[0].cancelled.map(|(_, reason)| reason);
+    assert_eq!(cancelled, Some(CancelReason::LeaseLost));
+    assert!(
+        taps.acks_of(&id).is_empty(),
+        "the cancelled run's Done was not acked: {:?}",
+        taps.acks()
+    );
+    let info = stream.pending_info(&id).expect("still pending");
+    assert_eq!((info.owner.as_str(), info.delivery_count), ("thief", 2));
+    assert_eq!(
+        thief.ack_now(&[lease]),
+        [leasehold_worker::core::SettleResult::Ok]
+    );
+    assert!(stream.is_empty());
+    let report = worker.shutdown(LONG_CLAIM).await;
+    assert_eq!((report.acked, report.lost, report.cancelled), (0, 1, 1));
+}
+
+/// Renews that keep failing make the worker consider the lease expired before the backend lets
+/// anyone else take it: the handler is cancelled with `LeaseExpired`, its result is not acked
+/// (though the backend would still have accepted that ack), and the message is retried.
+pub async fn failing_renews_expire_the_lease_and_cancel_the_handler<T: TestRuntime>(rt: T) {
+    let stream = memory_stream(&rt.clock(), SHORT_CLAIM);
+    let id = publish(&stream, "victim");
+    let rec = Recorder::new(&rt);
+    let handler = {
+        let rec = rec.clone();
+        move |d: Delivery<String>| {
+            let rec = rec.clone();
+            async move {
+                let run = rec.enter(&d);
+                if d.delivery_count() == 1 {
+                    let reason = d.cancelled().await;
+                    rec.cancelled(&run, reason);
+                }
+                run.returned();
+            }
+        }
+    };
+    let (backend, taps) = Probe::new(&stream, "w1");
+    let worker = builder(&rt, base_config().claim_timeout(SHORT_CLAIM))
+        .stream("jobs", backend, handler)
+        .start()
+        .expect("valid worker");
+
+    wait_until(&rt, "the handler to start", || rec.running("victim") == 1).await;
+    taps.fail_renews(true);
+    wait_until(&rt, "the handler to be cancelled", || {
+        rec.runs_of("victim")[0].cancelled.is_some()
+    })
+    .await;
+    if rt.is_virtual() {
+        let info = stream.pending_info(&id).expect("pending");
+        assert_eq!((info.owner.as_str(), info.delivery_count), ("w1", 1));
+        assert!(
+            info.idle < SHORT_CLAIM,
+            "the worker gave up before the backend would let another consumer take it: {info:?}"
+        );
+    }
+    taps.fail_renews(false);
+    wait_until(&rt, "the retried message to be acked", || stream.is_empty()).await;
+    let report = worker.shutdown(LONG_CLAIM).await;
+
+    let runs = rec.runs_of("victim");
+    let counts: Vec<u32> = runs.iter().map(|r| r.delivery_count).collect();
+    assert_eq!(counts, [1, 2], "cancelled once, then retried: {runs:?}");
+    let cancelled = runs[0].cancelled.map(|(_, reason)| reason);
+    assert_eq!(cancelled, Some(CancelReason::LeaseExpired));
+    let fences: Vec<u64> = taps.acks_of(&id).iter().map(|l| l.fence.0).collect();
+    assert_eq!(fences, [2], "only the retry's result was acked");
+    assert_eq!((report.acked, report.lost, report.cancelled), (1, 1, 1));
+}
+
+/// `max_processing_time` cancels a hung invocation: one that selects on its cancellation
+/// returns (its result discarded), one that ignores it is dropped after the cancel grace; both
+/// messages are retried (delivery count 2) and acked only then.
+pub async fn max_processing_time_cancels_a_hung_handler_and_retries<T: TestRuntime>(rt: T) {
+    let max_processing_time = Duration::from_millis(100);
+    let stream = memory_stream(&rt.clock(), LONG_CLAIM);
+    let hung = publish(&stream, "hung");
+    let deaf = publish(&stream, "deaf");
+    let rec = Recorder::new(&rt);
+    let handler = {
+        let rec = rec.clone();
+        move |d: Delivery<String>| {
+            let rec = rec.clone();
+            async move {
+                let run = rec.enter(&d);
+                if d.delivery_count() == 1 {
+                    if d.message() == "hung" {
+                        let reason = d.cancelled().await;
+                        rec.cancelled(&run, reason);
+                    } else {
+                        std::future::pending::<()>().await;
+                    }
+                }
+                run.returned();
+            }
+        }
+    };
+    let (backend, taps) = Probe::new(&stream, "w1");
+    let config = base_config()
+        .concurrency(2)
+        .max_processing_time(max_processing_time);
+    let worker = builder(&rt, config)
+        .stream("jobs", backend, handler)
+        .start()
+        .expect("valid worker");
+
+    wait_until(&rt, "both messages to be retried and acked", || {
+        stream.is_empty()
+    })
+    .await;
+    let report = worker.shutdown(LONG_CLAIM).await;
+
+    for (id, message, first_end) in [
+        (&hung, "hung", Ended::Returned),
+        (&deaf, "deaf", Ended::Dropped),
+    ] {
+        let runs = rec.runs_of(message);
+        let counts: Vec<u32> = runs.iter().map(|r| r.delivery_count).collect();
+        assert_eq!(
+            counts,
+            [1, 2],
+            "{message}: cancelled, then retried: {runs:?}"
+        );
+        let ends: Vec<Ended> = runs.iter().map(|r| r.ended.expect("ended").1).collect();
+        assert_eq!(ends, [first_end, Ended::Returned], "{message}");
+        let fences: Vec<u64> = taps.acks_of(id).iter().map(|l| l.fence.0).collect();
+        assert_eq!(fences, [2], "{message}: only the retry's result was acked");
+    }
+    let first = &rec.runs_of("hung")[0];
+    let (cancelled_at, reason) = first.cancelled.expect("hung saw its cancellation");
+    assert_eq!(reason, CancelReason::MaxProcessingTime);
+    if rt.is_virtual() {
+        assert!(
+            cancelled_at - first.started >= max_processing_time,
+            "not cancelled before max_processing_time"
+        );
+    }
+    assert_eq!((report.acked, report.cancelled), (2, 2));
+}

@@ -1,0 +1,518 @@
+//! Test tools the behaviours share: a clock for the memory stream that can jump, a gate handlers
+//! wait on, a recorder of invocations (with gauges), and a backend wrapper that records acks and
+//! can be told to fail renews.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use event_listener::Event;
+use leasehold_memory::{Bytes, Clock, MemoryBackend, MemoryStream, StreamConfig};
+use leasehold_worker::core::{
+    Backend, BackendError, BackendResult, DeadLetterReason, Fetched, LeaseRef, MessageId,
+    RenewResult, SettleResult, Stats,
+};
+use leasehold_worker::{CancelReason, Config, Delivery, RetryPolicy, Worker, WorkerBuilder};
+
+use crate::TestRuntime;
+
+// ----- timing ----------------------------------------------------------------------------------
+
+/// Cadence of empty fetches: short, so the real-time run stays fast.
+pub const POLL: Duration = Duration::from_millis(20);
+/// Delay before a `Pending` message is invoked again.
+pub const REPOLL: Duration = Duration::from_millis(50);
+/// Claim timeout of tests that do not make leases lapse: long, so a loaded machine never
+/// expires a lease by accident (heartbeat every 3.3 s).
+pub const LONG_CLAIM: Duration = Duration::from_secs(10);
+/// Claim timeout of tests that make leases lapse or get lost (heartbeat every 333 ms).
+pub const SHORT_CLAIM: Duration = Duration::from_secs(1);
+/// First retry delay; doubles per failed delivery, no jitter.
+pub const RETRY_INITIAL: Duration = Duration::from_millis(20);
+/// How long a cancelled handler may run on before the driver drops it.
+pub const CANCEL_GRACE: Duration = Duration::from_millis(100);
+/// How long a test waits for something that must happen before it fails. Generous: reaching it
+/// means the behaviour is missing, not that the machine is slow.
+pub const PATIENCE: Duration = Duration::from_secs(8);
+/// Step of the waiting loops.
+pub const STEP: Duration = Duration::from_millis(5);
+
+/// The engine configuration every behaviour starts from: short intervals, long claim timeout,
+/// backoff without jitter (so its lower bound can be checked).
+pub fn base_config() -> Config {
+    Config::default()
+        .poll_interval(POLL)
+        .repoll_interval(REPOLL)
+        .claim_timeout(LONG_CLAIM)
+        .retry(RetryPolicy {
+            initial: RETRY_INITIAL,
+            multiplier: 2.0,
+            max: Duration::from_secs(1),
+            jitter: 0.0,
+        })
+        .shutdown_grace(Duration::from_secs(2))
+}
+
+/// A worker builder on the runtime under test, with `config` and the suite's cancel grace.
+pub fn builder<T: TestRuntime>(rt: &T, config: Config) -> WorkerBuilder<T::Runtime, Probe> {
+    WorkerBuilder::new(rt.runtime())
+        .config(config)
+        .cancel_grace(CANCEL_GRACE)
+}
+
+/// Polls `done` every few milliseconds of the runtime's time until it holds; panics with `what`
+/// after [`PATIENCE`].
+pub async fn wait_until<T: TestRuntime>(rt: &T, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = rt.now() + PATIENCE;
+    while !done() {
+        assert!(
+            rt.now() < deadline,
+            "gave up after {PATIENCE:?} waiting for: {what}"
+        );
+        rt.sleep(STEP).await;
+    }
+}
+
+/// Polls the worker's counters until `done` holds for them, and returns them; panics with
+/// `what` after [`PATIENCE`].
+pub async fn wait_for_stats<T: TestRuntime, P>(
+    rt: &T,
+    worker: &Worker<P>,
+    what: &str,
+    mut done: impl FnMut(&Stats) -> bool,
+) -> Stats {
+    let deadline = rt.now() + PATIENCE;
+    loop {
+        let stats = worker.stats().await.expect("the worker runs");
+        if done(&stats) {
+            return stats;
+        }
+        assert!(
+            rt.now() < deadline,
+            "gave up after {PATIENCE:?} waiting for: {what} (stats: {stats:?})"
+        );
+        rt.sleep(STEP).await;
+    }
+}
+
+/// Lets the runtime's time pass (a few poll intervals), so anything wrong that is about to
+/// happen (a second run, a stray ack) has the chance to.
+pub async fn settle<T: TestRuntime>(rt: &T) {
+    rt.sleep(POLL * 5).await;
+}
+
+// ----- the memory stream's clock -----------------------------------------------------------------
+
+/// The memory stream's time source: the runtime's clock (tokio's virtual one, or the system's),
+/// plus an offset that a test can make jump forward.
+///
+/// A jump models the backend's clock running ahead of the worker's (a Redis server whose clock
+/// jumped, a heartbeat connection stalled longer than the worker knows): every lease lapses on
+/// the backend at once while the worker still counts it valid. While an offset is set the clock
+/// reports itself as not real-time, so a fetch never blocks on a timer set on the offset clock.
+#[derive(Clone)]
+pub struct SuiteClock {
+    now: Arc<dyn Fn() -> Instant + Send + Sync>,
+    real_time: bool,
+    offset_nanos: Arc<AtomicU64>,
+}
+
+impl SuiteClock {
+    /// The runtime's clock, without offset.
+    pub fn new<T: TestRuntime>(rt: &T) -> Self {
+        let runtime = rt.runtime();
+        Self {
+            now: Arc::new(move || leasehold_worker::Runtime::now(&runtime)),
+            real_time: !rt.is_virtual(),
+            offset_nanos: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Moves the backend's time forward by `by`, for good.
+    pub fn jump(&self, by: Duration) {
+        let nanos = u64::try_from(by.as_nanos()).expect("a short jump");
+        self.offset_nanos.fetch_add(nanos, Ordering::SeqCst);
+    }
+
+    fn offset(&self) -> Duration {
+        Duration::from_nanos(self.offset_nanos.load(Ordering::SeqCst))
+    }
+}
+
+impl Clock for SuiteClock {
+    fn now(&self) -> Instant {
+        (self.now)() + self.offset()
+    }
+
+    fn is_real_time(&self) -> bool {
+        self.real_time && self.offset().is_zero()
+    }
+}
+
+/// A memory stream on `clock` with the given claim timeout.
+pub fn memory_stream(clock: &SuiteClock, claim_timeout: Duration) -> MemoryStream {
+    MemoryStream::with_clock(StreamConfig::new(claim_timeout), clock.clone())
+        .expect("valid stream config")
+}
+
+/// Publishes `message` JSON-encoded, as the workers' handlers decode it.
+pub fn publish(stream: &MemoryStream, message: &str) -> MessageId {
+    stream.publish(serde_json::to_vec(message).expect("a string encodes"))
+}
+
+// ----- gate --------------------------------------------------------------------------------------
+
+/// A one-way gate: handlers wait on it until the test opens it.
+#[derive(Clone, Default)]
+pub struct Gate(Arc<GateInner>);
+
+#[derive(Default)]
+struct GateInner {
+    open: AtomicBool,
+    event: Event,
+}
+
+impl Gate {
+    /// A closed gate.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Opens the gate for every waiter, now and later.
+    pub fn open(&self) {
+        self.0.open.store(true, Ordering::SeqCst);
+        self.0.event.notify(usize::MAX);
+    }
+
+    /// Completes once the gate is open.
+    pub async fn wait(&self) {
+        loop {
+            if self.0.open.load(Ordering::SeqCst) {
+                return;
+            }
+            let listener = self.0.event.listen();
+            if self.0.open.load(Ordering::SeqCst) {
+                return;
+            }
+            listener.await;
+        }
+    }
+}
+
+// ----- recorder ----------------------------------------------------------------------------------
+
+/// How an invocation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// The handler returned.
+    Returned,
+    /// The driver dropped the handler's future (it ignored its cancellation).
+    Dropped,
+}
+
+/// One handler invocation, as the handler saw it.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// The decoded message.
+    pub message: String,
+    /// Its id in the stream.
+    pub id: MessageId,
+    /// The backend's delivery count.
+    pub delivery_count: u32,
+    /// The invocation number of this delivery in this worker.
+    pub attempt: u32,
+    /// Runtime time at the start.
+    pub started: Instant,
+    /// Runtime time and manner of the end, once it ended.
+    pub ended: Option<(Instant, Ended)>,
+    /// The cancellation reason the handler observed, if any.
+    pub cancelled: Option<(Instant, CancelReason)>,
+}
+
+/// Something that happened to an invocation, in the order it happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mark {
+    /// Invocation `n` (an index into [`Recorder::runs`]) started.
+    Start(usize),
+    /// Invocation `n` ended.
+    End(usize),
+}
+
+#[derive(Default)]
+struct Record {
+    runs: Vec<Run>,
+    marks: Vec<Mark>,
+    /// Invocations running now, by message id.
+    running: HashMap<MessageId, usize>,
+    running_total: usize,
+    max_total: usize,
+    max_same_message: usize,
+}
+
+/// Records every invocation of the handlers that report to it, and how many ran at once.
+#[derive(Clone)]
+pub struct Recorder {
+    record: Arc<Mutex<Record>>,
+    now: Arc<dyn Fn() -> Instant + Send + Sync>,
+}
+
+impl Recorder {
+    /// An empty recorder reading the runtime's clock.
+    pub fn new<T: TestRuntime>(rt: &T) -> Self {
+        let runtime = rt.runtime();
+        Self {
+            record: Arc::default(),
+            now: Arc::new(move || leasehold_worker::Runtime::now(&runtime)),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Record> {
+        self.record
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Records the start of an invocation; the returned guard records its end, also when the
+    /// handler's future is dropped.
+    pub fn enter(&self, delivery: &Delivery<String>) -> RunGuard {
+        let now = (self.now)();
+        let mut record = self.lock();
+        let index = record.runs.len();
+        record.runs.push(Run {
+            message: delivery.message().clone(),
+            id: delivery.id().clone(),
+            delivery_count: delivery.delivery_count(),
+            attempt: delivery.attempt(),
+            started: now,
+            ended: None,
+            cancelled: None,
+        });
+        record.marks.push(Mark::Start(index));
+        let same = record.running.entry(delivery.id().clone()).or_insert(0);
+        *same += 1;
+        let same = *same;
+        record.max_same_message = record.max_same_message.max(same);
+        record.running_total += 1;
+        record.max_total = record.max_total.max(record.running_total);
+        RunGuard {
+            recorder: self.clone(),
+            index,
+            returned: false,
+        }
+    }
+
+    fn exit(&self, index: usize, ended: Ended) {
+        let now = (self.now)();
+        let mut record = self.lock();
+        record.runs[index].ended = Some((now, ended));
+        record.marks.push(Mark::End(index));
+        let id = record.runs[index].id.clone();
+        if let Some(same) = record.running.get_mut(&id) {
+            *same -= 1;
+        }
+        record.running_total -= 1;
+    }
+
+    /// Every invocation so far, in start order.
+    pub fn runs(&self) -> Vec<Run> {
+        self.lock().runs.clone()
+    }
+
+    /// Starts and ends, in the order they happened.
+    pub fn marks(&self) -> Vec<Mark> {
+        self.lock().marks.clone()
+    }
+
+    /// The invocations of the message(s) with this payload, in start order.
+    pub fn runs_of(&self, message: &str) -> Vec<Run> {
+        self.lock()
+            .runs
+            .iter()
+            .filter(|run| run.message == message)
+            .cloned()
+            .collect()
+    }
+
+    /// How many invocations with this payload have started.
+    pub fn started(&self, message: &str) -> usize {
+        self.lock()
+            .runs
+            .iter()
+            .filter(|run| run.message == message)
+            .count()
+    }
+
+    /// How many invocations with this payload are running now.
+    pub fn running(&self, message: &str) -> usize {
+        self.lock()
+            .runs
+            .iter()
+            .filter(|run| run.message == message && run.ended.is_none())
+            .count()
+    }
+
+    /// Invocations of any message running now.
+    pub fn running_total(&self) -> usize {
+        self.lock().running_total
+    }
+
+    /// The most invocations seen running at once.
+    pub fn max_running(&self) -> usize {
+        self.lock().max_total
+    }
+
+    /// The most invocations of one message (by id) seen running at once.
+    pub fn max_same_message(&self) -> usize {
+        self.lock().max_same_message
+    }
+
+    /// Notes the cancellation reason invocation `guard` observed.
+    pub fn cancelled(&self, guard: &RunGuard, reason: CancelReason) {
+        let now = (self.now)();
+        self.lock().runs[guard.index].cancelled = Some((now, reason));
+    }
+}
+
+/// Marks an invocation running; records its end when the handler returns or is dropped.
+pub struct RunGuard {
+    recorder: Recorder,
+    index: usize,
+    returned: bool,
+}
+
+impl RunGuard {
+    /// The handler is about to return normally.
+    pub fn returned(mut self) {
+        self.returned = true;
+    }
+}
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        let ended = if self.returned {
+            Ended::Returned
+        } else {
+            Ended::Dropped
+        };
+        self.recorder.exit(self.index, ended);
+    }
+}
+
+// ----- probe backend -----------------------------------------------------------------------------
+
+/// A [`MemoryBackend`] wrapper: records every lease the worker asks to ack, and can be told to
+/// fail renew calls (as a broken connection would), so the worker's own decisions can be checked
+/// independently of the backend's fencing.
+pub struct Probe {
+    inner: MemoryBackend,
+    taps: Taps,
+}
+
+/// The test's handle on a [`Probe`].
+#[derive(Clone, Default)]
+pub struct Taps(Arc<TapsInner>);
+
+#[derive(Default)]
+struct TapsInner {
+    fail_renews: AtomicBool,
+    acks: Mutex<Vec<LeaseRef>>,
+    renew_calls: AtomicUsize,
+}
+
+impl Probe {
+    /// A probe over the consumer `name` of `stream`.
+    pub fn new(stream: &MemoryStream, name: &str) -> (Self, Taps) {
+        let taps = Taps::default();
+        let inner = stream.consumer(name).expect("a fresh consumer name");
+        (
+            Self {
+                inner,
+                taps: taps.clone(),
+            },
+            taps,
+        )
+    }
+}
+
+impl Taps {
+    /// From now on renew calls fail (`true`) or go through (`false`).
+    pub fn fail_renews(&self, fail: bool) {
+        self.0.fail_renews.store(fail, Ordering::SeqCst);
+    }
+
+    /// Every lease the worker asked to ack, in order.
+    pub fn acks(&self) -> Vec<LeaseRef> {
+        self.0
+            .acks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The acks the worker sent for message `id`.
+    pub fn acks_of(&self, id: &MessageId) -> Vec<LeaseRef> {
+        self.acks().into_iter().filter(|l| l.id == *id).collect()
+    }
+
+    /// Renew calls made so far.
+    pub fn renew_calls(&self) -> usize {
+        self.0.renew_calls.load(Ordering::SeqCst)
+    }
+}
+
+impl Backend for Probe {
+    type Payload = Bytes;
+
+    fn claim_timeout(&self) -> Option<Duration> {
+        self.inner.claim_timeout()
+    }
+
+    async fn publish(&self, payload: Bytes) -> BackendResult<MessageId> {
+        self.inner.publish(payload).await
+    }
+
+    async fn fetch(&self, max: usize, wait: Duration) -> BackendResult<Vec<Fetched<Bytes>>> {
+        self.inner.fetch(max, wait).await
+    }
+
+    async fn renew(&self, leases: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
+        self.taps.0.renew_calls.fetch_add(1, Ordering::SeqCst);
+        if self.taps.0.fail_renews.load(Ordering::SeqCst) {
+            return Err(BackendError::transient(
+                "renew failed (injected by the test)",
+            ));
+        }
+        self.inner.renew(leases).await
+    }
+
+    async fn ack(&self, leases: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
+        self.taps
+            .0
+            .acks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend_from_slice(leases);
+        self.inner.ack(leases).await
+    }
+
+    async fn release(&self, lease: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
+        self.inner.release(lease, delay).await
+    }
+
+    async fn dead_letter(
+        &self,
+        lease: &LeaseRef,
+        reason: &DeadLetterReason,
+    ) -> BackendResult<SettleResult> {
+        self.inner.dead_letter(lease, reason).await
+    }
+
+    async fn stream_len(&self) -> BackendResult<u64> {
+        self.inner.stream_len().await
+    }
+
+    async fn pending(&self) -> BackendResult<u64> {
+        self.inner.pending().await
+    }
+}
