@@ -110,10 +110,11 @@ pub async fn long_handlers_are_not_run_twice_across_workers<T: TestRuntime>(rt: 
     assert_eq!(per_message.len(), 6);
     assert!(
         per_message.values().all(|&n| n == 1),
-        "each message ran exactly once: {per_message:?}"
+        "each message ran exactly once: {per_message:?}\nworker stats: {stats:?}\nruns: {:#?}",
+        rec.runs()
     );
     assert_eq!(rec.max_same_message(), 1);
-    for s in stats {
+    for s in &stats {
         assert_eq!(
             (s.lost, s.expired, s.redelivered),
             (0, 0, 0),
