@@ -239,6 +239,75 @@ pub async fn pending_message_is_repolled_serially_without_holding_a_slot<T: Test
     }
 }
 
+/// A `Pending` message on one stream does not block another stream: at concurrency 1 the
+/// other stream's messages run while it waits for its re-polls.
+pub async fn pending_on_one_stream_does_not_block_another<T: TestRuntime>(rt: T) {
+    const INVOCATIONS: u32 = 3;
+    let clock = rt.clock();
+    let (slow, fast) = (
+        memory_stream(&clock, LONG_CLAIM),
+        memory_stream(&clock, LONG_CLAIM),
+    );
+    publish(&slow, "waiting");
+    let rec = Recorder::new(&rt);
+    let handler = {
+        let (rec, rt) = (rec.clone(), rt.clone());
+        move |d: Delivery<String>| {
+            let (rec, rt) = (rec.clone(), rt.clone());
+            async move {
+                let run = rec.enter(&d);
+                let waiting = d.message() == "waiting";
+                rt.sleep(REPOLL * 3 / 10).await;
+                run.returned();
+                if waiting && d.attempt() < INVOCATIONS {
+                    Outcome::Pending
+                } else {
+                    Outcome::Done
+                }
+            }
+        }
+    };
+    let worker = builder(&rt, base_config())
+        .stream("waits", Probe::new(&slow, "w1").0, handler.clone())
+        .stream("flows", Probe::new(&fast, "w1").0, handler)
+        .start()
+        .expect("valid worker");
+
+    wait_until(&rt, "the first invocation to return Pending", || {
+        rec.runs_of("waiting")
+            .first()
+            .is_some_and(|run| run.ended.is_some())
+    })
+    .await;
+    for i in 0..4 {
+        publish(&fast, &format!("flow-{i}"));
+    }
+    wait_until(&rt, "both streams to drain", || {
+        slow.is_empty() && fast.is_empty()
+    })
+    .await;
+    let report = worker.shutdown(LONG_CLAIM).await;
+    assert_eq!(report.acked, 5);
+    assert_eq!(rec.max_running(), 1);
+    let (runs, marks) = (rec.runs(), rec.marks());
+    let waiting: Vec<usize> = (0..runs.len())
+        .filter(|&i| runs[i].message == "waiting")
+        .collect();
+    assert_eq!(waiting.len(), INVOCATIONS as usize);
+    let last_start = marks
+        .iter()
+        .position(|m| *m == Mark::Start(*waiting.last().expect("ran")))
+        .expect("recorded");
+    let flowed = marks[..last_start]
+        .iter()
+        .filter(|m| matches!(m, Mark::End(i) if runs[*i].message.starts_with("flow-")))
+        .count();
+    assert!(
+        flowed > 0,
+        "the other stream's messages ran while the Pending one waited: {marks:?}"
+    );
+}
+
 /// Two messages with identical payloads are two messages: both are processed, once each.
 pub async fn identical_payloads_are_distinct_messages<T: TestRuntime>(rt: T) {
     let stream = memory_stream(&rt.clock(), LONG_CLAIM);

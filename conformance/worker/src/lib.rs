@@ -111,6 +111,7 @@ macro_rules! worker_suite {
             concurrency_limit_is_reached_and_never_exceeded,
             default_concurrency_runs_one_at_a_time,
             pending_message_is_repolled_serially_without_holding_a_slot,
+            pending_on_one_stream_does_not_block_another,
             identical_payloads_are_distinct_messages,
             redelivery_while_held_does_not_start_a_second_run,
             long_handlers_are_not_run_twice_across_workers,
