@@ -8,16 +8,22 @@
 //! which expands to one `#[test]` per behaviour:
 //!
 //! ```text
-//! // drivers/smol/tests/behaviour.rs
+//! // drivers/tokio/tests/behaviour.rs
 //! #[derive(Clone)]
-//! struct Smol;
-//! impl leasehold_worker_suite::TestRuntime for Smol {
-//!     type Runtime = leasehold_smol::SmolRuntime;
-//!     fn runtime(&self) -> Self::Runtime { leasehold_smol::SmolRuntime::global() }
-//!     fn is_virtual(&self) -> bool { false }
+//! struct PausedTokio(TokioRuntime);
+//! impl leasehold_worker_suite::TestRuntime for PausedTokio {
+//!     type Runtime = TokioRuntime;
+//!     fn runtime(&self) -> TokioRuntime { self.0.clone() }
+//!     fn is_virtual(&self) -> bool { true }
 //! }
-//! leasehold_worker_suite::worker_suite!(Smol, smol::block_on);
+//! fn block_on_paused<F: Future>(f: F) -> F::Output { /* current-thread, start_paused */ }
+//! leasehold_worker_suite::worker_suite!(PausedTokio(TokioRuntime::current()), block_on_paused);
 //! ```
+//!
+//! Give each test its own runtime (tokio: a runtime per test; smol: an executor per test,
+//! driven by the test thread): tests run in parallel, and a stall on a shared executor thread
+//! (a handler panic printing a backtrace takes long in a debug build) would delay other tests'
+//! heartbeats past their lease time.
 //!
 //! The tests assert counts, orders and maxima, never wall-clock durations. Where time itself is
 //! the behaviour (re-poll cadence, backoff), the bounds are checked only on a virtual clock
