@@ -1,0 +1,560 @@
+//! # leasehold-sim: the deterministic multi-replica simulator
+//!
+//! N replicas, each a [`LeaseEngine`](leasehold_core::LeaseEngine) plus a tiny synchronous
+//! driver, consume ONE shared stream (the real `leasehold-memory` backend on a `ManualClock`, or
+//! a model of it with a deliberate flaw) on **virtual time**, single-threaded. Every choice —
+//! which event comes first at an instant, every delay, every fault, every handler's behaviour —
+//! is drawn from one seeded generator ([`rng::Rng`], splitmix64), so a seed replays exactly:
+//!
+//! ```text
+//! cargo run -p leasehold-sim --release -- --seeds 1000       # a batch, with a summary table
+//! cargo run -p leasehold-sim --release -- --seed 12345 --print   # replay one, every event
+//! ```
+//!
+//! ## The model
+//!
+//! **A replica** is an engine, its consumer on the stream (a fresh consumer name per
+//! incarnation), its open backend calls and its running handlers. After every input the driver
+//! drains `poll_effect()`, executes each effect as below, and schedules a wake-up at
+//! `poll_timeout()` (fired up to 2 ms late, never early: a real timer). A `poll_timeout` not in
+//! the future after draining is reported (busy loop).
+//!
+//! **A backend call** (fetch, renew, ack, release, dead-letter) is sent, reaches the store after
+//! a request delay, executes there atomically at that instant, and its answer reaches the
+//! replica after an answer delay (each 1–20 ms when fault-free). The driver bounds every call
+//! with `call_timeout` (a fetch gets its `wait` on top), as the real driver does: whichever of
+//! answer and timeout the replica processes first wins, and a timeout is the engine's failure
+//! input (`handle_fetch_failed`, `handle_renew_failed`, `SettleResult::Failed`). A fetch that
+//! finds nothing blocks in the store like the memory backend does on a real clock: it looks
+//! again on a publish, a release or the next lapse, until its `wait` is over. While faults are
+//! on, a call may **fail fast** (the store is not touched), **lose its answer** (the store is
+//! changed, the driver times out), or be **slow** (request and/or answer delayed up to 1.5 × the
+//! claim timeout, so it may execute after its sender gave up, after a peer reclaimed the
+//! message, or arrive reordered with other replicas' calls). Requests already sent when their
+//! replica crashes still reach the store.
+//!
+//! **A handler** follows the behaviour its message drew when published ([`Behaviour`]: quick,
+//! slow past the claim timeout, fail N times — error, panic as the driver reports it, `Retry`
+//! with or without delay —, fail always, `Pending` k times then `Done`, hang until cancelled,
+//! reject). Invocations are counted per message across replicas. On `Cancel` a handler reports
+//! within the driver's `cancel_grace` — half the time with `Done`, which the engine must discard
+//! — and a hanging one is dropped when the grace is over.
+//!
+//! **Faults**, until [`SimConfig::faults_until`]: replica **crash** (the engine, its handlers
+//! and its open calls are dropped; its leases lapse in the store; a new engine with a new
+//! consumer restarts it after 0.5 s – 2 × claim timeout); **stop-the-world pause** of 0.05 – 3 ×
+//! the claim timeout (the replica processes nothing: answers and handler outcomes queue up and
+//! are delivered in random order at resume, then a timeout tick; its engine sees the time jump
+//! on that first input), at random instants and right after a heartbeat was sent; faulty calls
+//! as above. Faults then stop; *quiet* is the instant the last fault's effect is over (last
+//! pause ended, last restart, last faulty call executed, answered or timed out). The run
+//! continues until every message is acked or dead-lettered, then every replica gets
+//! `handle_shutdown` and must drain.
+//!
+//! ## The checks (a failing seed is a [`Failure`])
+//!
+//! - **Single live runner** ([`Check::SingleRunner`]). A run is live from its `Run` effect until
+//!   its outcome is delivered or it is cancelled (or its replica crashes). At every `Run`, no
+//!   other live run of the message may exist unless its replica is paused at that instant (it
+//!   is then marked *superseded*); after every input of every replica, no two live runs of one
+//!   message on replicas that are not paused; at the end of a resume, no superseded run of the
+//!   resumed replica may still be live; and an `Ack` effect must name a lease whose last run
+//!   returned `Done` uncancelled and not superseded (so a paused runner's late `Done` never
+//!   even reaches the store).
+//! - **Fencing** ([`Check::Fencing`]). The checker keeps its own log of deliveries (owner and
+//!   fence of the latest delivery of each message, from the store's fetch results, with fences
+//!   strictly increasing). Every ack, dead-letter or release the store accepts must come from
+//!   that owner with that fence, for a message not yet removed.
+//! - **Nothing lost** ([`Check::NothingLost`]). An accepted ack needs an uncancelled `Done` of
+//!   the message on that consumer, an accepted dead-letter a failure or rejection there; no
+//!   removed message is ever delivered again; at the end the store is empty, each message was
+//!   removed exactly once, and the dead-letter stream holds exactly the dead-lettered ones.
+//! - **Liveness** ([`Check::Liveness`]). All work completes within the bound below after quiet;
+//!   a run that cannot finish (stuck, livelock, more than [`SimConfig::max_events`] events)
+//!   fails too.
+//! - **No leak** ([`Check::NoLeak`]). Within [`SimConfig::shutdown_grace`] + `cancel_grace` +
+//!   `poll_interval` + 4 × latency of the shutdown, every engine emitted `Drained` and reports
+//!   `held() == 0` and `running() == 0`, no call or handler is outstanding, and the store's
+//!   pending list is empty.
+//! - **Engine** ([`Check::Engine`]): no busy loop, no effect naming an unknown lease.
+//!
+//! ## The liveness bound
+//!
+//! After quiet, no replica crashes or pauses, every call is answered within `rtt` = 2 × the
+//! fault-free latency, and nothing fails but handlers. Let `slots` = replicas × concurrency,
+//! `D` = `max_deliveries` + 1, and for each message `m`: `P(m)` the number of `Pending` answers
+//! its behaviour can still give, `H(m)` the longest one invocation can hold a slot (its run
+//! time; for a hang `max_processing_time` + `cancel_grace`), `H_max` = max `H`.
+//!
+//! - *Deliveries.* A message is delivered at most `D` more times: each delivery ends in an ack,
+//!   a dead-letter, a release after a failed attempt (the delivery count rises with each, and
+//!   the message is dead-lettered at `max_deliveries`), or — once, for a lease left behind by a
+//!   fault — a lapse. No lease is lost after quiet (renews succeed, nothing pauses).
+//! - *busy(m)* = `(D + P(m)) · H(m)`: its invocations' slot time (each delivery starts one, each
+//!   `Pending` one more).
+//! - *gap(m)*: its time outside a slot: one lapse of a stale lease (`claim_timeout`), per
+//!   delivery the next fetch (up to `poll_interval` plus a fetch blocking up to its wait, so 2 ×
+//!   `poll_interval`), two calls (`2·rtt`), an orphan's wind-down (`cancel_grace`) and the
+//!   release delay (at most `claim_timeout`: the store caps it there), and per `Pending` the
+//!   re-poll interval plus waiting for a slot on its replica (`H_max`) and `rtt`.
+//! - At any instant after quiet either every slot is busy — total slot work `Σ busy(m)` drains at
+//!   `slots` per second — or some slot is free, and then every unfinished message is making
+//!   progress on its own `busy + gap` budget (running, or waiting on a timer, a call or the next
+//!   fetch, which a free slot's replica issues within a poll interval). So all work completes
+//!   within
+//!
+//!   `bound = fetch_backoff_max + rtt + Σ_m busy(m) / slots + max_m (busy(m) + gap(m))`
+//!
+//!   after quiet (`fetch_backoff_max`: a fetch backoff left over from faults). It is loose on
+//!   purpose — it must hold for every seed — and [`SeedReport::completed_after_quiet`] reports
+//!   what was used; the summary prints the largest fraction seen.
+//!
+//! ## Broken backends
+//!
+//! [`StoreKind::Model`] with a [`Flaw`] runs the same scenarios against a store whose renew
+//! steals messages back (the earlier Java implementation's unconditional `XCLAIM` heartbeat) or
+//! whose ack ignores the owner; `tests/broken.rs` asserts the checks catch both.
+#![forbid(unsafe_code)]
+
+pub mod behaviour;
+mod bound;
+pub mod rng;
+mod sim;
+pub mod store;
+mod trace;
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use leasehold_core::RetryPolicy;
+
+pub use behaviour::Behaviour;
+pub use store::{Flaw, StoreKind};
+
+/// Everything a simulation run is made of. Per seed, the engine's concurrency (1 ..=
+/// [`max_concurrency`](Self::max_concurrency)), `max_leases` (concurrency + 0..=3), heartbeat
+/// (claim timeout / 4, / 3 or × 2/5) and renew batch size (2, 3 or 1000) are drawn too.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Replicas consuming the stream.
+    pub replicas: usize,
+    /// Messages published per seed.
+    pub messages: usize,
+    /// The store they share.
+    pub store: StoreKind,
+    /// Largest engine concurrency drawn.
+    pub max_concurrency: usize,
+    /// The claim timeout, of the engines and the store.
+    pub claim_timeout: Duration,
+    /// The engines' poll interval.
+    pub poll_interval: Duration,
+    /// The engines' re-poll interval for `Pending` work.
+    pub repoll_interval: Duration,
+    /// The engines' bound on one invocation.
+    pub max_processing_time: Duration,
+    /// The engines' backoff after failed attempts.
+    pub retry: RetryPolicy,
+    /// Deliveries after which a failing message is dead-lettered.
+    pub max_deliveries: u32,
+    /// The engines' shutdown grace.
+    pub shutdown_grace: Duration,
+    /// The engines' cap on the fetch backoff.
+    pub fetch_backoff_max: Duration,
+    /// The drivers' bound on one backend call.
+    pub call_timeout: Duration,
+    /// How long a cancelled handler may take to stop before the driver drops it.
+    pub cancel_grace: Duration,
+    /// Largest one-way latency of a fault-free call.
+    pub latency: Duration,
+    /// Longest run of a quick handler (and of failing, pending and rejecting invocations).
+    pub quick_max: Duration,
+    /// Longest run of a slow handler (kept below `max_processing_time`).
+    pub slow_max: Duration,
+    /// Messages are published at random instants before this.
+    pub publish_until: Duration,
+    /// Faults are injected before this instant only.
+    pub faults_until: Duration,
+    /// Mean time between crashes of one replica.
+    pub crash_mean: Duration,
+    /// Mean time between pauses of one replica.
+    pub pause_mean: Duration,
+    /// Probability that a call sent while faults are on is faulty.
+    pub call_fault: f64,
+    /// Mean time between link faults of one replica (periods of a degraded connection).
+    pub link_mean: Duration,
+    /// Probability that a call over a degraded link is faulty.
+    pub link_fault: f64,
+    /// Probability that a replica pauses right after sending a heartbeat (faults on).
+    pub pause_after_renew: f64,
+    /// Longest such pause (they last from half the claim timeout up to this).
+    pub pause_after_renew_max: Duration,
+    /// Share of faulty calls that are slow (the rest fail fast or lose their answer).
+    pub slow_share: f64,
+    /// Share of slow calls whose request reaches the store half to one claim timeout late.
+    pub slow_request_edge: f64,
+    /// The fault profile these fault knobs came from (for the replay command).
+    pub profile: Profile,
+    /// Events kept for the trace of a failure.
+    pub trace_len: usize,
+    /// A run with more events fails (a busy loop or livelock).
+    pub max_events: u64,
+    /// Multiplies the liveness bound. Only for showing that the liveness check can fail.
+    pub bound_scale: f64,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            replicas: 3,
+            messages: 12,
+            store: StoreKind::Memory,
+            max_concurrency: 3,
+            claim_timeout: Duration::from_secs(10),
+            poll_interval: Duration::from_secs(1),
+            repoll_interval: Duration::from_millis(500),
+            max_processing_time: Duration::from_secs(30),
+            retry: RetryPolicy {
+                initial: Duration::from_millis(500),
+                multiplier: 2.0,
+                max: Duration::from_secs(8),
+                jitter: 0.2,
+            },
+            max_deliveries: 5,
+            shutdown_grace: Duration::from_secs(5),
+            fetch_backoff_max: Duration::from_secs(5),
+            call_timeout: Duration::from_secs(5),
+            cancel_grace: Duration::from_secs(1),
+            latency: Duration::from_millis(20),
+            quick_max: Duration::from_millis(200),
+            slow_max: Duration::from_secs(25),
+            publish_until: Duration::from_secs(60),
+            faults_until: Duration::from_secs(90),
+            crash_mean: Duration::from_secs(60),
+            pause_mean: Duration::from_secs(45),
+            call_fault: 0.25,
+            link_mean: Duration::from_secs(40),
+            link_fault: 0.8,
+            pause_after_renew: 0.1,
+            pause_after_renew_max: Duration::from_secs(15),
+            slow_share: 0.45,
+            slow_request_edge: 0.4,
+            profile: Profile::Broad,
+            trace_len: 50,
+            max_events: 3_000_000,
+            bound_scale: 1.0,
+        }
+    }
+}
+
+/// A fault profile: how the fault knobs of [`SimConfig`] are set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    /// Every kind of fault, spread widely (the default).
+    Broad,
+    /// Faults aimed at the lease boundary: most heartbeats are followed by a pause of half to
+    /// one claim timeout, and every faulty call is a request reaching the store half to one
+    /// claim timeout late. This is where a heartbeat can land after a peer's takeover while its
+    /// sender cannot act, the one window the classic steal-back bug needs against this engine.
+    LeaseEdge,
+}
+
+impl Profile {
+    /// The command-line name (`--profile NAME`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Profile::Broad => "broad",
+            Profile::LeaseEdge => "lease-edge",
+        }
+    }
+
+    /// Parses a command-line name.
+    pub fn parse(name: &str) -> Option<Self> {
+        [Profile::Broad, Profile::LeaseEdge]
+            .into_iter()
+            .find(|p| p.name() == name)
+    }
+}
+
+impl SimConfig {
+    /// The default configuration with the fault knobs of `profile`.
+    pub fn with_profile(profile: Profile) -> Self {
+        let cfg = Self::default();
+        match profile {
+            Profile::Broad => cfg,
+            Profile::LeaseEdge => Self {
+                pause_after_renew: 0.6,
+                pause_after_renew_max: cfg.claim_timeout,
+                slow_share: 1.0,
+                slow_request_edge: 1.0,
+                profile,
+                ..cfg
+            },
+        }
+    }
+
+    /// The command that replays `seed` with this configuration (its command-line knobs).
+    pub fn replay_command(&self, seed: u64) -> String {
+        let mut cmd = format!(
+            "cargo run -p leasehold-sim --release -- --seed {seed} --replicas {} --messages {} \
+             --backend {} --profile {}",
+            self.replicas,
+            self.messages,
+            self.store.name(),
+            self.profile.name()
+        );
+        let default = SimConfig::with_profile(self.profile);
+        if self.faults_until != default.faults_until {
+            cmd.push_str(&format!(
+                " --faults-until {}",
+                self.faults_until.as_secs_f64()
+            ));
+        }
+        if self.bound_scale != 1.0 {
+            cmd.push_str(&format!(" --bound-scale {}", self.bound_scale));
+        }
+        cmd
+    }
+}
+
+/// The guarantee a failing seed breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Check {
+    /// Two replicas ran one message at once (none paused), a paused runner was not cancelled at
+    /// resume, or a discarded result was acked.
+    SingleRunner,
+    /// The store accepted an ack, release or dead-letter from someone other than the current
+    /// delivery's owner and fence.
+    Fencing,
+    /// A message was removed without its work done, delivered after removal, or not accounted
+    /// for at the end.
+    NothingLost,
+    /// Work did not complete within the bound after quiet.
+    Liveness,
+    /// After shutdown, something is still held, running or pending.
+    NoLeak,
+    /// The engine broke its contract with the driver (busy loop, unknown lease).
+    Engine,
+}
+
+impl fmt::Display for Check {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Check::SingleRunner => "single live runner",
+            Check::Fencing => "fencing",
+            Check::NothingLost => "nothing lost",
+            Check::Liveness => "liveness",
+            Check::NoLeak => "no leak",
+            Check::Engine => "engine contract",
+        })
+    }
+}
+
+/// A seed that broke a check: what, when, how to replay it, and the events before it.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    /// The seed.
+    pub seed: u64,
+    /// The broken check.
+    pub check: Check,
+    /// The virtual instant of the violation.
+    pub at: Duration,
+    /// What exactly.
+    pub detail: String,
+    /// One line that replays it.
+    pub replay: String,
+    /// The engine settings drawn for the seed.
+    pub settings: String,
+    /// The last events, oldest first (`r` = replica, `m` = message in publish order, `@` =
+    /// fence, `#` = call number, `c` = consumer).
+    pub trace: Vec<String>,
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "seed {} VIOLATES {} at {:.6}s: {}",
+            self.seed,
+            self.check,
+            self.at.as_secs_f64(),
+            self.detail
+        )?;
+        writeln!(f, "  replay: {}", self.replay)?;
+        writeln!(f, "  engine: {}", self.settings)?;
+        writeln!(f, "  last {} events:", self.trace.len())?;
+        for line in &self.trace {
+            writeln!(f, "    {line}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What one seed did.
+#[derive(Debug, Clone, Default)]
+pub struct SeedReport {
+    /// The seed.
+    pub seed: u64,
+    /// Replicas.
+    pub replicas: usize,
+    /// Engine concurrency drawn for the seed.
+    pub concurrency: usize,
+    /// Messages published.
+    pub messages: usize,
+    /// Messages acked.
+    pub acked: usize,
+    /// Messages dead-lettered.
+    pub dead_lettered: usize,
+    /// Handler invocations.
+    pub runs: u64,
+    /// Invocations beyond each message's first (retries, re-polls, takeovers).
+    pub reruns: u64,
+    /// Replica crashes.
+    pub crashes: u64,
+    /// Restarts after a crash.
+    pub restarts: u64,
+    /// Stop-the-world pauses.
+    pub pauses: u64,
+    /// Periods of a degraded link.
+    pub link_faults: u64,
+    /// Calls that failed without touching the store.
+    pub failed_calls: u64,
+    /// Calls whose answer was lost after the store executed them.
+    pub lost_answers: u64,
+    /// Slow calls.
+    pub slow_calls: u64,
+    /// Runs started while a paused replica still ran the message (the allowed overlap).
+    pub paused_overlaps: u64,
+    /// Virtual time at the end of the run.
+    pub virtual_time: Duration,
+    /// When the last fault's effect was over.
+    pub quiet_at: Duration,
+    /// How long after quiet the last message was settled (zero if before).
+    pub completed_after_quiet: Duration,
+    /// The liveness bound of the seed.
+    pub bound: Duration,
+    /// Events processed.
+    pub events: u64,
+    /// A hash of the whole event trace (only from [`run_seed_digest`], else 0).
+    pub digest: u64,
+}
+
+impl SeedReport {
+    /// Faults injected: crashes, pauses and faulty calls.
+    pub fn faults(&self) -> u64 {
+        self.crashes
+            + self.pauses
+            + self.link_faults
+            + self.failed_calls
+            + self.lost_answers
+            + self.slow_calls
+    }
+}
+
+/// Runs one seed; `Err` if it breaks a check.
+pub fn run_seed(cfg: &SimConfig, seed: u64) -> Result<SeedReport, Box<Failure>> {
+    sim::Sim::new(cfg, seed, false, false).run()
+}
+
+/// Runs one seed, printing every event as it happens.
+pub fn run_seed_printing(cfg: &SimConfig, seed: u64) -> Result<SeedReport, Box<Failure>> {
+    sim::Sim::new(cfg, seed, true, false).run()
+}
+
+/// Runs one seed and hashes its whole event trace into [`SeedReport::digest`]: equal digests
+/// mean equal runs, event for event (slower: every event is formatted).
+pub fn run_seed_digest(cfg: &SimConfig, seed: u64) -> Result<SeedReport, Box<Failure>> {
+    sim::Sim::new(cfg, seed, false, true).run()
+}
+
+/// Totals over many seeds.
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    /// Seeds run.
+    pub seeds: u64,
+    /// Seeds that broke a check, in seed order.
+    pub failures: Vec<Failure>,
+    /// Totals of the seeds that passed.
+    pub totals: SeedReport,
+    /// Total virtual time simulated.
+    pub virtual_time: Duration,
+    /// Largest `completed_after_quiet / bound` seen.
+    pub worst_bound_use: f64,
+    /// The seed it was seen on.
+    pub worst_bound_seed: u64,
+}
+
+impl Summary {
+    fn add(&mut self, result: Result<SeedReport, Box<Failure>>) {
+        self.seeds += 1;
+        let report = match result {
+            Ok(report) => report,
+            Err(failure) => {
+                self.failures.push(*failure);
+                return;
+            }
+        };
+        let t = &mut self.totals;
+        t.messages += report.messages;
+        t.acked += report.acked;
+        t.dead_lettered += report.dead_lettered;
+        t.runs += report.runs;
+        t.reruns += report.reruns;
+        t.crashes += report.crashes;
+        t.restarts += report.restarts;
+        t.pauses += report.pauses;
+        t.link_faults += report.link_faults;
+        t.failed_calls += report.failed_calls;
+        t.lost_answers += report.lost_answers;
+        t.slow_calls += report.slow_calls;
+        t.paused_overlaps += report.paused_overlaps;
+        t.events += report.events;
+        self.virtual_time += report.virtual_time;
+        let used = report.completed_after_quiet.as_secs_f64() / report.bound.as_secs_f64();
+        if used > self.worst_bound_use {
+            self.worst_bound_use = used;
+            self.worst_bound_seed = report.seed;
+        }
+    }
+}
+
+/// Runs seeds `first .. first + count` on `threads` threads (each seed is single-threaded and
+/// deterministic; threads only share out seeds), stopping early after `stop_after` failures.
+pub fn run_seeds(
+    cfg: &SimConfig,
+    first: u64,
+    count: u64,
+    threads: usize,
+    stop_after: usize,
+) -> Summary {
+    let next = AtomicU64::new(first);
+    let end = first.saturating_add(count);
+    let results = Mutex::new(Vec::new());
+    let failed = AtomicU64::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..threads.max(1) {
+            scope.spawn(|| loop {
+                if failed.load(Ordering::Relaxed) >= stop_after as u64 {
+                    return;
+                }
+                let seed = next.fetch_add(1, Ordering::Relaxed);
+                if seed >= end {
+                    return;
+                }
+                let result = run_seed(cfg, seed);
+                if result.is_err() {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+                results.lock().expect("no panics").push((seed, result));
+            });
+        }
+    });
+    let mut results = results.into_inner().expect("no panics");
+    results.sort_by_key(|(seed, _)| *seed);
+    let mut summary = Summary::default();
+    for (_, result) in results {
+        summary.add(result);
+    }
+    summary
+}

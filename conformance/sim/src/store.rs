@@ -1,0 +1,562 @@
+//! The stores the simulator runs against, behind one synchronous trait.
+//!
+//! [`MemoryStore`] is the real thing: one [`MemoryStream`] on a [`ManualClock`] and one
+//! [`MemoryBackend`] consumer per replica incarnation, driven through the backend's synchronous
+//! `*_now` methods. [`ModelStore`] is a small re-implementation of the same semantics (the
+//! Redis-Streams model of DESIGN §4: pending list with owner, delivery count = fence, idle
+//! time, reclaim with a cursor, half-and-half split between reclaims and new entries), written
+//! so that one operation can be broken on purpose: [`Flaw::RenewStealsBack`] is the earlier Java
+//! implementation's unconditional `XCLAIM` heartbeat, [`Flaw::AckIgnoresOwner`] its unchecked
+//! `XACK`. Without a flaw it makes exactly the decisions the memory backend makes, which a test
+//! checks by comparing whole runs.
+//!
+//! The memory backend's public API cannot express "steal back" (its renew is owner-checked and
+//! there is no raw `XCLAIM`), hence the model: the broken variant needs a store whose owner can
+//! be overwritten by a renew.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use leasehold_core::{
+    DeadLetterReason, Fence, Fetched, LeaseRef, MessageId, RenewResult, SettleResult,
+};
+use leasehold_memory::{Bytes, ManualClock, MemoryBackend, MemoryStream, StreamConfig};
+
+/// A consumer of the store's group: one per replica incarnation, never reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ConsumerId(pub u32);
+
+/// A pending-list row, as the final checks and the trace see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingRow {
+    /// The message.
+    pub id: MessageId,
+    /// The consumer holding it.
+    pub owner: ConsumerId,
+    /// Its delivery count (= the fence of the current delivery).
+    pub delivery_count: u32,
+    /// Time since it was last delivered or renewed.
+    pub idle: Duration,
+}
+
+/// A dead letter, as the final checks see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadRow {
+    /// The message's id in the stream.
+    pub id: MessageId,
+    /// Its delivery count when it was dead-lettered.
+    pub delivery_count: u32,
+    /// Who dead-lettered it.
+    pub consumer: ConsumerId,
+}
+
+/// The synchronous store operations the simulator executes, each at the virtual instant `now`
+/// (never earlier than a previous call's). Semantics are those of [`leasehold_core::Backend`].
+pub trait SimStore {
+    /// Registers a consumer (a replica incarnation).
+    fn add_consumer(&mut self, consumer: ConsumerId);
+    /// Appends a message.
+    fn publish(&mut self, now: Instant, payload: Bytes) -> MessageId;
+    /// Takes up to `max` messages for `consumer`, reclaimable ones and new ones; never waits.
+    fn fetch(&mut self, now: Instant, consumer: ConsumerId, max: usize) -> Vec<Fetched<Bytes>>;
+    /// Renews leases; one result per lease.
+    fn renew(
+        &mut self,
+        now: Instant,
+        consumer: ConsumerId,
+        leases: &[LeaseRef],
+    ) -> Vec<RenewResult>;
+    /// Acks leases; one result per lease.
+    fn ack(&mut self, now: Instant, consumer: ConsumerId, leases: &[LeaseRef])
+        -> Vec<SettleResult>;
+    /// Releases a lease with a delay.
+    fn release(
+        &mut self,
+        now: Instant,
+        consumer: ConsumerId,
+        lease: &LeaseRef,
+        delay: Duration,
+    ) -> SettleResult;
+    /// Dead-letters a message.
+    fn dead_letter(
+        &mut self,
+        now: Instant,
+        consumer: ConsumerId,
+        lease: &LeaseRef,
+        reason: &DeadLetterReason,
+    ) -> SettleResult;
+    /// Messages in the stream (pending ones included).
+    fn len(&self) -> usize;
+    /// Whether the stream is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The pending list, in id order.
+    fn pending(&mut self, now: Instant) -> Vec<PendingRow>;
+    /// The dead-letter stream, oldest first.
+    fn dead_letters(&self) -> Vec<DeadRow>;
+    /// When the next pending message becomes claimable by anyone (for blocking fetches).
+    fn next_claimable(&mut self, now: Instant) -> Option<Instant>;
+}
+
+/// Which store a simulation runs against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreKind {
+    /// `leasehold-memory`, the real in-memory backend.
+    Memory,
+    /// The simulator's own model of the same semantics, optionally with a flaw.
+    Model(Option<Flaw>),
+}
+
+impl StoreKind {
+    /// The command-line name (`--backend NAME`).
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreKind::Memory => "memory",
+            StoreKind::Model(None) => "model",
+            StoreKind::Model(Some(Flaw::RenewStealsBack)) => "steal-back",
+            StoreKind::Model(Some(Flaw::AckIgnoresOwner)) => "unfenced-ack",
+        }
+    }
+
+    /// Parses a command-line name.
+    pub fn parse(name: &str) -> Option<Self> {
+        [
+            StoreKind::Memory,
+            StoreKind::Model(None),
+            StoreKind::Model(Some(Flaw::RenewStealsBack)),
+            StoreKind::Model(Some(Flaw::AckIgnoresOwner)),
+        ]
+        .into_iter()
+        .find(|k| k.name() == name)
+    }
+
+    pub(crate) fn build(self, claim_timeout: Duration, start: Instant) -> Box<dyn SimStore> {
+        match self {
+            StoreKind::Memory => Box::new(MemoryStore::new(claim_timeout, start)),
+            StoreKind::Model(flaw) => Box::new(ModelStore::new(claim_timeout, flaw)),
+        }
+    }
+}
+
+/// A deliberate defect of [`ModelStore`], to show the simulator catches it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flaw {
+    /// Renew is an unconditional `XCLAIM … 0 id JUSTID`: for any pending message it sets the
+    /// owner to the caller and resets the idle time, even when another consumer reclaimed it,
+    /// and answers `Kept`. A late heartbeat steals the message back.
+    RenewStealsBack,
+    /// Ack is a plain `XACK` + `XDEL`: it removes the message whoever holds it, with any fence.
+    AckIgnoresOwner,
+}
+
+// ----- the real memory backend ------------------------------------------------------------
+
+/// The memory backend on a manual clock: the store the simulator checks by default.
+pub struct MemoryStore {
+    stream: MemoryStream,
+    clock: ManualClock,
+    consumers: Vec<Option<MemoryBackend>>,
+    names: HashMap<String, ConsumerId>,
+}
+
+impl MemoryStore {
+    /// An empty stream whose clock starts at `start`.
+    pub fn new(claim_timeout: Duration, start: Instant) -> Self {
+        let clock = ManualClock::starting_at(start);
+        let stream = MemoryStream::with_clock(StreamConfig::new(claim_timeout), clock.clone())
+            .expect("the simulator's claim timeout is valid");
+        Self {
+            stream,
+            clock,
+            consumers: Vec::new(),
+            names: HashMap::new(),
+        }
+    }
+
+    fn at(&mut self, now: Instant, consumer: ConsumerId) -> &MemoryBackend {
+        self.tick(now);
+        self.consumers[consumer.0 as usize]
+            .as_ref()
+            .expect("registered consumer")
+    }
+
+    fn tick(&self, now: Instant) {
+        let current = self.stream.now();
+        if now > current {
+            self.clock.advance(now - current);
+        }
+    }
+}
+
+fn consumer_name(consumer: ConsumerId) -> String {
+    format!("c{}", consumer.0)
+}
+
+impl SimStore for MemoryStore {
+    fn add_consumer(&mut self, consumer: ConsumerId) {
+        let name = consumer_name(consumer);
+        // A crashed incarnation's handle is kept (not dropped): requests it sent before the
+        // crash may still reach the store. Names are never reused, so this changes nothing else.
+        let handle = self.stream.consumer(&name).expect("fresh consumer name");
+        let index = consumer.0 as usize;
+        if self.consumers.len() <= index {
+            self.consumers.resize_with(index + 1, || None);
+        }
+        self.consumers[index] = Some(handle);
+        self.names.insert(name, consumer);
+    }
+
+    fn publish(&mut self, now: Instant, payload: Bytes) -> MessageId {
+        self.tick(now);
+        self.stream.publish(payload)
+    }
+
+    fn fetch(&mut self, now: Instant, consumer: ConsumerId, max: usize) -> Vec<Fetched<Bytes>> {
+        self.at(now, consumer).fetch_now(max)
+    }
+
+    fn renew(
+        &mut self,
+        now: Instant,
+        consumer: ConsumerId,
+        leases: &[LeaseRef],
+    ) -> Vec<RenewResult> {
+        self.at(now, consumer).renew_now(leases)
+    }
+
+    fn ack(
+        &mut self,
+        now: Instant,
+        consumer: ConsumerId,
+        leases: &[LeaseRef],
+    ) -> Vec<SettleResult> {
+        self.at(now, consumer).ack_now(leases)
+    }
+
+    fn release(
+        &mut self,
+        now: Instant,
+        consumer: ConsumerId,
+        lease: &LeaseRef,
+        delay: Duration,
+    ) -> SettleResult {
+        self.at(now, consumer).release_now(lease, delay)
+    }
+
+    fn dead_letter(
+        &mut self,
+        now: Instant,
+        consumer: ConsumerId,
+        lease: &LeaseRef,
+        reason: &DeadLetterReason,
+    ) -> SettleResult {
+        self.at(now, consumer).dead_letter_now(lease, reason)
+    }
+
+    fn len(&self) -> usize {
+        self.stream.len()
+    }
+
+    fn pending(&mut self, now: Instant) -> Vec<PendingRow> {
+        self.tick(now);
+        self.stream
+            .pending_entries()
+            .into_iter()
+            .map(|(id, info)| PendingRow {
+                id,
+                owner: self.names[&info.owner],
+                delivery_count: info.delivery_count,
+                idle: info.idle,
+            })
+            .collect()
+    }
+
+    fn dead_letters(&self) -> Vec<DeadRow> {
+        self.stream
+            .dead_letters()
+            .into_iter()
+            .map(|d| DeadRow {
+                id: d.original_id,
+                delivery_count: d.delivery_count,
+                consumer: self.names[&d.consumer],
+            })
+            .collect()
+    }
+
+    fn next_claimable(&mut self, now: Instant) -> Option<Instant> {
+        let claim = self.stream.claim_timeout();
+        self.pending(now)
+            .iter()
+            .map(|row| now + claim.saturating_sub(row.idle))
+            .min()
+    }
+}
+
+// ----- the model -----------------------------------------------------------------------------
+
+#[derive(Debug)]
+struct Pending {
+    owner: ConsumerId,
+    delivery_count: u32,
+    claimable_at: Instant,
+}
+
+/// A model of the memory backend's semantics in ~150 lines, with an optional [`Flaw`].
+#[derive(Debug)]
+pub struct ModelStore {
+    claim_timeout: Duration,
+    flaw: Option<Flaw>,
+    entries: BTreeMap<u64, Bytes>,
+    last_seq: u64,
+    last_delivered: u64,
+    pel: BTreeMap<u64, Pending>,
+    due: BTreeSet<(Instant, u64)>,
+    cursor: u64,
+    prefer_new: bool,
+    dead: Vec<DeadRow>,
+}
+
+impl ModelStore {
+    /// An empty model store.
+    pub fn new(claim_timeout: Duration, flaw: Option<Flaw>) -> Self {
+        Self {
+            claim_timeout,
+            flaw,
+            entries: BTreeMap::new(),
+            last_seq: 0,
+            last_delivered: 0,
+            pel: BTreeMap::new(),
+            due: BTreeSet::new(),
+            cursor: 0,
+            prefer_new: false,
+            dead: Vec::new(),
+        }
+    }
+
+    fn seq(id: &MessageId) -> Option<u64> {
+        let digits = id.as_str().strip_prefix("0-")?;
+        digits
+            .parse()
+            .ok()
+            .filter(|n: &u64| n.to_string() == digits)
+    }
+
+    /// The entry, if `consumer` holds it with the lease's fence (the owner check and the fence).
+    fn held(&self, consumer: ConsumerId, lease: &LeaseRef) -> Option<u64> {
+        let seq = Self::seq(&lease.id)?;
+        let p = self.pel.get(&seq)?;
+        (p.owner == consumer && u64::from(p.delivery_count) == lease.fence.0).then_some(seq)
+    }
+
+    fn set_claimable(&mut self, seq: u64, at: Instant) {
+        if let Some(p) = self.pel.get_mut(&seq) {
+            self.due.remove(&(p.claimable_at, seq));
+            p.claimable_at = at;
+            self.due.insert((at, seq));
+        }
+    }
+
+    fn remove(&mut self, seq: u64) -> Option<u32> {
+        let p = self.pel.remove(&seq)?;
+        self.due.remove(&(p.claimable_at, seq));
+        self.entries.remove(&seq);
+        Some(p.delivery_count)
+    }
+
+    fn delivery(seq: u64, payload: &Bytes, count: u32) -> Fetched<Bytes> {
+        Fetched {
+            id: MessageId::from(format!("0-{seq}")),
+            payload: payload.clone(),
+            delivery_count: count,
+            fence: Fence(u64::from(count)),
+        }
+    }
+}
+
+impl SimStore for ModelStore {
+    fn add_consumer(&mut self, _consumer: ConsumerId) {}
+
+    fn publish(&mut self, _now: Instant, payload: Bytes) -> MessageId {
+        self.last_seq += 1;
+        self.entries.insert(self.last_seq, payload);
+        MessageId::from(format!("0-{}", self.last_seq))
+    }
+
+    fn fetch(&mut self, now: Instant, consumer: ConsumerId, max: usize) -> Vec<Fetched<Bytes>> {
+        let reclaimable = self.due.range(..=(now, u64::MAX)).take(max).count();
+        let fresh = self
+            .entries
+            .range(self.last_delivered + 1..)
+            .take(max)
+            .count();
+        // Half each, the odd slot alternating, unused shares handed over (as the memory store).
+        let reclaim_share = max / 2 + if self.prefer_new { 0 } else { max % 2 };
+        let read = fresh.min(max - reclaim_share.min(reclaimable));
+        let reclaim = reclaimable.min(max - read);
+        if reclaimable > 0 && fresh > 0 && max % 2 == 1 {
+            self.prefer_new = !self.prefer_new;
+        }
+        let mut out = Vec::new();
+        let until = now + self.claim_timeout;
+        if reclaim > 0 {
+            let mut due: Vec<u64> = self
+                .due
+                .range(..=(now, u64::MAX))
+                .map(|&(_, s)| s)
+                .collect();
+            due.sort_unstable();
+            let wrap = due.partition_point(|&s| s < self.cursor);
+            due.rotate_left(wrap);
+            due.truncate(reclaim);
+            for &seq in &due {
+                let p = self.pel.get_mut(&seq).expect("due entries are pending");
+                self.due.remove(&(p.claimable_at, seq));
+                p.owner = consumer;
+                p.delivery_count += 1;
+                p.claimable_at = until;
+                self.due.insert((until, seq));
+                out.push(Self::delivery(seq, &self.entries[&seq], p.delivery_count));
+            }
+            if let Some(&last) = due.last() {
+                self.cursor = last + 1;
+            }
+        }
+        let fresh: Vec<u64> = self
+            .entries
+            .range(self.last_delivered + 1..)
+            .take(read)
+            .map(|(&s, _)| s)
+            .collect();
+        for seq in fresh {
+            self.pel.insert(
+                seq,
+                Pending {
+                    owner: consumer,
+                    delivery_count: 1,
+                    claimable_at: until,
+                },
+            );
+            self.due.insert((until, seq));
+            self.last_delivered = seq;
+            out.push(Self::delivery(seq, &self.entries[&seq], 1));
+        }
+        out
+    }
+
+    fn renew(
+        &mut self,
+        now: Instant,
+        consumer: ConsumerId,
+        leases: &[LeaseRef],
+    ) -> Vec<RenewResult> {
+        let until = now + self.claim_timeout;
+        leases
+            .iter()
+            .map(|lease| {
+                let seq = if self.flaw == Some(Flaw::RenewStealsBack) {
+                    // The flaw: no owner check, no fence check: the caller becomes the owner.
+                    let seq = Self::seq(&lease.id).filter(|s| self.pel.contains_key(s));
+                    if let Some(p) = seq.and_then(|s| self.pel.get_mut(&s)) {
+                        p.owner = consumer;
+                    }
+                    seq
+                } else {
+                    self.held(consumer, lease)
+                };
+                match seq {
+                    Some(seq) => {
+                        self.set_claimable(seq, until);
+                        RenewResult::Kept
+                    }
+                    None => RenewResult::Lost,
+                }
+            })
+            .collect()
+    }
+
+    fn ack(
+        &mut self,
+        _now: Instant,
+        consumer: ConsumerId,
+        leases: &[LeaseRef],
+    ) -> Vec<SettleResult> {
+        leases
+            .iter()
+            .map(|lease| {
+                let seq = if self.flaw == Some(Flaw::AckIgnoresOwner) {
+                    Self::seq(&lease.id).filter(|s| self.pel.contains_key(s))
+                } else {
+                    self.held(consumer, lease)
+                };
+                match seq.and_then(|s| self.remove(s)) {
+                    Some(_) => SettleResult::Ok,
+                    None => SettleResult::Lost,
+                }
+            })
+            .collect()
+    }
+
+    fn release(
+        &mut self,
+        now: Instant,
+        consumer: ConsumerId,
+        lease: &LeaseRef,
+        delay: Duration,
+    ) -> SettleResult {
+        match self.held(consumer, lease) {
+            Some(seq) => {
+                self.set_claimable(seq, now + delay.min(self.claim_timeout));
+                SettleResult::Ok
+            }
+            None => SettleResult::Lost,
+        }
+    }
+
+    fn dead_letter(
+        &mut self,
+        _now: Instant,
+        consumer: ConsumerId,
+        lease: &LeaseRef,
+        _reason: &DeadLetterReason,
+    ) -> SettleResult {
+        let Some(seq) = self.held(consumer, lease) else {
+            return SettleResult::Lost;
+        };
+        let delivery_count = self.remove(seq).expect("held entries are pending");
+        self.dead.push(DeadRow {
+            id: lease.id.clone(),
+            delivery_count,
+            consumer,
+        });
+        SettleResult::Ok
+    }
+
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    fn pending(&mut self, now: Instant) -> Vec<PendingRow> {
+        self.pel
+            .iter()
+            .map(|(&seq, p)| PendingRow {
+                id: MessageId::from(format!("0-{seq}")),
+                owner: p.owner,
+                delivery_count: p.delivery_count,
+                idle: if p.claimable_at >= now {
+                    self.claim_timeout.saturating_sub(p.claimable_at - now)
+                } else {
+                    self.claim_timeout + (now - p.claimable_at)
+                },
+            })
+            .collect()
+    }
+
+    fn dead_letters(&self) -> Vec<DeadRow> {
+        self.dead.clone()
+    }
+
+    fn next_claimable(&mut self, _now: Instant) -> Option<Instant> {
+        self.due.first().map(|&(at, _)| at)
+    }
+}

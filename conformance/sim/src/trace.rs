@@ -1,0 +1,305 @@
+//! The event trace: a ring of the last events, formatted only when a seed fails (or when a
+//! replay asks to print everything as it happens).
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::time::Duration;
+
+use leasehold_core::{CancelReason, RenewResult, SettleResult};
+
+/// Which backend call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OpKind {
+    Fetch,
+    Renew,
+    Ack,
+    Release,
+    DeadLetter,
+}
+
+impl fmt::Display for OpKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            OpKind::Fetch => "fetch",
+            OpKind::Renew => "renew",
+            OpKind::Ack => "ack",
+            OpKind::Release => "release",
+            OpKind::DeadLetter => "dead-letter",
+        })
+    }
+}
+
+/// How a call was sabotaged, if at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fault {
+    None,
+    /// Fails without touching the store.
+    FailFast,
+    /// Touches the store, then the answer is lost (the driver times out).
+    LoseAnswer,
+    /// Request and/or answer take up to 1.5 × the claim timeout.
+    Slow,
+}
+
+/// A message of a list, with the fence it was named with.
+pub(crate) type MsgFence = (u32, u64);
+
+#[derive(Debug, Clone)]
+pub(crate) enum Event {
+    Publish {
+        m: u32,
+        behaviour: String,
+    },
+    Send {
+        r: u16,
+        call: u32,
+        op: OpKind,
+        msgs: Box<[MsgFence]>,
+        fault: Fault,
+        exec_in: Duration,
+    },
+    Blocked {
+        r: u16,
+        call: u32,
+    },
+    Fetched {
+        r: u16,
+        call: u32,
+        got: Box<[MsgFence]>,
+    },
+    Renewed {
+        r: u16,
+        call: u32,
+        results: Box<[(u32, u64, RenewResult)]>,
+    },
+    Settled {
+        r: u16,
+        call: u32,
+        op: OpKind,
+        results: Box<[(u32, u64, SettleResult)]>,
+    },
+    Answer {
+        r: u16,
+        call: u32,
+        op: OpKind,
+        failed: bool,
+    },
+    Timeout {
+        r: u16,
+        call: u32,
+        op: OpKind,
+    },
+    Run {
+        r: u16,
+        m: u32,
+        fence: u64,
+        n: u32,
+        overlaps_paused: bool,
+    },
+    Cancel {
+        r: u16,
+        m: u32,
+        reason: CancelReason,
+    },
+    Outcome {
+        r: u16,
+        m: u32,
+        outcome: String,
+        cancelled: bool,
+    },
+    Crash {
+        r: u16,
+        restart_in: Duration,
+    },
+    Restart {
+        r: u16,
+        consumer: u32,
+    },
+    Pause {
+        r: u16,
+        until: Duration,
+    },
+    Resume {
+        r: u16,
+        inbox: usize,
+    },
+    Link {
+        r: u16,
+        until: Duration,
+    },
+    FaultsStop,
+    Quiet {
+        bound: Duration,
+    },
+    Completed,
+    Shutdown,
+    Drained {
+        r: u16,
+    },
+}
+
+fn list(f: &mut fmt::Formatter<'_>, msgs: &[MsgFence]) -> fmt::Result {
+    f.write_str("[")?;
+    for (i, (m, fence)) in msgs.iter().enumerate() {
+        if i > 0 {
+            f.write_str(" ")?;
+        }
+        write!(f, "m{m}@{fence}")?;
+    }
+    f.write_str("]")
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Event::Publish { m, behaviour } => write!(f, "publish m{m} ({behaviour})"),
+            Event::Send {
+                r,
+                call,
+                op,
+                msgs,
+                fault,
+                exec_in,
+            } => {
+                write!(f, "r{r} sends {op}#{call} ")?;
+                list(f, msgs)?;
+                match fault {
+                    Fault::None => Ok(()),
+                    Fault::FailFast => f.write_str(" FAULT: fails before the store"),
+                    Fault::LoseAnswer => write!(f, " FAULT: answer lost (store in {exec_in:?})"),
+                    Fault::Slow => write!(f, " FAULT: slow (store in {exec_in:?})"),
+                }
+            }
+            Event::Blocked { r, call } => write!(f, "store: fetch#{call} of r{r} blocks"),
+            Event::Fetched { r, call, got } => {
+                write!(f, "store: fetch#{call} of r{r} takes ")?;
+                list(f, got)
+            }
+            Event::Renewed { r, call, results } => {
+                write!(f, "store: renew#{call} of r{r}:")?;
+                for (m, fence, res) in results.iter() {
+                    write!(f, " m{m}@{fence}={res:?}")?;
+                }
+                Ok(())
+            }
+            Event::Settled {
+                r,
+                call,
+                op,
+                results,
+            } => {
+                write!(f, "store: {op}#{call} of r{r}:")?;
+                for (m, fence, res) in results.iter() {
+                    write!(f, " m{m}@{fence}={res:?}")?;
+                }
+                Ok(())
+            }
+            Event::Answer {
+                r,
+                call,
+                op,
+                failed,
+            } => {
+                let what = if *failed { "failure" } else { "answer" };
+                write!(f, "r{r} gets {what} of {op}#{call}")
+            }
+            Event::Timeout { r, call, op } => write!(f, "r{r} times out {op}#{call}"),
+            Event::Run {
+                r,
+                m,
+                fence,
+                n,
+                overlaps_paused,
+            } => {
+                write!(f, "r{r} RUN m{m}@{fence} (invocation {n})")?;
+                if *overlaps_paused {
+                    f.write_str(" while a paused replica still runs it")?;
+                }
+                Ok(())
+            }
+            Event::Cancel { r, m, reason } => write!(f, "r{r} CANCEL m{m} ({reason:?})"),
+            Event::Outcome {
+                r,
+                m,
+                outcome,
+                cancelled,
+            } => {
+                write!(f, "r{r} m{m} -> {outcome}")?;
+                if *cancelled {
+                    f.write_str(" (after cancel: discarded)")?;
+                }
+                Ok(())
+            }
+            Event::Crash { r, restart_in } => {
+                write!(f, "r{r} CRASHES (restart in {restart_in:?})")
+            }
+            Event::Restart { r, consumer } => write!(f, "r{r} restarts as consumer c{consumer}"),
+            Event::Pause { r, until } => write!(f, "r{r} PAUSED until {}", secs(*until)),
+            Event::Resume { r, inbox } => {
+                write!(f, "r{r} RESUMES ({inbox} inputs queued during the pause)")
+            }
+            Event::Link { r, until } => {
+                write!(f, "r{r} LINK DEGRADED until {}", secs(*until))
+            }
+            Event::FaultsStop => f.write_str("faults stop"),
+            Event::Quiet { bound } => write!(
+                f,
+                "quiet: no fault effect left; all work must complete within {bound:?}"
+            ),
+            Event::Completed => f.write_str("all work completed: shutting down"),
+            Event::Shutdown => f.write_str("shutdown of every replica"),
+            Event::Drained { r } => write!(f, "r{r} drained"),
+        }
+    }
+}
+
+/// Formats a virtual instant as seconds since the start.
+pub(crate) fn secs(at: Duration) -> String {
+    format!("{:>10.6}s", at.as_secs_f64())
+}
+
+/// The last `capacity` events.
+#[derive(Debug)]
+pub(crate) struct Trace {
+    ring: VecDeque<(Duration, Event)>,
+    capacity: usize,
+    print: bool,
+    /// FNV-1a over every event's full text, when asked for (determinism and comparison tests).
+    pub(crate) digest: Option<u64>,
+}
+
+impl Trace {
+    pub(crate) fn new(capacity: usize, print: bool, digest: bool) -> Self {
+        Self {
+            ring: VecDeque::with_capacity(capacity.min(4096)),
+            capacity,
+            print,
+            digest: digest.then_some(0xcbf2_9ce4_8422_2325),
+        }
+    }
+
+    pub(crate) fn push(&mut self, at: Duration, event: Event) {
+        if let Some(hash) = self.digest.as_mut() {
+            for byte in format!("{at:?} {event:?}\n").bytes() {
+                *hash = (*hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+        if self.print {
+            println!("{}  {event}", secs(at));
+        }
+        if self.capacity == 0 {
+            return;
+        }
+        if self.ring.len() == self.capacity {
+            self.ring.pop_front();
+        }
+        self.ring.push_back((at, event));
+    }
+
+    pub(crate) fn lines(&self) -> Vec<String> {
+        self.ring
+            .iter()
+            .map(|(at, event)| format!("{}  {event}", secs(*at)))
+            .collect()
+    }
+}
