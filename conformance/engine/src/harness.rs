@@ -131,6 +131,7 @@ impl Harness {
         match step {
             Step::Wait(jump) => self.wait(*jump)?,
             Step::Stall(jump) => self.clock += self.span(*jump),
+            Step::Wake => self.timeout()?,
             Step::Tick => {
                 if let Some(t) = self.engine.poll_timeout() {
                     self.clock = self.clock.max(t);
@@ -348,7 +349,7 @@ impl Harness {
                 model.shutdown(now, deadline);
                 engine.handle_shutdown(now, deadline);
             }
-            Step::Wait(_) | Step::Stall(_) | Step::Tick | Step::Skew { .. } => {
+            Step::Wait(_) | Step::Stall(_) | Step::Tick | Step::Wake | Step::Skew { .. } => {
                 unreachable!("not an input")
             }
         }

@@ -202,6 +202,8 @@ pub enum Step {
     Wait(Jump),
     /// Jump to the next `poll_timeout` (if any) and fire it.
     Tick,
+    /// A spurious wake-up: `handle_timeout` at the current clock, whether or not a timer is due.
+    Wake,
     /// Time passes while the driver is busy: no timeout fires, so the next input arrives with
     /// timers already overdue (the engine must run them first, or order them correctly).
     Stall(Jump),
@@ -357,7 +359,7 @@ impl<'a> Arbitrary<'a> for Step {
             243..=249 => Step::Skew {
                 back_ms: u16::arbitrary(u)?,
             },
-            _ => Step::Tick,
+            _ => Step::Wake,
         })
     }
 }
