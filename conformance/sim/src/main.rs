@@ -26,7 +26,9 @@ usage: leasehold-sim [options]
   --faults-until S   inject faults during the first S virtual seconds (default 90)
   --trace N          events kept for a failure's trace (default 50)
   --bound-scale X    multiply the liveness bound (default 1; <1 shows the check failing)
-  --keep-going       report every failing seed of a batch instead of stopping at 5";
+  --keep-going       report every failing seed of a batch instead of stopping at 5
+  --skip-stale-effects  skip (and count) a Release/DeadLetter naming a lease the engine no
+                     longer knows, as the worker driver does, instead of failing the seed";
 
 struct Args {
     cfg: SimConfig,
@@ -87,6 +89,7 @@ fn parse() -> Result<Args, String> {
             }
             "--print" => args.print = true,
             "--keep-going" => args.keep_going = true,
+            "--skip-stale-effects" => args.cfg.skip_stale_effects = true,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown option {other}")),
         }
@@ -192,6 +195,14 @@ fn main() -> ExitCode {
             ),
         ),
         ("events", t.events.to_string()),
+        (
+            "stale effects",
+            if args.cfg.skip_stale_effects {
+                format!("{} skipped (known engine defect)", t.stale_effects)
+            } else {
+                "fail the seed".into()
+            },
+        ),
         (
             "wall time",
             format!("{:.2?} on {} thread(s)", wall, args.threads),

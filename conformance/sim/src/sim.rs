@@ -885,6 +885,13 @@ impl<'a> Sim<'a> {
                 let leases = self.lease_refs(r, leases)?;
                 self.send(r, Op::Ack { leases })
             }
+            Effect::Release { lease, .. } | Effect::DeadLetter { lease, .. }
+                if self.cfg.skip_stale_effects && self.engine(r).lease(lease).is_none() =>
+            {
+                // What the worker driver does with it: nothing (see `skip_stale_effects`).
+                self.report.stale_effects += 1;
+                Ok(())
+            }
             Effect::Release { lease, delay } => {
                 let lref = self.lease_ref(r, lease)?;
                 self.send(r, Op::Release { lease, lref, delay })
@@ -942,6 +949,21 @@ impl<'a> Sim<'a> {
     fn start_run(&mut self, r: usize, invocation: InvocationId, lease: LeaseId) -> Res {
         let lref = self.lease_ref(r, lease)?;
         let msg = self.m(&lref.id);
+        // Serial per message on one replica, counting a cancelled invocation still winding down.
+        if let Some(inv) = self.replicas[r]
+            .invs
+            .values()
+            .find(|inv| self.runs[inv.run].msg == msg)
+        {
+            let cancelled = self.runs[inv.run].cancelled;
+            return Err(self.fail(
+                Check::SingleRunner,
+                format!(
+                    "r{r} starts m{msg} again while its previous invocation has not reported \
+                     (cancelled: {cancelled:?})"
+                ),
+            ));
+        }
         let mut overlaps_paused = false;
         for &other in &self.msgs[msg].live_runs {
             let o = &self.runs[other];

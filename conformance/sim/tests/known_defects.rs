@@ -86,4 +86,11 @@ fn known_defect_seed_5912_one_replica_three_messages() {
             "FIXED? Seed 5912 passes now: make this test assert that it does (a regression test)"
         ),
     }
+    // Skipping the stale effect the way the worker driver does, every other check holds.
+    let skipping = SimConfig {
+        skip_stale_effects: true,
+        ..cfg
+    };
+    let report = run_seed(&skipping, 5912).expect("only the stale effect was wrong");
+    assert_eq!(report.stale_effects, 1);
 }

@@ -40,12 +40,13 @@ fn model_store_runs_identically_to_the_memory_backend() {
         }
     }
     // And a flaw does change runs (the digest sees the difference).
+    let correct = SimConfig::with_profile(Profile::LeaseEdge);
     let flawed = SimConfig {
         store: StoreKind::Model(Some(Flaw::AckIgnoresOwner)),
-        ..SimConfig::default()
+        ..correct.clone()
     };
-    let differs = (0..40).any(|seed| {
-        let a = run_seed_digest(&SimConfig::default(), seed).map(|r| r.digest);
+    let differs = (0..100).any(|seed| {
+        let a = run_seed_digest(&correct, seed).map(|r| r.digest);
         let b = run_seed_digest(&flawed, seed).map(|r| r.digest);
         a.ok() != b.ok()
     });
@@ -67,9 +68,11 @@ fn sim(args: &[&str]) -> (bool, String) {
 fn the_printed_replay_command_reproduces_the_failure() {
     let (ok, out) = sim(&[
         "--seeds",
-        "50",
+        "200",
         "--backend",
         "unfenced-ack",
+        "--profile",
+        "lease-edge",
         "--threads",
         "1",
     ]);
