@@ -40,16 +40,22 @@
 //! within the driver's `cancel_grace` — half the time with `Done`, which the engine must discard
 //! — and a hanging one is dropped when the grace is over.
 //!
-//! **Faults**, until [`SimConfig::faults_until`]: replica **crash** (the engine, its handlers
-//! and its open calls are dropped; its leases lapse in the store; a new engine with a new
-//! consumer restarts it after 0.5 s – 2 × claim timeout); **stop-the-world pause** of 0.05 – 3 ×
-//! the claim timeout (the replica processes nothing: answers and handler outcomes queue up and
-//! are delivered in random order at resume, then a timeout tick; its engine sees the time jump
-//! on that first input), at random instants and right after a heartbeat was sent; faulty calls
-//! as above. Faults then stop; *quiet* is the instant the last fault's effect is over (last
-//! pause ended, last restart, last faulty call executed, answered or timed out). The run
-//! continues until every message is acked or dead-lettered, then every replica gets
-//! `handle_shutdown` and must drain.
+//! **Faults**, until [`SimConfig::faults_until`] (each kind a Poisson process per replica):
+//! replica **crash** (the engine, its handlers and its open calls are dropped; its leases lapse
+//! in the store; a new engine with a new consumer restarts it after 0.5 s – 2 × claim timeout);
+//! **stop-the-world pause** of 0.05 – 3 × the claim timeout (the replica processes nothing:
+//! answers and handler outcomes queue up and are delivered in random order at resume, an answer
+//! beating its call's timeout, then a timeout tick; its engine sees the time jump on that first
+//! input), at random instants and right after a heartbeat was sent; **degraded link** for a
+//! quarter to two claim timeouts (80 % of the replica's calls faulty); faulty calls as above.
+//! Faults then stop; *quiet* is the instant the last fault's effect is over (last pause ended,
+//! last restart, last faulty call executed, answered or timed out). The run continues until
+//! every message is acked or dead-lettered, then every replica gets `handle_shutdown` and must
+//! drain.
+//!
+//! Two fault profiles ([`Profile`]): `broad` spreads every kind of fault; `lease-edge` aims at
+//! the lease boundary (most heartbeats followed by a pause of half to one claim timeout, every
+//! faulty call a request landing half to one claim timeout late).
 //!
 //! ## The checks (a failing seed is a [`Failure`])
 //!
