@@ -40,7 +40,7 @@ pub struct RedisBackend {
     blocking: ConnectionManager,
     /// The `XAUTOCLAIM` cursor, carried between fetches so every lapsed entry is reached.
     cursor: Mutex<String>,
-    /// With `max = 1`, reclaims and new entries take turns.
+    /// Reclaims and new entries take turns going first.
     reclaim_turn: AtomicBool,
     last_reap: Mutex<Option<Instant>>,
 }
@@ -128,11 +128,10 @@ impl RedisBackend {
     /// One non-blocking fetch script; also returns the group's last-delivered id when it
     /// found nothing, to wait for entries after it.
     async fn fetch_once(&self, max: usize) -> BackendResult<(Vec<Fetched<Bytes>>, Option<String>)> {
-        let reclaim_max = if max == 1 {
-            usize::from(self.reclaim_turn.fetch_xor(true, Ordering::Relaxed))
-        } else {
-            max / 2
-        };
+        // Reclaims and new entries take turns going first; the first takes at most half (all,
+        // when max is 1) and the other the rest, so a backlog of either never starves the other.
+        let reclaim_first = self.reclaim_turn.fetch_xor(true, Ordering::Relaxed);
+        let share = if max == 1 { 1 } else { max / 2 };
         let cursor = self
             .cursor
             .lock()
@@ -147,9 +146,10 @@ impl RedisBackend {
             .arg(&self.consumer)
             .arg(min_idle)
             .arg(&cursor)
-            .arg(reclaim_max)
+            .arg(share)
             .arg(max)
-            .arg(&self.config.field);
+            .arg(&self.config.field)
+            .arg(if reclaim_first { "1" } else { "0" });
         let reply: Value = match invocation.invoke_async(&mut self.commands.clone()).await {
             Err(e) if is_nogroup(&e) => {
                 tracing::warn!(stream = %self.config.stream, "consumer group vanished; recreating");

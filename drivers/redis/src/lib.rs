@@ -14,8 +14,8 @@
 //!   `XACK` + `XDEL`, atomically.
 //!
 //! A fetch is one script too: `XAUTOCLAIM` (min-idle = claim timeout, cursor carried between
-//! calls; half of `max` at most, so reclaims and new entries never starve each other) then
-//! `XREADGROUP … >`; every delivery carries its delivery count, which is its fence. Entries
+//! calls) and `XREADGROUP … >`, taking turns going first with at most half of `max`, the other
+//! kind taking the rest, so neither starves the other; every delivery carries its delivery count, which is its fence. Entries
 //! without the payload field are dead-lettered on the spot. When nothing is there, the fetch
 //! waits on a **dedicated connection** with `XREAD BLOCK`, which consumes nothing (so a dropped
 //! wait loses nothing) and never delays a heartbeat on the command connection. Both connections

@@ -1,12 +1,16 @@
--- Fetch for one consumer: reclaim lapsed entries (XAUTOCLAIM, cursor carried by the caller),
--- then read new ones (XREADGROUP >), atomically. Entries without the payload field can never
--- be processed: they go to the dead-letter stream at once.
+-- Fetch for one consumer, atomically: reclaim lapsed entries (XAUTOCLAIM, cursor carried by the
+-- caller) and read new ones (XREADGROUP >). The kind that goes first takes at most its share;
+-- the other takes what is left; then the first may fill the rest, so neither starves the other
+-- and a fetch returns whatever is available. Entries without the payload field can never be
+-- processed: they go to the dead-letter stream at once.
 -- KEYS: stream, dead-letter stream
--- ARGV: group, consumer, min-idle ms, cursor, reclaim max, max, payload field
+-- ARGV: group, consumer, min-idle ms, cursor, first share, max, payload field,
+--       "1" if reclaims go first
 -- Returns {cursor, {id, delivery count, payload, ...}, last-delivered-id or false}
 local stream, dead = KEYS[1], KEYS[2]
 local group, consumer, min_idle, cursor = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local reclaim_max, max, field = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
+local share, max, field = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
+local reclaim_first = ARGV[8] == '1'
 local out, taken = {}, 0
 
 local function take(id, fields, count)
@@ -25,26 +29,37 @@ local function take(id, fields, count)
   redis.call('XDEL', stream, id)
 end
 
-if reclaim_max > 0 then
-  local claimed = redis.call('XAUTOCLAIM', stream, group, consumer, min_idle, cursor,
-    'COUNT', reclaim_max)
+local function reclaim(n)
+  if n <= 0 then return end
+  local claimed = redis.call('XAUTOCLAIM', stream, group, consumer, min_idle, cursor, 'COUNT', n)
   cursor = claimed[1]
   for _, entry in ipairs(claimed[2]) do
-    local pending = redis.call('XPENDING', stream, group, entry[1], entry[1], 1, consumer)
-    if entry[2] and pending[1] then
-      take(entry[1], entry[2], pending[1][4])
+    if entry[2] then
+      local pending = redis.call('XPENDING', stream, group, entry[1], entry[1], 1, consumer)
+      if pending[1] then take(entry[1], entry[2], pending[1][4]) end
     end
   end
 end
-if max - taken > 0 then
-  local read = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', max - taken,
+
+local function read_new(n)
+  if n <= 0 then return end
+  local read = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', n,
     'STREAMS', stream, '>')
   if read then
-    for _, entry in ipairs(read[1][2]) do
-      take(entry[1], entry[2], 1)
-    end
+    for _, entry in ipairs(read[1][2]) do take(entry[1], entry[2], 1) end
   end
 end
+
+if reclaim_first then
+  reclaim(share)
+  read_new(max - taken)
+  reclaim(max - taken)
+else
+  read_new(share)
+  reclaim(max - taken)
+  read_new(max - taken)
+end
+
 local last = false
 if taken == 0 then
   for _, info in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
