@@ -55,6 +55,7 @@ pub struct Config {
     expiry_margin: Option<Duration>,
     poll_interval: Duration,
     repoll_interval: Option<Duration>,
+    repoll_spread: f64,
     max_processing_time: Duration,
     retry: RetryPolicy,
     max_deliveries: u32,
@@ -74,6 +75,7 @@ impl Default for Config {
             expiry_margin: None,
             poll_interval: Duration::from_secs(1),
             repoll_interval: None,
+            repoll_spread: 0.0,
             max_processing_time: Duration::from_secs(15 * 60),
             retry: RetryPolicy::default(),
             max_deliveries: 10,
@@ -115,6 +117,10 @@ impl Config {
         poll_interval: Duration => poll_interval = std::convert::identity;
         /// Delay before re-invoking a `Pending` message (default: `poll_interval`).
         repoll_interval: Duration => repoll_interval = Some;
+        /// Fraction (0..=1) of `repoll_interval` by which a delivery's *first* re-poll may be
+        /// brought forward, drawn from the seeded generator, so a burst of `Pending` messages is
+        /// re-polled spread over the interval; later re-polls keep the exact cadence (default 0).
+        repoll_spread: f64 => repoll_spread = std::convert::identity;
         /// Bound on one handler invocation; exceeded → cancelled, a failed attempt (default 15 min).
         max_processing_time: Duration => max_processing_time = std::convert::identity;
         /// Backoff after a failed attempt.
@@ -203,6 +209,9 @@ impl Config {
         if !(0.0..=1.0).contains(&self.retry.jitter) {
             return Err(E::BadJitter(self.retry.jitter));
         }
+        if !(0.0..=1.0).contains(&self.repoll_spread) {
+            return Err(E::BadRepollSpread(self.repoll_spread));
+        }
         if self.retry.max < self.retry.initial {
             return Err(E::RetryMaxBelowInitial {
                 initial: self.retry.initial,
@@ -217,6 +226,7 @@ impl Config {
             expiry_margin,
             poll_interval: self.poll_interval,
             repoll_interval,
+            repoll_spread: self.repoll_spread,
             max_processing_time: self.max_processing_time,
             retry: self.retry.clone(),
             max_deliveries: self.max_deliveries,
@@ -245,6 +255,8 @@ pub struct Settings {
     pub poll_interval: Duration,
     /// See [`Config::repoll_interval`].
     pub repoll_interval: Duration,
+    /// See [`Config::repoll_spread`].
+    pub repoll_spread: f64,
     /// See [`Config::max_processing_time`].
     pub max_processing_time: Duration,
     /// See [`Config::retry`].
@@ -338,6 +350,9 @@ pub enum ConfigError {
     /// The retry jitter is outside 0..=1.
     #[error("retry.jitter must be between 0 and 1, got {0}")]
     BadJitter(f64),
+    /// The re-poll spread is outside 0..=1.
+    #[error("repoll_spread must be between 0 and 1, got {0}")]
+    BadRepollSpread(f64),
     /// The retry cap is below the first delay.
     #[error("retry.max ({max:?}) must be at least retry.initial ({initial:?})")]
     RetryMaxBelowInitial {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use crate::config::{Config, ConfigError, Settings};
 use crate::effect::{Effect, Stats};
 use crate::lease::{Lease, LeaseTable, Settle, State};
-use crate::timers::{Epochs, Fifo, Rng};
+use crate::timers::{Epochs, Rng, Timers};
 use crate::types::{
     CancelReason, DeadLetterReason, Fetched, InvocationId, LeaseId, MessageId, Outcome, RenewId,
     RenewResult, SettleResult, SourceId,
@@ -15,14 +15,25 @@ use crate::types::{
 /// Per-source fetch pacing.
 #[derive(Debug)]
 struct Source {
-    /// The fetch awaiting its result: how many it may deliver and its epoch.
-    outstanding: Option<(usize, u64)>,
+    /// The fetch awaiting its result.
+    outstanding: Option<Outstanding>,
     /// No fetch before this instant.
     next_at: Instant,
     /// How long the next fetch may block in the backend.
     wait: Duration,
     /// Consecutive failed fetches, for the backoff.
     failures: u32,
+}
+
+/// A fetch awaiting its result.
+#[derive(Debug, Clone, Copy)]
+struct Outstanding {
+    /// How many it may deliver (slots reserved for it).
+    max: usize,
+    /// Its epoch: its send time confirms what it delivers.
+    epoch: u64,
+    /// How long the backend was allowed to block.
+    wait: Duration,
 }
 
 /// The renew round in flight: one or more `Renew` chunks sent together.
@@ -63,10 +74,10 @@ pub struct LeaseEngine<P> {
     releasing: usize,
     /// Held leases waiting for an orphaned invocation of their message: they need a slot soon.
     blocked: usize,
-    deadlines: Fifo,
-    repolls: Fifo,
-    retries: Fifo,
-    ready: Fifo,
+    deadlines: Timers,
+    repolls: Timers,
+    retries: Timers,
+    ready: Timers,
     epochs: Epochs,
     round: Option<Round>,
     renew_due: Option<Instant>,
@@ -124,10 +135,10 @@ impl<P> LeaseEngine<P> {
             running: 0,
             releasing: 0,
             blocked: 0,
-            deadlines: Fifo::default(),
-            repolls: Fifo::default(),
-            retries: Fifo::default(),
-            ready: Fifo::default(),
+            deadlines: Timers::fifo(),
+            repolls: Timers::heap(),
+            retries: Timers::fifo(),
+            ready: Timers::fifo(),
             epochs: Epochs::default(),
             round: None,
             renew_due: None,
@@ -252,16 +263,19 @@ impl<P> LeaseEngine<P> {
             .get_mut(usize::from(source.0))
             .and_then(|s| s.outstanding.take())
         {
-            Some((max, epoch)) => {
+            Some(Outstanding { max, epoch, wait }) => {
                 self.reserved -= max;
                 let sent_at = self.epochs.sent_at(epoch);
                 let poll = self.cfg.poll_interval;
                 let src = &mut self.sources[usize::from(source.0)];
                 src.failures = 0;
-                // Empty: the next fetch waits out the poll interval (a blocking backend already
-                // did). Short: fetch again at once, letting the backend block for new entries.
-                // Full: there is probably more, fetch again at once without blocking.
+                // Empty: the next fetch comes a poll interval after this one was sent — at once
+                // if the backend already blocked for its whole wait, since waiting again here
+                // would only delay new messages. Short: fetch again at once, letting the backend
+                // block for new entries. Full: there is probably more, fetch at once, no blocking.
+                let waited_out = !wait.is_zero() && self.now >= sent_at + wait;
                 (src.next_at, src.wait) = match messages.len() {
+                    0 if waited_out => (self.now, poll),
                     0 => (sent_at + poll, poll),
                     n if n < max => (self.now, poll),
                     _ => (self.now, Duration::ZERO),
@@ -316,7 +330,7 @@ impl<P> LeaseEngine<P> {
     pub fn handle_fetch_failed(&mut self, now: Instant, source: SourceId) {
         self.begin(now);
         if let Some(src) = self.sources.get_mut(usize::from(source.0)) {
-            if let Some((max, epoch)) = src.outstanding.take() {
+            if let Some(Outstanding { max, epoch, .. }) = src.outstanding.take() {
                 src.failures = src.failures.saturating_add(1);
                 let factor = 1u32 << (src.failures - 1).min(20);
                 let backoff = self
@@ -692,7 +706,7 @@ impl<P> LeaseEngine<P> {
                 wait = wait.min(until);
             }
             let epoch = self.epochs.open(now);
-            src.outstanding = Some((max, epoch));
+            src.outstanding = Some(Outstanding { max, epoch, wait });
             self.reserved += max;
             self.next_source = (i + 1) % n;
             self.effects.push_back(Effect::Fetch {
@@ -910,8 +924,21 @@ impl<P> LeaseEngine<P> {
                 }
                 self.remove(id);
             }
-            // Sent with a fence that was replaced meanwhile: try again with the new one.
-            SettleResult::Lost if refenced => self.settle(id, op),
+            // Sent with a fence that was replaced meanwhile: try again with the new one, unless
+            // the lease lapsed meanwhile (the expiry that follows this answer drops it).
+            SettleResult::Lost
+                if refenced && self.valid_until(id).is_some_and(|t| t > self.now) =>
+            {
+                self.settle(id, op)
+            }
+            SettleResult::Lost if refenced => self.set_state(
+                id,
+                State::Settling {
+                    op,
+                    in_flight: false,
+                    sent_seq,
+                },
+            ),
             SettleResult::Lost => {
                 self.stats.lost += 1;
                 self.remove(id);
@@ -1019,7 +1046,7 @@ impl<P> LeaseEngine<P> {
         if *state == State::Blocked {
             self.blocked -= 1;
         }
-        if let Some(fifo) = self.fifo_of(state) {
+        if let Some(fifo) = self.timers_of(state) {
             fifo.live -= 1;
         }
     }
@@ -1040,19 +1067,32 @@ impl<P> LeaseEngine<P> {
         }
         let delay = match state {
             State::Running { cancelled: None } => self.cfg.max_processing_time,
-            State::Waiting => self.cfg.repoll_interval,
+            State::Waiting => self.repoll_delay(id),
             State::Settling {
                 in_flight: false, ..
             } => self.cfg.poll_interval,
             _ => Duration::ZERO,
         };
         let due = self.now + delay;
-        if let Some(fifo) = self.fifo_of(state) {
+        if let Some(fifo) = self.timers_of(state) {
             fifo.push(due, id, stamp);
         }
     }
 
-    fn fifo_of(&mut self, state: &State) -> Option<&mut Fifo> {
+    /// `repoll_interval`, except a delivery's first re-poll, which is shortened by a random
+    /// fraction (at most `repoll_spread`) so a burst of `Pending` messages is checked spread
+    /// over the interval rather than all at one instant; the cadence stays exact afterwards.
+    fn repoll_delay(&mut self, id: LeaseId) -> Duration {
+        let interval = self.cfg.repoll_interval;
+        let first = self.leases.get(id).is_some_and(|l| l.attempt == 1);
+        if first && self.cfg.repoll_spread > 0.0 {
+            interval.mul_f64(1.0 - self.cfg.repoll_spread * self.rng.next_f64())
+        } else {
+            interval
+        }
+    }
+
+    fn timers_of(&mut self, state: &State) -> Option<&mut Timers> {
         match state {
             State::Running { cancelled: None } => Some(&mut self.deadlines),
             State::Waiting => Some(&mut self.repolls),

@@ -1,48 +1,98 @@
 //! Timer structures that keep every event O(1) amortized.
 //!
-//! Each timed state (run deadline, re-poll, settle retry) waits a *constant* delay, so its due
-//! times arrive in order and a FIFO is a priority queue. Entries are invalidated lazily: an entry
+//! Most timed states (run deadline, settle retry) wait a *constant* delay, so their due times
+//! arrive in order and a FIFO is a priority queue; re-polls, whose first delay is spread, use a
+//! heap. Entries are invalidated lazily: an entry
 //! is live while its lease still carries the stamp it was pushed with. Lease expiry is tracked
 //! per *epoch* (the send time of the fetch or renew that last confirmed a lease), so a heartbeat
 //! that renews n leases moves n counters instead of re-sorting n deadlines.
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 use std::time::Instant;
 
 use crate::types::LeaseId;
 
-/// A FIFO of `(due, lease, stamp)` entries with a count of the live ones.
-#[derive(Debug, Default)]
-pub(crate) struct Fifo {
-    entries: VecDeque<(Instant, LeaseId, u32)>,
+type Entry = (Instant, LeaseId, u32);
+
+/// Timer entries `(due, lease, stamp)` with a count of the live ones: a FIFO for timers whose
+/// delay is constant (their due times arrive in order), a min-heap for the others.
+#[derive(Debug)]
+pub(crate) struct Timers {
+    entries: Entries,
     pub(crate) live: usize,
 }
 
-impl Fifo {
+#[derive(Debug)]
+enum Entries {
+    Fifo(VecDeque<Entry>),
+    Heap(BinaryHeap<Reverse<Entry>>),
+}
+
+impl Timers {
+    /// For timers pushed in due order: O(1) per operation.
+    pub(crate) fn fifo() -> Self {
+        Self {
+            entries: Entries::Fifo(VecDeque::new()),
+            live: 0,
+        }
+    }
+
+    /// For timers pushed in any order: O(log n) per operation.
+    pub(crate) fn heap() -> Self {
+        Self {
+            entries: Entries::Heap(BinaryHeap::new()),
+            live: 0,
+        }
+    }
+
     pub(crate) fn push(&mut self, due: Instant, lease: LeaseId, stamp: u32) {
-        self.entries.push_back((due, lease, stamp));
+        match &mut self.entries {
+            Entries::Fifo(q) => q.push_back((due, lease, stamp)),
+            Entries::Heap(h) => h.push(Reverse((due, lease, stamp))),
+        }
         self.live += 1;
     }
 
-    pub(crate) fn front(&self) -> Option<(Instant, LeaseId, u32)> {
-        self.entries.front().copied()
+    /// The earliest entry (live or stale).
+    pub(crate) fn front(&self) -> Option<Entry> {
+        match &self.entries {
+            Entries::Fifo(q) => q.front().copied(),
+            Entries::Heap(h) => h.peek().map(|Reverse(e)| *e),
+        }
     }
 
     pub(crate) fn pop_front(&mut self) {
-        self.entries.pop_front();
+        match &mut self.entries {
+            Entries::Fifo(q) => {
+                q.pop_front();
+            }
+            Entries::Heap(h) => {
+                h.pop();
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        match &self.entries {
+            Entries::Fifo(q) => q.len(),
+            Entries::Heap(h) => h.len(),
+        }
     }
 
     /// Drops stale entries: from the front always, everywhere once they outnumber live ones.
     pub(crate) fn prune(&mut self, is_live: impl Fn(LeaseId, u32) -> bool) {
-        while let Some(&(_, lease, stamp)) = self.entries.front() {
+        while let Some((_, lease, stamp)) = self.front() {
             if is_live(lease, stamp) {
                 break;
             }
-            self.entries.pop_front();
+            self.pop_front();
         }
-        if self.entries.len() > 32 + 2 * self.live {
-            self.entries
-                .retain(|&(_, lease, stamp)| is_live(lease, stamp));
+        if self.len() > 32 + 2 * self.live {
+            match &mut self.entries {
+                Entries::Fifo(q) => q.retain(|&(_, lease, stamp)| is_live(lease, stamp)),
+                Entries::Heap(h) => h.retain(|Reverse((_, lease, stamp))| is_live(*lease, *stamp)),
+            }
         }
     }
 }

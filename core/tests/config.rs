@@ -333,3 +333,20 @@ fn an_engine_without_sources_is_refused() {
     assert!(err.to_string().contains("at least one source"));
     assert!(LeaseEngine::<()>::with_sources(&Config::default(), 1, Instant::now()).is_ok());
 }
+
+/// `ConfigError::BadRepollSpread`: outside 0..=1 (or NaN).
+#[test]
+fn bad_repoll_spread_is_refused() {
+    for spread in [-0.1, 1.5] {
+        refused(
+            Config::default().repoll_spread(spread),
+            ConfigError::BadRepollSpread(spread),
+            &["repoll_spread", "between 0 and 1"],
+        );
+    }
+    assert!(matches!(
+        Config::default().repoll_spread(f64::NAN).validate(),
+        Err(ConfigError::BadRepollSpread(s)) if s.is_nan()
+    ));
+    assert_eq!(Config::default().validate().unwrap().repoll_spread, 0.0);
+}

@@ -1932,3 +1932,126 @@ fn rule17_time_going_backwards_is_ignored() {
     );
     assert_no_busy_loop(&e, t0 + ms(1000));
 }
+
+// ----- re-poll spread -----------------------------------------------------------------------
+
+/// Rule 1 (spread): with `repoll_spread`, a delivery's first re-poll comes between
+/// `(1 - spread) × repoll_interval` and `repoll_interval` after its `Pending`; later re-polls
+/// keep the exact cadence.
+#[test]
+fn rule01_first_repoll_is_spread_then_the_cadence_is_exact() {
+    let t0 = Instant::now();
+    let interval = ms(1000);
+    let mut e = engine(
+        &config()
+            .concurrency(1)
+            .repoll_interval(interval)
+            .repoll_spread(0.5),
+        t0,
+    );
+    drain(&mut e);
+    e.handle_fetched(t0, S0, vec![msg(1)]);
+    let (inv, _) = one_run(&drain(&mut e));
+    e.handle_outcome(t0, inv, Outcome::Pending);
+    // The freed slot fetches; nothing new is there.
+    for effect in drain(&mut e) {
+        if let Effect::Fetch { source, .. } = effect {
+            e.handle_fetched(t0, source, vec![]);
+        }
+    }
+    drain(&mut e);
+    let mut reruns = Vec::new();
+    while reruns.len() < 3 {
+        let now = e.poll_timeout().expect("a re-poll is due");
+        assert!(now < t0 + secs(10), "no re-run came");
+        e.handle_timeout(now);
+        let mut queue: std::collections::VecDeque<Effect> = drain(&mut e).into();
+        while let Some(effect) = queue.pop_front() {
+            match effect {
+                Effect::Run { invocation, .. } => {
+                    reruns.push(now);
+                    e.handle_outcome(now, invocation, Outcome::Pending);
+                }
+                Effect::Fetch { source, .. } => e.handle_fetched(now, source, vec![]),
+                Effect::Renew { batch, leases } => e.handle_renewed(
+                    now,
+                    batch,
+                    leases.into_iter().map(|l| (l, RenewResult::Kept)),
+                ),
+                other => panic!("unexpected {other:?}"),
+            }
+            queue.extend(drain(&mut e));
+        }
+    }
+    let first = reruns[0] - t0;
+    assert!(
+        first >= interval / 2 && first <= interval,
+        "first re-poll after {first:?}"
+    );
+    assert_eq!(reruns[1] - reruns[0], interval);
+    assert_eq!(reruns[2] - reruns[1], interval);
+}
+
+/// Rule 1 (spread): a burst of `Pending` messages is re-polled at many distinct instants across
+/// the interval, not all at once; without spread they all come due together.
+#[test]
+fn rule01_a_burst_of_pending_messages_is_spread_over_the_interval() {
+    let t0 = Instant::now();
+    for (spread, expect_distinct) in [(1.0, true), (0.0, false)] {
+        let mut e = engine(
+            &config()
+                .concurrency(100)
+                .max_leases(100)
+                .claim_timeout(secs(60))
+                .heartbeat_interval(secs(20))
+                .repoll_interval(secs(10))
+                .repoll_spread(spread),
+            t0,
+        );
+        drain(&mut e);
+        e.handle_fetched(t0, S0, (1..=100).map(msg).collect());
+        for (inv, _) in runs(&drain(&mut e)) {
+            e.handle_outcome(t0, inv, Outcome::Pending);
+        }
+        drain(&mut e);
+        let mut instants = std::collections::BTreeSet::new();
+        let mut now = t0;
+        let mut rerun = 0;
+        while rerun < 100 {
+            now = e.poll_timeout().expect("re-polls are due");
+            assert!(now <= t0 + secs(10), "re-poll past the interval");
+            e.handle_timeout(now);
+            let mut queue: std::collections::VecDeque<Effect> = drain(&mut e).into();
+            while let Some(effect) = queue.pop_front() {
+                match effect {
+                    Effect::Run { invocation, .. } => {
+                        rerun += 1;
+                        instants.insert(now);
+                        e.handle_outcome(now, invocation, Outcome::Done);
+                    }
+                    Effect::Fetch { source, .. } => e.handle_fetched(now, source, vec![]),
+                    Effect::Renew { batch, leases } => e.handle_renewed(
+                        now,
+                        batch,
+                        leases.into_iter().map(|l| (l, RenewResult::Kept)),
+                    ),
+                    Effect::Ack { leases } => {
+                        e.handle_acked(now, leases.into_iter().map(|l| (l, SettleResult::Ok)))
+                    }
+                    other => panic!("unexpected {other:?}"),
+                }
+                queue.extend(drain(&mut e));
+            }
+        }
+        assert!(now <= t0 + secs(10), "all re-polled within one interval");
+        if expect_distinct {
+            assert!(
+                instants.len() > 90,
+                "only {} distinct instants",
+                instants.len()
+            );
+        } else {
+            assert_eq!(instants.len(), 1);
+        }
+    }
+}

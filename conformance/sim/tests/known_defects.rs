@@ -1,6 +1,4 @@
-//! Engine defects the simulator found, pinned until `leasehold-core` is fixed (reported to the
-//! core's owner). Each test asserts the defect is still there, so it fails the day the fix
-//! lands: then flip its assertion into the regression test it describes.
+//! Engine defects the simulator found, now fixed in `leasehold-core`: each test pins the fix.
 
 use std::time::{Duration, Instant};
 
@@ -61,9 +59,8 @@ fn known_defect_release_resent_for_a_lease_expired_in_the_same_input() {
     }
     assert_eq!(engine.held(), 0, "the lease expired");
     assert!(
-        !stale.is_empty(),
-        "FIXED? The engine no longer emits effects for the expired lease: turn this test into \
-         a regression test (assert!(stale.is_empty())) and the seed test below into a pass"
+        stale.is_empty(),
+        "effects for a lease the engine no longer knows: {stale:?}"
     );
 }
 
@@ -77,20 +74,14 @@ fn known_defect_seed_5912_one_replica_three_messages() {
         messages: 3,
         ..SimConfig::with_profile(Profile::LeaseEdge)
     };
-    match run_seed(&cfg, 5912) {
-        Err(failure) => {
-            assert_eq!(failure.check, Check::Engine, "{failure}");
-            assert!(failure.detail.contains("effect: Release"), "{failure}");
-        }
-        Ok(_) => panic!(
-            "FIXED? Seed 5912 passes now: make this test assert that it does (a regression test)"
-        ),
+    if let Err(failure) = run_seed(&cfg, 5912) {
+        panic!("{failure}");
     }
     // Skipping the stale effect the way the worker driver does, every other check holds.
     let skipping = SimConfig {
         skip_stale_effects: true,
         ..cfg
     };
-    let report = run_seed(&skipping, 5912).expect("only the stale effect was wrong");
-    assert_eq!(report.stale_effects, 1);
+    let report = run_seed(&skipping, 5912).expect("passes");
+    assert_eq!(report.stale_effects, 0);
 }
