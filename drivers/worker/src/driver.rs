@@ -47,6 +47,23 @@ pub(crate) enum Event<P> {
 /// Most events handled before effects are executed, so one busy burst cannot starve dispatch.
 const MAX_BURST: usize = 1024;
 
+/// Loop turns without awaiting after which the driver yields to the executor.
+const YIELD_EVERY: usize = 64;
+
+/// Completes on its second poll: lets the executor run other tasks.
+async fn yield_now() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if std::mem::replace(&mut yielded, true) {
+            std::task::Poll::Ready(())
+        } else {
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+}
+
 /// Tunables of the driver itself (the engine has its own config).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct DriverOptions {
@@ -68,6 +85,8 @@ pub(crate) struct Driver<R: Runtime, B: Backend> {
     tx: mpsc::UnboundedSender<Event<B::Payload>>,
     rx: mpsc::UnboundedReceiver<Event<B::Payload>>,
     invocations: HashMap<InvocationId, Invocation>,
+    /// Per source, dropping it abandons the fetch in flight.
+    fetch_abandon: Vec<Option<oneshot::Sender<()>>>,
     waiters: Vec<oneshot::Sender<ShutdownReport>>,
     options: DriverOptions,
     clock: Clock,
@@ -86,6 +105,7 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
     ) -> Self {
         let clock_rt = rt.clone();
         let base = rt.now();
+        let fetch_abandon = std::iter::repeat_with(|| None).take(streams.len()).collect();
         Self {
             clock: Arc::new(move || clock_rt.now()),
             rt,
@@ -94,6 +114,7 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
             tx,
             rx,
             invocations: HashMap::new(),
+            fetch_abandon,
             waiters: Vec::new(),
             options,
             base,
@@ -103,6 +124,7 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
 
     /// Runs until shutdown has drained every lease.
     pub(crate) async fn run(mut self) {
+        let mut busy = 0usize;
         loop {
             self.execute();
             if self.drained {
@@ -112,14 +134,25 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
                 }
                 return;
             }
-            let wake = {
-                let next = self.rx.next();
-                match self.engine.poll_timeout() {
-                    Some(at) => match select(next, pin!(self.rt.sleep_until(at))).await {
-                        Either::Left((event, _)) => event,
-                        Either::Right(_) => None,
-                    },
-                    None => next.await,
+            let wake = match self.rx.try_recv() {
+                // Something is ready already: no timer needed, but let other tasks run now
+                // and then, since calls completing in place keep this loop busy.
+                Ok(event) => {
+                    busy += 1;
+                    if busy % YIELD_EVERY == 0 {
+                        yield_now().await;
+                    }
+                    Some(event)
+                }
+                Err(_) => {
+                    let next = self.rx.next();
+                    match self.engine.poll_timeout() {
+                        Some(at) => match select(next, pin!(self.rt.sleep_until(at))).await {
+                            Either::Left((event, _)) => event,
+                            Either::Right(_) => None,
+                        },
+                        None => next.await,
+                    }
                 }
             };
             match wake {
@@ -169,6 +202,8 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
             Event::Shutdown(grace, reply) => {
                 self.waiters.extend(reply);
                 self.engine.handle_shutdown(now, now + grace);
+                // No more fetches are needed: stop the ones waiting for new entries.
+                self.fetch_abandon.iter_mut().for_each(|abandon| drop(abandon.take()));
             }
             Event::Stats(reply) => {
                 let _ = reply.send(*self.engine.stats());
@@ -246,10 +281,17 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
         call: impl Future<Output = BackendResult<T>> + Send + 'static,
         event: impl FnOnce(BackendResult<T>) -> Event<B::Payload> + Send + 'static,
     ) {
+        // Poll once in place: a call that completes at once (an in-memory backend, an answer
+        // already buffered) costs no task and no timer, only a message to ourselves.
+        let mut call = Box::pin(call);
+        if let Some(result) = call.as_mut().now_or_never() {
+            let _ = self.tx.unbounded_send(event(result));
+            return;
+        }
         let (rt, tx) = (self.rt.clone(), self.tx.clone());
         self.rt.spawn(Box::pin(async move {
             let deadline = rt.sleep_until(rt.now() + timeout);
-            let result = match select(pin!(call), pin!(deadline)).await {
+            let result = match select(call, pin!(deadline)).await {
                 Either::Left((result, _)) => result,
                 Either::Right(_) => Err(BackendError::transient(format!(
                     "backend call timed out after {timeout:?}"
@@ -260,11 +302,20 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
         }));
     }
 
-    fn fetch(&self, source: SourceId, max: usize, wait: Duration) {
+    /// Fetches in a task that shutdown can abandon: a fetch blocked waiting for new entries
+    /// must not hold shutdown up, and dropping it loses nothing (the `Backend::fetch` contract).
+    fn fetch(&mut self, source: SourceId, max: usize, wait: Duration) {
         let backend = self.backend(source);
+        let (abandon, abandoned) = oneshot::channel::<()>();
+        self.fetch_abandon[usize::from(source.0)] = Some(abandon);
         self.call_within(
             wait + self.options.call_timeout,
-            async move { backend.fetch(max, wait).await },
+            async move {
+                match select(pin!(backend.fetch(max, wait)), abandoned).await {
+                    Either::Left((result, _)) => result,
+                    Either::Right(_) => Err(BackendError::transient("fetch abandoned at shutdown")),
+                }
+            },
             move |result| Event::Fetched(source, result),
         );
     }
