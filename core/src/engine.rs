@@ -83,6 +83,8 @@ pub struct LeaseEngine<P> {
     renew_due: Option<Instant>,
     next_renew_id: u64,
     acks: Vec<LeaseId>,
+    /// An input came since fetches were last decided.
+    fetch_due: bool,
     effects: VecDeque<Effect>,
     shutdown: Option<Shutdown>,
     drained: bool,
@@ -144,6 +146,7 @@ impl<P> LeaseEngine<P> {
             renew_due: None,
             next_renew_id: 0,
             acks: Vec::new(),
+            fetch_due: true,
             effects: VecDeque::new(),
             shutdown: None,
             drained: false,
@@ -162,7 +165,7 @@ impl<P> LeaseEngine<P> {
     /// that feeds a burst of inputs before draining gets one ack batch and one fetch sized for
     /// all the slots the burst freed, instead of one tiny fetch per finished invocation.
     pub fn poll_effect(&mut self) -> Option<Effect> {
-        if self.effects.is_empty() {
+        if self.effects.is_empty() && std::mem::take(&mut self.fetch_due) {
             self.fetch();
         }
         if self.effects.is_empty() {
@@ -309,8 +312,13 @@ impl<P> LeaseEngine<P> {
                 continue;
             }
             budget -= 1;
-            let key = (source, self.leases.get(id).expect("created").id.clone());
-            match self.orphans.get(&key).copied() {
+            let orphan = if self.orphans.is_empty() {
+                None
+            } else {
+                let key = (source, self.leases.get(id).expect("created").id.clone());
+                self.orphans.get(&key).copied()
+            };
+            match orphan {
                 Some(orphan) => {
                     // An earlier invocation of this message still winds down: serial per message.
                     if let Some(o) = self.leases.get_mut(orphan) {
@@ -517,6 +525,7 @@ impl<P> LeaseEngine<P> {
 
     fn begin(&mut self, now: Instant) {
         self.now = self.now.max(now);
+        self.fetch_due = true;
         self.advance();
     }
 
@@ -541,8 +550,14 @@ impl<P> LeaseEngine<P> {
     /// Runs every timer that is due at `self.now`.
     fn advance(&mut self) {
         let now = self.now;
-        // Local expiry first, so nothing below acts on a lease that may have lapsed.
-        if let Some(cutoff) = now.checked_sub(self.cfg.lease_ttl()) {
+        // Local expiry first, so nothing below acts on a lease that may have lapsed. Nothing
+        // can have lapsed before the oldest confirming epoch's deadline.
+        let ttl = self.cfg.lease_ttl();
+        let lapsing = self
+            .epochs
+            .oldest_live()
+            .is_some_and(|(_, sent)| sent + ttl <= now);
+        if let Some(cutoff) = now.checked_sub(ttl).filter(|_| lapsing) {
             if let Some(epoch) = self.epochs.newest_live_sent_by(cutoff) {
                 let expired: Vec<LeaseId> = self
                     .leases
@@ -677,13 +692,13 @@ impl<P> LeaseEngine<P> {
             return;
         }
         let mut budget = self.fetch_budget();
+        if budget == 0 {
+            return;
+        }
         let now = self.now;
-        let n = self.sources.len();
-        let due: Vec<usize> = (0..n)
-            .map(|i| (self.next_source + i) % n)
-            .filter(|&i| self.sources[i].outstanding.is_none() && self.sources[i].next_at <= now)
-            .collect();
-        if budget == 0 || due.is_empty() {
+        let is_due = |s: &Source| s.outstanding.is_none() && s.next_at <= now;
+        let due = self.sources.iter().filter(|s| is_due(s)).count();
+        if due == 0 {
             return;
         }
         // Leave room for waiting re-runs: a fetch may block no longer than the next one is due.
@@ -691,11 +706,16 @@ impl<P> LeaseEngine<P> {
             .then(|| self.repolls.front())
             .flatten()
             .map(|(due, _, _)| due.saturating_duration_since(now));
-        let starved = due.len() > budget;
-        let mut shares = due.len().min(budget);
-        for i in due {
+        let starved = due > budget;
+        let mut shares = due.min(budget);
+        let n = self.sources.len();
+        let start = self.next_source;
+        for i in (0..n).map(|k| (start + k) % n) {
             if shares == 0 {
                 break;
+            }
+            if !is_due(&self.sources[i]) {
+                continue;
             }
             let max = budget.div_ceil(shares);
             shares -= 1;

@@ -179,6 +179,10 @@ impl<P> LeaseTable<P> {
                 }
             }
             None => {
+                // Grow by half rather than double: the slab is most of a lease's memory.
+                if self.slots.len() == self.slots.capacity() {
+                    self.slots.reserve_exact((self.slots.len() / 2).max(16));
+                }
                 let slot = u32::try_from(self.slots.len()).expect("fewer than 2^32 leases");
                 self.slots.push(Slot {
                     generation: 0,

@@ -82,6 +82,9 @@ impl Timers {
 
     /// Drops stale entries: from the front always, everywhere once they outnumber live ones.
     pub(crate) fn prune(&mut self, is_live: impl Fn(LeaseId, u32) -> bool) {
+        if self.len() == self.live {
+            return; // nothing stale
+        }
         while let Some((_, lease, stamp)) = self.front() {
             if is_live(lease, stamp) {
                 break;
