@@ -1,0 +1,768 @@
+//! Conformance suite for leasehold backends: the lease guarantees of the
+//! [`Backend`] SPI, one property per function, runnable from a backend author's own tests.
+//!
+//! Implement [`BackendFactory`] for your backend (it opens N handles, one per replica, on one
+//! fresh stream, and lets time pass), then expand [`backend_suite!`] in a test file:
+//!
+//! ```text
+//! use leasehold_conformance::backend_suite;
+//! backend_suite!(MyFactory::new());
+//! ```
+//!
+//! That yields one `#[tokio::test]` per property (your crate needs `tokio` with the `rt` and
+//! `macros` features as a dev-dependency). Each property is also a plain `pub async fn` taking
+//! `&impl BackendFactory`, so you may run it under any executor. A violated property panics
+//! with `property `<name>` violated: <what happened>`.
+//!
+//! The properties are written to hold on real-time backends (Redis: claim timeout ~1 s, `advance`
+//! sleeps) as well as on virtual time (memory backend with a manual clock): "not before the
+//! claim timeout" is checked at half the claim timeout or immediately after a fetch, and "after"
+//! with a quarter claim timeout of margin.
+//!
+//! See `conformance/GUIDE.md` for the SPI contract method by method.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::time::Duration;
+
+use leasehold_core::{
+    Backend, DeadLetterReason, Fetched, LeaseRef, MessageId, RenewResult, SettleResult,
+};
+
+/// Opens handles on fresh streams of the backend under test and lets time pass.
+pub trait BackendFactory: Sync {
+    /// The backend under test. Payloads are built from bytes and compared as bytes.
+    type Backend: Backend<Payload: From<Vec<u8>> + AsRef<[u8]>>;
+
+    /// The claim timeout the properties use. Virtual-time backends may use anything (e.g. 30 s);
+    /// real-time ones should keep it short (~1 s) so the suite stays fast, but long enough that
+    /// a round trip is a small fraction of it.
+    fn claim_timeout(&self) -> Duration;
+
+    /// `replicas` handles (distinct consumers of one consumer group) on one fresh, empty stream
+    /// whose claim timeout is `claim_timeout`.
+    fn open(
+        &self,
+        claim_timeout: Duration,
+        replicas: usize,
+    ) -> impl Future<Output = Vec<Self::Backend>> + Send;
+
+    /// Lets `d` pass on the backend's clock: advance a manual clock, or sleep for real.
+    fn advance(&self, d: Duration) -> impl Future<Output = ()> + Send;
+}
+
+/// Fails the current property with a clear message.
+macro_rules! ensure {
+    ($prop:expr, $cond:expr, $($msg:tt)+) => {
+        if !$cond {
+            panic!("property `{}` violated: {}", $prop, format!($($msg)+));
+        }
+    };
+}
+
+fn lease<P>(message: &Fetched<P>) -> LeaseRef {
+    LeaseRef {
+        id: message.id.clone(),
+        fence: message.fence,
+    }
+}
+
+fn payload<B: Backend<Payload: From<Vec<u8>>>>(bytes: &[u8]) -> B::Payload {
+    B::Payload::from(bytes.to_vec())
+}
+
+async fn open<F: BackendFactory>(f: &F, replicas: usize) -> (Duration, Vec<F::Backend>) {
+    let claim = f.claim_timeout();
+    let handles = f.open(claim, replicas).await;
+    assert_eq!(
+        handles.len(),
+        replicas,
+        "factory opened {} handles, {replicas} asked",
+        handles.len()
+    );
+    (claim, handles)
+}
+
+async fn publish<B: Backend<Payload: From<Vec<u8>>>>(b: &B, bytes: &[u8]) -> MessageId {
+    b.publish(payload::<B>(bytes))
+        .await
+        .expect("publish failed")
+}
+
+async fn fetch<B: Backend>(b: &B, max: usize) -> Vec<Fetched<B::Payload>> {
+    b.fetch(max, Duration::ZERO).await.expect("fetch failed")
+}
+
+async fn renew<B: Backend>(b: &B, leases: &[LeaseRef]) -> Vec<RenewResult> {
+    b.renew(leases).await.expect("renew failed")
+}
+
+async fn ack<B: Backend>(b: &B, leases: &[LeaseRef]) -> Vec<SettleResult> {
+    b.ack(leases).await.expect("ack failed")
+}
+
+async fn stream_len<B: Backend>(b: &B) -> u64 {
+    b.stream_len().await.expect("stream_len failed")
+}
+
+async fn pending<B: Backend>(b: &B) -> u64 {
+    b.pending().await.expect("pending failed")
+}
+
+/// Margin added to "after the claim timeout / delay" so real-time backends are not flaky.
+fn margin(claim: Duration) -> Duration {
+    claim / 4
+}
+
+/// Publishes one message on `a`, fetches it on `a`, lets the claim timeout lapse and has `b`
+/// take it over. Returns (a's stale delivery, b's delivery).
+async fn taken_over<F: BackendFactory>(
+    prop: &str,
+    f: &F,
+    a: &F::Backend,
+    b: &F::Backend,
+    claim: Duration,
+) -> (
+    Fetched<<F::Backend as Backend>::Payload>,
+    Fetched<<F::Backend as Backend>::Payload>,
+) {
+    publish(a, b"job").await;
+    let mut first = fetch(a, 1).await;
+    ensure!(
+        prop,
+        first.len() == 1,
+        "a fetched {} of 1 new message",
+        first.len()
+    );
+    f.advance(claim + margin(claim)).await;
+    let mut second = fetch(b, 1).await;
+    ensure!(
+        prop,
+        second.len() == 1,
+        "replica b could not take over a lease left unrenewed past the claim timeout"
+    );
+    let (old, new) = (first.remove(0), second.remove(0));
+    ensure!(prop, old.id == new.id, "b took a different message");
+    ensure!(
+        prop,
+        old.fence != new.fence,
+        "a takeover must change the fence (both {:?})",
+        new.fence
+    );
+    (old, new)
+}
+
+/// publish → fetch → ack: the payload comes back intact with delivery count 1, and after the
+/// ack the message is gone (`stream_len` and `pending` 0, never fetched again).
+pub async fn round_trip<F: BackendFactory>(f: &F) {
+    const P: &str = "round_trip";
+    let (claim, r) = open(f, 1).await;
+    let a = &r[0];
+    let id = publish(a, b"hello").await;
+    ensure!(P, stream_len(a).await == 1, "stream_len after one publish");
+    let batch = fetch(a, 10).await;
+    ensure!(
+        P,
+        batch.len() == 1,
+        "fetched {} messages, 1 published",
+        batch.len()
+    );
+    let m = &batch[0];
+    ensure!(P, m.id == id, "fetched id {} but published {}", m.id, id);
+    ensure!(
+        P,
+        m.payload.as_ref() == b"hello",
+        "payload changed on the way"
+    );
+    ensure!(
+        P,
+        m.delivery_count == 1,
+        "first delivery count is {}",
+        m.delivery_count
+    );
+    ensure!(
+        P,
+        pending(a).await == 1,
+        "a fetched message must be pending"
+    );
+    ensure!(
+        P,
+        ack(a, &[lease(m)]).await == [SettleResult::Ok],
+        "owner's ack refused"
+    );
+    ensure!(
+        P,
+        stream_len(a).await == 0,
+        "acked message still in the stream"
+    );
+    ensure!(P, pending(a).await == 0, "acked message still pending");
+    f.advance(claim + margin(claim)).await;
+    ensure!(
+        P,
+        fetch(a, 10).await.is_empty(),
+        "acked message delivered again"
+    );
+}
+
+/// Two publishes of the same payload are two messages with distinct ids, each delivered and
+/// acked on its own.
+pub async fn identical_payloads_stay_distinct<F: BackendFactory>(f: &F) {
+    const P: &str = "identical_payloads_stay_distinct";
+    let (_, r) = open(f, 1).await;
+    let a = &r[0];
+    let id1 = publish(a, b"same").await;
+    let id2 = publish(a, b"same").await;
+    ensure!(P, id1 != id2, "equal payloads got the same id {id1}");
+    ensure!(
+        P,
+        stream_len(a).await == 2,
+        "stream_len after two equal publishes"
+    );
+    let batch = fetch(a, 10).await;
+    ensure!(
+        P,
+        batch.len() == 2,
+        "fetched {} of 2 equal messages",
+        batch.len()
+    );
+    ensure!(
+        P,
+        ack(a, &[lease(&batch[0])]).await == [SettleResult::Ok],
+        "ack of the first"
+    );
+    ensure!(
+        P,
+        stream_len(a).await == 1,
+        "acking one of two equal messages removed both"
+    );
+    ensure!(
+        P,
+        ack(a, &[lease(&batch[1])]).await == [SettleResult::Ok],
+        "ack of the second"
+    );
+}
+
+/// Renewing every half claim timeout keeps a lease alive well past the claim timeout: no other
+/// replica can take it, and the owner can still ack it.
+pub async fn renew_keeps_lease_alive<F: BackendFactory>(f: &F) {
+    const P: &str = "renew_keeps_lease_alive";
+    let (claim, r) = open(f, 2).await;
+    let (a, b) = (&r[0], &r[1]);
+    publish(a, b"job").await;
+    let m = fetch(a, 1).await.remove(0);
+    for round in 1..=3 {
+        f.advance(claim / 2).await;
+        ensure!(
+            P,
+            renew(a, &[lease(&m)]).await == [RenewResult::Kept],
+            "renew {round} lost"
+        );
+        ensure!(
+            P,
+            fetch(b, 1).await.is_empty(),
+            "b took a lease renewed every half claim timeout (after {round} renews)"
+        );
+    }
+    ensure!(
+        P,
+        ack(a, &[lease(&m)]).await == [SettleResult::Ok],
+        "ack after renews refused"
+    );
+}
+
+/// An unrenewed lease is not reclaimable right after the fetch nor at half the claim timeout,
+/// and is reclaimable by another replica after the claim timeout, with delivery count 2.
+pub async fn unrenewed_lease_reclaimable_after_timeout<F: BackendFactory>(f: &F) {
+    const P: &str = "unrenewed_lease_reclaimable_after_timeout";
+    let (claim, r) = open(f, 2).await;
+    let (a, b) = (&r[0], &r[1]);
+    publish(a, b"job").await;
+    let m = fetch(a, 1).await.remove(0);
+    ensure!(
+        P,
+        fetch(b, 1).await.is_empty(),
+        "b took a lease right after a fetched it"
+    );
+    f.advance(claim / 2).await;
+    ensure!(
+        P,
+        fetch(b, 1).await.is_empty(),
+        "b took a lease at half the claim timeout"
+    );
+    f.advance(claim / 2 + margin(claim)).await;
+    let taken = fetch(b, 1).await;
+    ensure!(
+        P,
+        taken.len() == 1,
+        "b could not take a lease idle past the claim timeout"
+    );
+    ensure!(P, taken[0].id == m.id, "b took a different message");
+    ensure!(
+        P,
+        taken[0].delivery_count == 2,
+        "delivery count after one takeover is {}",
+        taken[0].delivery_count
+    );
+}
+
+/// After a takeover, renew by the former owner (stale fence) and by a non-owner presenting the
+/// current fence both report `Lost` and leave the entry with the new owner.
+pub async fn renew_by_non_owner_is_lost<F: BackendFactory>(f: &F) {
+    const P: &str = "renew_by_non_owner_is_lost";
+    let (claim, r) = open(f, 2).await;
+    let (a, b) = (&r[0], &r[1]);
+    let (old, new) = taken_over(P, f, a, b, claim).await;
+    ensure!(
+        P,
+        renew(a, &[lease(&old)]).await == [RenewResult::Lost],
+        "stale renew kept"
+    );
+    ensure!(
+        P,
+        renew(a, &[lease(&new)]).await == [RenewResult::Lost],
+        "renew by a non-owner with the current fence kept"
+    );
+    ensure!(
+        P,
+        renew(b, &[lease(&new)]).await == [RenewResult::Kept],
+        "owner lost its lease"
+    );
+    ensure!(
+        P,
+        fetch(a, 1).await.is_empty(),
+        "a non-owner's renew moved the entry to it"
+    );
+    ensure!(
+        P,
+        ack(b, &[lease(&new)]).await == [SettleResult::Ok],
+        "owner's ack refused"
+    );
+}
+
+/// Ack by a former owner (stale fence), by a non-owner with the current fence, and by the same
+/// consumer with the fence of an earlier delivery never removes the entry; the current owner's
+/// ack does.
+pub async fn ack_by_non_owner_keeps_entry<F: BackendFactory>(f: &F) {
+    const P: &str = "ack_by_non_owner_keeps_entry";
+    let (claim, r) = open(f, 2).await;
+    let (a, b) = (&r[0], &r[1]);
+    let (old, new) = taken_over(P, f, a, b, claim).await;
+    ensure!(
+        P,
+        ack(a, &[lease(&old)]).await == [SettleResult::Lost],
+        "stale ack accepted"
+    );
+    ensure!(
+        P,
+        ack(a, &[lease(&new)]).await == [SettleResult::Lost],
+        "ack by a non-owner with the current fence accepted"
+    );
+    ensure!(
+        P,
+        stream_len(a).await == 1,
+        "a refused ack removed the entry"
+    );
+    ensure!(P, pending(a).await == 1, "a refused ack settled the entry");
+    // The same consumer, reclaiming its own lapsed lease: the earlier fence is stale.
+    f.advance(claim + margin(claim)).await;
+    let again = fetch(b, 1).await;
+    ensure!(
+        P,
+        again.len() == 1,
+        "b could not reclaim its own lapsed lease"
+    );
+    ensure!(
+        P,
+        ack(b, &[lease(&new)]).await == [SettleResult::Lost],
+        "the owner's ack with the fence of an earlier delivery accepted"
+    );
+    ensure!(
+        P,
+        stream_len(b).await == 1,
+        "a stale-fence ack removed the entry"
+    );
+    ensure!(
+        P,
+        ack(b, &[lease(&again[0])]).await == [SettleResult::Ok],
+        "owner's ack refused"
+    );
+    ensure!(
+        P,
+        stream_len(b).await == 0,
+        "owner's ack did not remove the entry"
+    );
+}
+
+/// Release with a delay makes the message claimable by any replica after the delay and not at
+/// once; release with delay 0 makes it claimable at once. A stale release is `Lost`.
+pub async fn release_with_delay<F: BackendFactory>(f: &F) {
+    const P: &str = "release_with_delay";
+    let (claim, r) = open(f, 2).await;
+    let (a, b) = (&r[0], &r[1]);
+    publish(a, b"job").await;
+    let m = fetch(a, 1).await.remove(0);
+    let delay = claim / 2;
+    let released = a.release(&lease(&m), delay).await.expect("release failed");
+    ensure!(
+        P,
+        released == SettleResult::Ok,
+        "owner's release refused: {released:?}"
+    );
+    ensure!(
+        P,
+        fetch(b, 1).await.is_empty(),
+        "released message claimable before its delay"
+    );
+    f.advance(delay + margin(claim)).await;
+    let taken = fetch(b, 1).await;
+    ensure!(
+        P,
+        taken.len() == 1,
+        "released message not claimable after its delay"
+    );
+    ensure!(P, taken[0].id == m.id, "b took a different message");
+    let stale = a
+        .release(&lease(&m), Duration::ZERO)
+        .await
+        .expect("release failed");
+    ensure!(
+        P,
+        stale == SettleResult::Lost,
+        "stale release accepted: {stale:?}"
+    );
+    let now = b
+        .release(&lease(&taken[0]), Duration::ZERO)
+        .await
+        .expect("release failed");
+    ensure!(
+        P,
+        now == SettleResult::Ok,
+        "owner's release(0) refused: {now:?}"
+    );
+    let again = fetch(a, 1).await;
+    ensure!(
+        P,
+        again.len() == 1,
+        "message released with delay 0 not claimable at once"
+    );
+    ensure!(
+        P,
+        ack(a, &[lease(&again[0])]).await == [SettleResult::Ok],
+        "ack refused"
+    );
+}
+
+/// Dead-lettering removes the message from the stream and from pending, and it is never
+/// delivered again; a stale dead-letter is `Lost` and changes nothing. (Where the dead letter
+/// lands and how to inspect its reason and count is backend-specific, outside the SPI.)
+pub async fn dead_letter_removes_message<F: BackendFactory>(f: &F) {
+    const P: &str = "dead_letter_removes_message";
+    let (claim, r) = open(f, 2).await;
+    let (a, b) = (&r[0], &r[1]);
+    let (old, new) = taken_over(P, f, a, b, claim).await;
+    let reason = DeadLetterReason::Rejected("conformance".into());
+    let stale = a
+        .dead_letter(&lease(&old), &reason)
+        .await
+        .expect("dead_letter failed");
+    ensure!(
+        P,
+        stale == SettleResult::Lost,
+        "stale dead-letter accepted: {stale:?}"
+    );
+    ensure!(
+        P,
+        stream_len(a).await == 1,
+        "a stale dead-letter removed the entry"
+    );
+    let done = b
+        .dead_letter(&lease(&new), &reason)
+        .await
+        .expect("dead_letter failed");
+    ensure!(
+        P,
+        done == SettleResult::Ok,
+        "owner's dead-letter refused: {done:?}"
+    );
+    ensure!(
+        P,
+        stream_len(a).await == 0,
+        "dead-lettered message still in the stream"
+    );
+    ensure!(
+        P,
+        pending(a).await == 0,
+        "dead-lettered message still pending"
+    );
+    f.advance(claim + margin(claim)).await;
+    ensure!(
+        P,
+        fetch(a, 10).await.is_empty(),
+        "dead-lettered message delivered to a"
+    );
+    ensure!(
+        P,
+        fetch(b, 10).await.is_empty(),
+        "dead-lettered message delivered to b"
+    );
+}
+
+/// The delivery count is 1 on first delivery, is unchanged by renews, and grows by one on each
+/// takeover; every takeover has a new fence.
+pub async fn delivery_count_grows_on_takeover_not_renew<F: BackendFactory>(f: &F) {
+    const P: &str = "delivery_count_grows_on_takeover_not_renew";
+    let (claim, r) = open(f, 2).await;
+    let (a, b) = (&r[0], &r[1]);
+    publish(a, b"job").await;
+    let m1 = fetch(a, 1).await.remove(0);
+    ensure!(
+        P,
+        m1.delivery_count == 1,
+        "first delivery count {}",
+        m1.delivery_count
+    );
+    for _ in 0..2 {
+        f.advance(claim / 2).await;
+        ensure!(
+            P,
+            renew(a, &[lease(&m1)]).await == [RenewResult::Kept],
+            "renew lost"
+        );
+    }
+    f.advance(claim + margin(claim)).await;
+    let m2 = fetch(b, 1).await;
+    ensure!(P, m2.len() == 1, "b could not take over");
+    ensure!(
+        P,
+        m2[0].delivery_count == 2,
+        "delivery count after two renews and one takeover is {} (renews must not count)",
+        m2[0].delivery_count
+    );
+    f.advance(claim + margin(claim)).await;
+    let m3 = fetch(a, 1).await;
+    ensure!(P, m3.len() == 1, "a could not take back over");
+    ensure!(
+        P,
+        m3[0].delivery_count == 3,
+        "count after two takeovers {}",
+        m3[0].delivery_count
+    );
+    let fences: HashSet<_> = [m1.fence, m2[0].fence, m3[0].fence].into_iter().collect();
+    ensure!(
+        P,
+        fences.len() == 3,
+        "fences repeat across deliveries: {fences:?}"
+    );
+}
+
+/// In a batch mixing held and lost leases, renew and ack answer per lease, in order: the held
+/// ones succeed, the lost one is `Lost`, and nothing is all-or-nothing.
+pub async fn results_are_per_lease<F: BackendFactory>(f: &F) {
+    const P: &str = "results_are_per_lease";
+    let (claim, r) = open(f, 2).await;
+    let (a, b) = (&r[0], &r[1]);
+    let (old, new) = taken_over(P, f, a, b, claim).await;
+    publish(a, b"two").await;
+    publish(a, b"three").await;
+    let held = fetch(a, 10).await;
+    ensure!(
+        P,
+        held.len() == 2,
+        "a fetched {} of 2 new messages",
+        held.len()
+    );
+    let batch = [lease(&held[0]), lease(&old), lease(&held[1])];
+    let renewed = renew(a, &batch).await;
+    ensure!(
+        P,
+        renewed == [RenewResult::Kept, RenewResult::Lost, RenewResult::Kept],
+        "mixed renew answered {renewed:?}"
+    );
+    let acked = ack(a, &batch).await;
+    ensure!(
+        P,
+        acked == [SettleResult::Ok, SettleResult::Lost, SettleResult::Ok],
+        "mixed ack answered {acked:?}"
+    );
+    ensure!(
+        P,
+        stream_len(a).await == 1,
+        "the lost lease's entry must remain"
+    );
+    ensure!(
+        P,
+        ack(b, &[lease(&new)]).await == [SettleResult::Ok],
+        "owner's ack refused"
+    );
+}
+
+/// `fetch(max)` never returns more than `max` messages, whether new or reclaimed, and
+/// `fetch(0)` returns none.
+pub async fn fetch_never_exceeds_max<F: BackendFactory>(f: &F) {
+    const P: &str = "fetch_never_exceeds_max";
+    let (claim, r) = open(f, 2).await;
+    let (a, b) = (&r[0], &r[1]);
+    for i in 0..10u8 {
+        publish(a, &[i]).await;
+    }
+    let zero = fetch(a, 0).await.len();
+    ensure!(P, zero == 0, "fetch(0) returned {zero} messages");
+    let mut seen = HashSet::new();
+    for _ in 0..10 {
+        let batch = fetch(a, 3).await;
+        ensure!(
+            P,
+            batch.len() <= 3,
+            "fetch(3) of new messages returned {}",
+            batch.len()
+        );
+        seen.extend(batch.into_iter().map(|m| m.id));
+    }
+    ensure!(
+        P,
+        seen.len() == 10,
+        "a got {} distinct of 10 messages",
+        seen.len()
+    );
+    f.advance(claim + margin(claim)).await;
+    let zero = fetch(b, 0).await.len();
+    ensure!(
+        P,
+        zero == 0,
+        "fetch(0) with reclaimable messages returned {zero}"
+    );
+    let mut taken = HashSet::new();
+    for _ in 0..10 {
+        let batch = fetch(b, 4).await;
+        ensure!(
+            P,
+            batch.len() <= 4,
+            "fetch(4) of reclaimable messages returned {}",
+            batch.len()
+        );
+        taken.extend(batch.into_iter().map(|m| m.id));
+    }
+    ensure!(
+        P,
+        taken == seen,
+        "b reclaimed {} of 10 lapsed messages",
+        taken.len()
+    );
+}
+
+/// Many lapsed leases and a small `max`, with new messages arriving meanwhile: successive
+/// fetches reclaim every lapsed one (the scan moves on) and still deliver the new ones.
+pub async fn reclaim_does_not_starve<F: BackendFactory>(f: &F) {
+    const P: &str = "reclaim_does_not_starve";
+    const STALE: usize = 20;
+    let (claim, r) = open(f, 2).await;
+    let (a, b) = (&r[0], &r[1]);
+    for i in 0..STALE {
+        publish(a, format!("stale {i}").as_bytes()).await;
+    }
+    let mut stale = HashSet::new();
+    while stale.len() < STALE {
+        let batch = fetch(a, 5).await;
+        ensure!(
+            P,
+            !batch.is_empty(),
+            "a got {} of {STALE} new messages",
+            stale.len()
+        );
+        stale.extend(batch.into_iter().map(|m| m.id));
+    }
+    f.advance(claim + margin(claim)).await;
+    let (mut reclaimed, mut fresh, mut published) = (HashSet::new(), HashSet::new(), 0);
+    // 3 per fetch, one new message per round: 20 reclaims + up to 30 new ones fit in 17 rounds.
+    for _ in 0..30 {
+        if reclaimed.len() == STALE {
+            break;
+        }
+        publish(a, format!("fresh {published}").as_bytes()).await;
+        published += 1;
+        for m in fetch(b, 3).await {
+            if stale.contains(&m.id) {
+                ensure!(
+                    P,
+                    m.delivery_count == 2,
+                    "reclaim count {}",
+                    m.delivery_count
+                );
+                reclaimed.insert(m.id);
+            } else {
+                fresh.insert(m.id);
+            }
+        }
+    }
+    ensure!(
+        P,
+        reclaimed.len() == STALE,
+        "after 30 fetches of 3, b reclaimed {} of {STALE} lapsed messages",
+        reclaimed.len()
+    );
+    for _ in 0..published {
+        if fresh.len() == published {
+            break;
+        }
+        fresh.extend(fetch(b, 3).await.into_iter().map(|m| m.id));
+    }
+    ensure!(
+        P,
+        fresh.len() == published,
+        "new messages starved: b got {} of {published}",
+        fresh.len()
+    );
+}
+
+/// Runs every property, in order, against `factory` (each on fresh streams): for a single
+/// `#[test]` or a custom executor. Prefer [`backend_suite!`], which reports each on its own.
+pub async fn run_all<F: BackendFactory>(factory: &F) {
+    round_trip(factory).await;
+    identical_payloads_stay_distinct(factory).await;
+    renew_keeps_lease_alive(factory).await;
+    unrenewed_lease_reclaimable_after_timeout(factory).await;
+    renew_by_non_owner_is_lost(factory).await;
+    ack_by_non_owner_keeps_entry(factory).await;
+    release_with_delay(factory).await;
+    dead_letter_removes_message(factory).await;
+    delivery_count_grows_on_takeover_not_renew(factory).await;
+    results_are_per_lease(factory).await;
+    fetch_never_exceeds_max(factory).await;
+    reclaim_does_not_starve(factory).await;
+}
+
+/// Expands to one `#[tokio::test]` per property, each building its own factory from the
+/// expression (evaluated once per test). Needs `tokio` (features `rt`, `macros`) in the calling
+/// crate.
+///
+/// ```text
+/// leasehold_conformance::backend_suite!(MyFactory::new());
+/// ```
+#[macro_export]
+macro_rules! backend_suite {
+    ($factory:expr) => {
+        $crate::backend_suite!(@each $factory;
+            round_trip,
+            identical_payloads_stay_distinct,
+            renew_keeps_lease_alive,
+            unrenewed_lease_reclaimable_after_timeout,
+            renew_by_non_owner_is_lost,
+            ack_by_non_owner_keeps_entry,
+            release_with_delay,
+            dead_letter_removes_message,
+            delivery_count_grows_on_takeover_not_renew,
+            results_are_per_lease,
+            fetch_never_exceeds_max,
+            reclaim_does_not_starve
+        );
+    };
+    (@each $factory:expr; $($property:ident),+) => {
+        $(
+            #[tokio::test]
+            async fn $property() {
+                let factory = $factory;
+                $crate::$property(&factory).await;
+            }
+        )+
+    };
+}
