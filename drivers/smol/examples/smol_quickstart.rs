@@ -1,0 +1,34 @@
+//! A worker on smol over the in-memory backend: `cargo run -p leasehold-smol --example smol_quickstart`
+
+use std::time::Duration;
+
+use leasehold_memory::{MemoryStream, StreamConfig};
+use leasehold_smol::{Config, Delivery, Outcome};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    smol::block_on(async {
+        let stream = MemoryStream::new(StreamConfig::new(Duration::from_secs(60)))?;
+        for n in 1..=3u32 {
+            stream.publish(serde_json::to_vec(&n)?);
+        }
+
+        let worker = leasehold_smol::worker()
+            .config(Config::default().concurrency(8))
+            .stream(
+                "numbers",
+                stream.consumer("worker-1")?,
+                |job: Delivery<u32>| async move {
+                    println!("got {}", job.message());
+                    Outcome::Done
+                },
+            )
+            .start()?;
+
+        while !stream.is_empty() {
+            smol::Timer::after(Duration::from_millis(10)).await;
+        }
+        let report = worker.shutdown(Duration::from_secs(30)).await;
+        println!("{report:?}");
+        Ok(())
+    })
+}
