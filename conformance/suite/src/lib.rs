@@ -23,6 +23,7 @@
 
 use std::collections::HashSet;
 use std::future::Future;
+use std::task::Poll;
 use std::time::Duration;
 
 use leasehold_core::{
@@ -714,6 +715,52 @@ pub async fn reclaim_does_not_starve<F: BackendFactory>(f: &F) {
     );
 }
 
+/// A `fetch` dropped while it may be waiting loses nothing: a message published before it and
+/// one published after it are both delivered, at the latest once the claim timeout has passed
+/// (if the dropped fetch took them, they stay pending and are reclaimed), and the handle still
+/// works afterwards.
+pub async fn dropped_fetch_loses_nothing<F: BackendFactory>(f: &F) {
+    const P: &str = "dropped_fetch_loses_nothing";
+    let (claim, r) = open(f, 2).await;
+    let (a, b) = (&r[0], &r[1]);
+    let before = publish(a, b"before").await;
+    {
+        // Poll a long fetch once, then drop it mid-flight.
+        let mut fetching = std::pin::pin!(a.fetch(1, claim));
+        std::future::poll_fn(|cx| {
+            let _ = fetching.as_mut().poll(cx);
+            Poll::Ready(())
+        })
+        .await;
+    }
+    let after = publish(a, b"after").await;
+    let mut seen = HashSet::new();
+    for m in fetch(a, 10).await {
+        seen.insert(m.id);
+    }
+    f.advance(claim + margin(claim)).await;
+    for replica in [b, a] {
+        for m in fetch(replica, 10).await {
+            seen.insert(m.id);
+        }
+    }
+    ensure!(
+        P,
+        seen.contains(&before),
+        "the message published before the dropped fetch was lost"
+    );
+    ensure!(
+        P,
+        seen.contains(&after),
+        "the message published after the dropped fetch was lost"
+    );
+    ensure!(
+        P,
+        stream_len(a).await == 2,
+        "stream_len after a dropped fetch"
+    );
+}
+
 /// Runs every property, in order, against `factory` (each on fresh streams): for a single
 /// `#[test]` or a custom executor. Prefer [`backend_suite!`], which reports each on its own.
 pub async fn run_all<F: BackendFactory>(factory: &F) {
@@ -729,6 +776,7 @@ pub async fn run_all<F: BackendFactory>(factory: &F) {
     results_are_per_lease(factory).await;
     fetch_never_exceeds_max(factory).await;
     reclaim_does_not_starve(factory).await;
+    dropped_fetch_loses_nothing(factory).await;
 }
 
 /// Expands to one `#[tokio::test]` per property, each building its own factory from the
@@ -753,7 +801,8 @@ macro_rules! backend_suite {
             delivery_count_grows_on_takeover_not_renew,
             results_are_per_lease,
             fetch_never_exceeds_max,
-            reclaim_does_not_starve
+            reclaim_does_not_starve,
+            dropped_fetch_loses_nothing
         );
     };
     (@each $factory:expr; $($property:ident),+) => {
