@@ -348,3 +348,49 @@ async fn a_vanished_group_is_recreated_and_its_leases_are_lost() {
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].id, first.id);
 }
+
+/// Names of the group's consumers.
+async fn consumers(server: &RedisServer) -> Vec<String> {
+    let infos: Vec<std::collections::HashMap<String, redis::Value>> = redis::cmd("XINFO")
+        .arg("CONSUMERS")
+        .arg("jobs")
+        .arg("workers")
+        .query_async(&mut redis(server).await)
+        .await
+        .unwrap();
+    let mut names: Vec<String> = infos
+        .iter()
+        .map(|info| redis::from_redis_value(info["name"].clone()).unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn idle_consumers_without_pending_entries_are_reaped_never_ones_with_pending() {
+    let server = server();
+    let holder = consumer(&server, "holder").await;
+    holder.publish(Bytes::from_static(b"x")).await.unwrap();
+    assert_eq!(holder.fetch(1, Duration::ZERO).await.unwrap().len(), 1);
+    let _: i64 = redis::cmd("XGROUP")
+        .arg("CREATECONSUMER")
+        .arg("jobs")
+        .arg("workers")
+        .arg("ghost")
+        .query_async(&mut redis(&server).await)
+        .await
+        .unwrap();
+    assert_eq!(consumers(&server).await, ["ghost", "holder"]);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let config = RedisConfig::new(server.url(), "jobs", "workers")
+        .consumer("reaper")
+        .claim_timeout(CLAIM)
+        .reap_idle_consumers(Some(Duration::from_millis(10)));
+    let reaper = RedisBackend::connect(config).await.unwrap();
+    reaper.fetch(1, Duration::ZERO).await.unwrap();
+    // The ghost (idle, nothing pending) is gone; the holder keeps its pending entry.
+    let left = consumers(&server).await;
+    assert!(!left.contains(&"ghost".to_string()), "{left:?}");
+    assert!(left.contains(&"holder".to_string()), "{left:?}");
+    assert_eq!(reaper.pending().await.unwrap(), 1);
+}
