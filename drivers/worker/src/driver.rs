@@ -105,7 +105,9 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
     ) -> Self {
         let clock_rt = rt.clone();
         let base = rt.now();
-        let fetch_abandon = std::iter::repeat_with(|| None).take(streams.len()).collect();
+        let fetch_abandon = std::iter::repeat_with(|| None)
+            .take(streams.len())
+            .collect();
         Self {
             clock: Arc::new(move || clock_rt.now()),
             rt,
@@ -203,7 +205,9 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
                 self.waiters.extend(reply);
                 self.engine.handle_shutdown(now, now + grace);
                 // No more fetches are needed: stop the ones waiting for new entries.
-                self.fetch_abandon.iter_mut().for_each(|abandon| drop(abandon.take()));
+                self.fetch_abandon
+                    .iter_mut()
+                    .for_each(|abandon| drop(abandon.take()));
             }
             Event::Stats(reply) => {
                 let _ = reply.send(*self.engine.stats());
@@ -428,20 +432,14 @@ async fn invoke<R: Runtime, P>(
         Err(panic) => return panicked(panic),
     };
     let mut future = pin!(AssertUnwindSafe(future).catch_unwind());
-    let result = match select(future.as_mut(), pin!(cancellation.cancelled())).await {
-        Either::Left((result, _)) => result,
-        Either::Right((reason, _)) => {
-            // Give the handler a moment to notice the signal and stop on its own.
-            let grace_over = rt.sleep_until(rt.now() + grace);
-            match select(future, pin!(grace_over)).await {
-                Either::Left((result, _)) => result,
-                Either::Right(_) => {
-                    return Outcome::Failed {
-                        error: format!("cancelled ({reason:?}) and dropped after {grace:?}"),
-                    }
-                }
-            }
-        }
+    // Most handlers finish on their first poll: no need to listen for a cancel then.
+    let first = future.as_mut().now_or_never();
+    let result = match first {
+        Some(result) => result,
+        None => match wait_or_cancel(&rt, future, &cancellation, grace).await {
+            Ok(result) => result,
+            Err(dropped) => return dropped,
+        },
     };
     // A cancel that won the race makes the result void, whatever it is.
     if !cancellation.finish() {
@@ -451,6 +449,35 @@ async fn invoke<R: Runtime, P>(
         };
     }
     result.unwrap_or_else(panicked)
+}
+
+type Caught = std::thread::Result<Outcome>;
+
+/// Runs the handler to completion unless cancelled; a cancelled handler gets `grace` to stop on
+/// its own, then is dropped (`Err` carries the outcome to report for it).
+async fn wait_or_cancel<R: Runtime>(
+    rt: &R,
+    mut future: Pin<&mut impl Future<Output = Caught>>,
+    cancellation: &Cancellation,
+    grace: Duration,
+) -> Result<Caught, Outcome> {
+    Ok(
+        match select(future.as_mut(), pin!(cancellation.cancelled())).await {
+            Either::Left((result, _)) => result,
+            Either::Right((reason, _)) => {
+                // Give the handler a moment to notice the signal and stop on its own.
+                let grace_over = rt.sleep_until(rt.now() + grace);
+                match select(future, pin!(grace_over)).await {
+                    Either::Left((result, _)) => result,
+                    Either::Right(_) => {
+                        return Err(Outcome::Failed {
+                            error: format!("cancelled ({reason:?}) and dropped after {grace:?}"),
+                        })
+                    }
+                }
+            }
+        },
+    )
 }
 
 fn panicked(panic: Box<dyn std::any::Any + Send>) -> Outcome {
