@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::{value_parser, Args, Parser, Subcommand};
 
 use crate::bench::BenchOptions;
+use crate::bench_redis::RedisBenchOptions;
 use crate::demo::DemoOptions;
 use crate::exec::RuntimeKind;
 
@@ -31,6 +32,9 @@ pub enum Command {
     /// Throughput of the memory backend with a no-op handler against a tokio mpsc +
     /// task-per-message baseline, measured in the same run.
     Bench(BenchArgs),
+    /// The Redis backend against a hand-written XREADGROUP/XACK loop, on a throwaway
+    /// redis-server started by the command; also heartbeat cost and RSS at 1000 in flight.
+    BenchRedis(BenchRedisArgs),
 }
 
 /// Flags of `leasehold demo`.
@@ -128,6 +132,44 @@ impl BenchArgs {
     }
 }
 
+/// Flags of `leasehold bench-redis`.
+#[derive(Debug, Args)]
+pub struct BenchRedisArgs {
+    /// Messages per round (published to a fresh stream before the clock starts).
+    #[arg(long, default_value_t = 20_000, value_parser = value_parser!(u32).range(1..=10_000_000))]
+    pub messages: u32,
+    /// Measured rounds per variant, interleaved (plus one warm-up round).
+    #[arg(long, default_value_t = 5, value_parser = value_parser!(u16).range(1..=1000))]
+    pub rounds: u16,
+    /// The no-op worker's concurrency settings, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1,100,1000",
+        value_parser = value_parser!(u32).range(1..=1_000_000)
+    )]
+    pub concurrency: Vec<u32>,
+    /// Worker threads of the tokio runtime (default: one per core).
+    #[arg(long, value_parser = value_parser!(u16).range(1..=1024))]
+    pub threads: Option<u16>,
+    /// No progress spinner.
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+impl BenchRedisArgs {
+    /// The benchmark's options.
+    pub fn options(&self) -> RedisBenchOptions {
+        RedisBenchOptions {
+            messages: self.messages as usize,
+            rounds: self.rounds.into(),
+            concurrency: self.concurrency.iter().map(|&c| c as usize).collect(),
+            threads: self.threads.map(usize::from),
+            progress: !self.no_progress,
+        }
+    }
+}
+
 /// A duration such as `250ms`, `3s`, `2m` or `1.5s`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
@@ -183,6 +225,8 @@ mod tests {
             &["leasehold", "demo", "--poll-interval", "fast"],
             &["leasehold", "bench", "--concurrency", "1,0"],
             &["leasehold", "bench", "--rounds", "0"],
+            &["leasehold", "bench-redis", "--concurrency", "0"],
+            &["leasehold", "bench-redis", "--messages", "0"],
             &["leasehold", "frobnicate"],
         ] {
             assert!(Cli::try_parse_from(argv).is_err(), "{argv:?} parsed");

@@ -8,6 +8,8 @@
 //!   number of duplicate invocations observed, which must be 0).
 //! - [`bench`]: the throughput of a worker with a no-op handler against a minimal async consumer
 //!   (a tokio mpsc channel and a task per message), measured in the same run, interleaved.
+//! - [`bench_redis`]: the Redis backend against a hand-written `XREADGROUP`/`XACK` loop on a
+//!   throwaway `redis-server` the command starts itself, plus heartbeat cost and RSS.
 //!
 //! The binary is a thin layer over [`demo::run`] and [`bench::run`], so tests call them
 //! in-process.
@@ -15,6 +17,7 @@
 
 pub mod args;
 pub mod bench;
+pub mod bench_redis;
 pub mod demo;
 mod exec;
 mod stats;
@@ -44,6 +47,9 @@ pub enum CliError {
     /// A worker rejected its configuration.
     #[error(transparent)]
     Worker(#[from] leasehold_tokio::WorkerError),
+    /// The benchmark's redis-server could not be started or answered with an error.
+    #[error("redis: {0}")]
+    Redis(String),
     /// The options do not fit together.
     #[error("{0}")]
     Invalid(String),

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use leasehold_cli::args::{Cli, Command};
-use leasehold_cli::{bench, demo};
+use leasehold_cli::{bench, bench_redis, demo};
 
 fn main() -> ExitCode {
     match Cli::parse().command {
@@ -20,6 +20,13 @@ fn main() -> ExitCode {
             Err(error) => fail(&error),
         },
         Command::Bench(args) => match bench::run(&args.options()) {
+            Ok(report) => {
+                println!("{report}");
+                ExitCode::SUCCESS
+            }
+            Err(error) => fail(&error),
+        },
+        Command::BenchRedis(args) => match bench_redis::run(&args.options()) {
             Ok(report) => {
                 println!("{report}");
                 ExitCode::SUCCESS

@@ -1,0 +1,961 @@
+//! `leasehold bench-redis`: the Redis Streams backend against a hand-written raw consumer loop,
+//! on a throwaway `redis-server` started by the command itself (never the machine's 6379).
+//!
+//! Each round publishes its messages to a **new stream key** (pipelined `XADD … data <payload>`,
+//! before the clock starts), so every consumer group starts fresh. Rounds are interleaved (raw,
+//! leasehold at each concurrency, leasehold with a 10 ms handler, heartbeat tick, raw, …); one
+//! unmeasured warm-up pass goes first, and the table gives the medians.
+//!
+//! - **raw**: one multiplexed connection of the same `redis` crate, on the same tokio runtime:
+//!   `XREADGROUP GROUP g c COUNT 100 STREAMS s >`, an inline no-op handler, then the `XACK` of
+//!   that batch pipelined with the next read (one round trip per 100 messages).
+//! - **leasehold**: one tokio worker over a [`RedisBackend`] (fenced fetch, ack and renew
+//!   scripts; claim timeout 30 s, heartbeats on), no-op handler, at each concurrency. The clock
+//!   stops when the backend has acked the last message.
+//! - **10 ms**: the same with `tokio::time::sleep(10 ms)` as the handler at concurrency 1000
+//!   (ideal: 1000 / 10 ms = 100 000 msg/s).
+//! - **heartbeat**: one [`RedisBackend::renew`](leasehold_tokio::core::Backend::renew) call over
+//!   10 000 held leases (10 script calls of 1000 ids).
+//! - **RSS**: resident set size of this process before a worker starts, and while it holds 1000
+//!   handlers in flight (they wait until the reading is taken).
+
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use indicatif::ProgressBar;
+use leasehold_memory::Bytes;
+use leasehold_redis::{RedisBackend, RedisConfig};
+use leasehold_redis_harness::RedisServer;
+use leasehold_tokio::core::{
+    Backend, BackendResult, DeadLetterReason, Fetched, LeaseRef, MessageId, RenewResult,
+    SettleResult,
+};
+use leasehold_tokio::{Config, Delivery, Raw, TokioRuntime, WorkerBuilder};
+use redis::Value;
+use tokio::sync::Notify;
+
+use crate::stats::{grouped, median};
+use crate::CliError;
+
+/// The consumer group of every round.
+const GROUP: &str = "g";
+/// The payload field, as the backend reads it by default.
+const FIELD: &str = "data";
+/// The payload of every message: small, like an id.
+const PAYLOAD: &[u8] = b"job-0001";
+/// Claim timeout of the leasehold rounds (heartbeat: a third of it).
+const CLAIM_TIMEOUT: Duration = Duration::from_secs(30);
+/// The raw loop's batch.
+const RAW_COUNT: usize = 100;
+/// The slow handler's sleep, and its concurrency.
+const SLOW_HANDLER: Duration = Duration::from_millis(10);
+const SLOW_CONCURRENCY: usize = 1000;
+/// Leases held for the heartbeat measurement, and renew calls timed per round.
+const HELD_LEASES: usize = 10_000;
+const RENEWS_PER_ROUND: usize = 3;
+/// Handlers in flight during the RSS reading.
+const RSS_IN_FLIGHT: usize = 1000;
+
+/// Targets from the issue.
+const TARGET_NO_OP: f64 = 0.7;
+const TARGET_SLOW: f64 = 0.8;
+const TARGET_RSS_MB: f64 = 16.0;
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct RedisBenchOptions {
+    /// Messages per round.
+    pub messages: usize,
+    /// Measured rounds per variant (one more, unmeasured, warms up).
+    pub rounds: usize,
+    /// The no-op worker's concurrency settings.
+    pub concurrency: Vec<usize>,
+    /// Worker threads of the tokio runtime (`None`: one per core).
+    pub threads: Option<usize>,
+    /// Show a progress spinner (on stderr, only when it is a terminal).
+    pub progress: bool,
+}
+
+impl Default for RedisBenchOptions {
+    fn default() -> Self {
+        Self {
+            messages: 20_000,
+            rounds: 5,
+            concurrency: vec![1, 100, 1000],
+            threads: None,
+            progress: false,
+        }
+    }
+}
+
+/// Redis commands a round sent (from `INFO commandstats`, after minus before), per message.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CommandsPerMessage {
+    /// `EVALSHA` + `EVAL` (the backend's scripts: fetch, ack, renew).
+    pub scripts: f64,
+    /// `XREADGROUP`.
+    pub xreadgroup: f64,
+    /// `XACK`.
+    pub xack: f64,
+    /// `XREAD` (the backend's blocking wait).
+    pub xread: f64,
+    /// Every command.
+    pub total: f64,
+}
+
+/// Backend calls of one leasehold round, counted by a wrapper around the backend.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Calls {
+    /// `fetch` calls.
+    pub fetches: usize,
+    /// Messages those fetches returned.
+    pub fetched: usize,
+    /// `ack` calls.
+    pub acks: usize,
+    /// `renew` calls.
+    pub renews: usize,
+}
+
+/// One measured variant: messages per second of each round, and what each round sent.
+#[derive(Debug, Clone, Default)]
+pub struct Variant {
+    /// What it is.
+    pub name: String,
+    /// Messages per second, one per measured round.
+    pub rates: Vec<f64>,
+    /// Commands per message, one per measured round.
+    pub commands: Vec<CommandsPerMessage>,
+    /// Backend calls, one per measured round (empty for the raw loop).
+    pub calls: Vec<Calls>,
+}
+
+impl Variant {
+    fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            ..Self::default()
+        }
+    }
+
+    /// Median messages per second.
+    pub fn median(&self) -> f64 {
+        median(&self.rates)
+    }
+
+    fn commands_median(&self, pick: fn(&CommandsPerMessage) -> f64) -> f64 {
+        median(&self.commands.iter().map(pick).collect::<Vec<_>>())
+    }
+}
+
+/// The RSS reading (kB from `/proc/self/status`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RssReading {
+    /// `VmRSS` just before the worker started (runtime, connections and server handle up).
+    pub before_kb: u64,
+    /// `VmRSS` while the worker held [`RSS_IN_FLIGHT`] handlers in flight.
+    pub during_kb: u64,
+    /// `VmHWM` (the process's peak RSS so far) at that moment.
+    pub peak_kb: u64,
+}
+
+impl RssReading {
+    /// The worker's share, in MB: RSS during the in-flight phase minus RSS before the worker.
+    pub fn worker_mb(&self) -> f64 {
+        self.during_kb.saturating_sub(self.before_kb) as f64 / 1024.0
+    }
+}
+
+/// The whole measurement.
+#[derive(Debug, Clone)]
+pub struct RedisBenchReport {
+    /// What was measured.
+    pub options: RedisBenchOptions,
+    /// Worker threads of the tokio runtime.
+    pub threads: usize,
+    /// The raw loop.
+    pub raw: Variant,
+    /// leasehold, no-op handler, one per concurrency setting (in the options' order).
+    pub no_op: Vec<(usize, Variant)>,
+    /// leasehold, 10 ms handler at concurrency 1000.
+    pub slow: Variant,
+    /// Milliseconds of one renew over [`HELD_LEASES`] leases, one per timed call.
+    pub renew_ms: Vec<f64>,
+    /// Script calls (EVALSHA) per renew tick, one per measured round.
+    pub renew_scripts: Vec<f64>,
+    /// The RSS reading (taken once, before any other round, so earlier rounds' freed memory
+    /// does not hide the worker's).
+    pub rss: RssReading,
+    /// `redis-server --version`'s first words, for the record.
+    pub redis_version: String,
+}
+
+impl RedisBenchReport {
+    /// leasehold no-op at `concurrency` / raw, of the medians.
+    pub fn ratio(&self, concurrency: usize) -> Option<f64> {
+        let (_, variant) = self.no_op.iter().find(|(c, _)| *c == concurrency)?;
+        Some(variant.median() / self.raw.median().max(f64::MIN_POSITIVE))
+    }
+
+    /// The 10 ms handler's throughput / 100 000 msg/s.
+    pub fn slow_ratio(&self) -> f64 {
+        self.slow.median() / ideal_slow_rate()
+    }
+}
+
+fn ideal_slow_rate() -> f64 {
+    SLOW_CONCURRENCY as f64 / SLOW_HANDLER.as_secs_f64()
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met {
+        "met"
+    } else {
+        "MISSED"
+    }
+}
+
+impl fmt::Display for RedisBenchReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let o = &self.options;
+        writeln!(
+            f,
+            "redis backend ({}), {} messages per round, median of {} interleaved rounds, \
+             tokio multi-thread ({} threads)",
+            self.redis_version,
+            grouped(o.messages as f64),
+            o.rounds,
+            self.threads
+        )?;
+        writeln!(f)?;
+        writeln!(
+            f,
+            "| variant | msg/s (median) | ratio | target | EVALSHA/msg | XREADGROUP/msg¹ | \
+             XACK/msg¹ | XREAD/msg | commands/msg¹ |"
+        )?;
+        writeln!(f, "|---|---:|---:|---|---:|---:|---:|---:|---:|")?;
+        let row = |f: &mut fmt::Formatter<'_>, v: &Variant, ratio: &str, target: &str| {
+            writeln!(
+                f,
+                "| {} | {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |",
+                v.name,
+                grouped(v.median()),
+                ratio,
+                target,
+                v.commands_median(|c| c.scripts),
+                v.commands_median(|c| c.xreadgroup),
+                v.commands_median(|c| c.xack),
+                v.commands_median(|c| c.xread),
+                v.commands_median(|c| c.total),
+            )
+        };
+        row(f, &self.raw, "1.00", "")?;
+        for (concurrency, variant) in &self.no_op {
+            let ratio = self.ratio(*concurrency).unwrap_or(0.0);
+            let target = if *concurrency == 100 {
+                format!("≥ {TARGET_NO_OP} × raw: {}", verdict(ratio >= TARGET_NO_OP))
+            } else {
+                String::new()
+            };
+            row(f, variant, &format!("{ratio:.2} × raw"), &target)?;
+        }
+        let slow = self.slow_ratio();
+        row(
+            f,
+            &self.slow,
+            &format!("{slow:.2} × ideal"),
+            &format!(
+                "≥ {TARGET_SLOW} × {} msg/s: {}",
+                grouped(ideal_slow_rate()),
+                verdict(slow >= TARGET_SLOW)
+            ),
+        )?;
+        writeln!(f)?;
+        writeln!(
+            f,
+            "heartbeat: one renew over {} held leases: {:.1} ms per tick (median of {} calls, \
+             min {:.1}, max {:.1}), {:.0} script calls (round trips) per tick",
+            grouped(HELD_LEASES as f64),
+            median(&self.renew_ms),
+            self.renew_ms.len(),
+            self.renew_ms.iter().copied().fold(f64::INFINITY, f64::min),
+            self.renew_ms.iter().copied().fold(0.0, f64::max),
+            median(&self.renew_scripts),
+        )?;
+        let rss = &self.rss;
+        writeln!(
+            f,
+            "RSS: {:.1} MB before the worker, {:.1} MB with {RSS_IN_FLIGHT} handlers in flight \
+             (VmRSS): worker share {:.1} MB, target ≤ {TARGET_RSS_MB} MB: {}; process peak \
+             VmHWM {:.1} MB",
+            rss.before_kb as f64 / 1024.0,
+            rss.during_kb as f64 / 1024.0,
+            rss.worker_mb(),
+            verdict(rss.worker_mb() <= TARGET_RSS_MB),
+            rss.peak_kb as f64 / 1024.0,
+        )?;
+        writeln!(f)?;
+        writeln!(f, "backend calls per leasehold round (mean of the rounds):")?;
+        for variant in self.no_op.iter().map(|(_, v)| v).chain([&self.slow]) {
+            let n = variant.calls.len().max(1) as f64;
+            let sum =
+                |pick: fn(&Calls) -> usize| variant.calls.iter().map(pick).sum::<usize>() as f64;
+            let (fetches, fetched, acks) =
+                (sum(|c| c.fetches), sum(|c| c.fetched), sum(|c| c.acks));
+            writeln!(
+                f,
+                "  {:<26} {:>7.0} fetches ({:.1} messages each), {:>7.0} acks ({:.1} messages \
+                 each), {:.0} renews",
+                variant.name,
+                fetches / n,
+                fetched / fetches.max(1.0),
+                acks / n,
+                fetched / acks.max(1.0),
+                sum(|c| c.renews) / n,
+            )?;
+        }
+        writeln!(f)?;
+        write!(
+            f,
+            "raw: XREADGROUP COUNT {RAW_COUNT} + inline no-op + XACK pipelined with the next \
+             read, one multiplexed connection.\nleasehold: one tokio worker, RedisBackend, claim \
+             timeout {}s (heartbeats on), fenced acks.\nper-message columns: INFO commandstats \
+             calls, after minus before the round (worker start and shutdown included); ¹ Redis \
+             also counts the commands a script runs, so for leasehold these include the \
+             XREADGROUP/XACK inside the fetch and ack scripts. Round trips: EVALSHA + XREAD \
+             (leasehold), XREADGROUP (raw: the XACK rides in the same pipeline).",
+            CLAIM_TIMEOUT.as_secs()
+        )
+    }
+}
+
+/// The variants' handlers.
+#[derive(Clone)]
+enum Handler {
+    NoOp,
+    Sleep(Duration),
+    /// Counts itself in, then waits until released.
+    Hold(Arc<Hold>),
+}
+
+struct Hold {
+    in_flight: AtomicUsize,
+    all_in: Notify,
+    release: tokio::sync::Semaphore,
+}
+
+/// Runs the benchmark: starts a redis-server, then a fresh tokio multi-thread runtime.
+pub fn run(options: &RedisBenchOptions) -> Result<RedisBenchReport, CliError> {
+    if options.messages == 0 {
+        return Err(CliError::Invalid("--messages must be at least 1".into()));
+    }
+    if options.rounds == 0 {
+        return Err(CliError::Invalid("--rounds must be at least 1".into()));
+    }
+    if options.threads == Some(0) {
+        return Err(CliError::Invalid("--threads must be at least 1".into()));
+    }
+    if options.concurrency.is_empty() || options.concurrency.contains(&0) {
+        return Err(CliError::Invalid(
+            "--concurrency takes one or more values, each at least 1".into(),
+        ));
+    }
+    for &concurrency in options.concurrency.iter().chain([&SLOW_CONCURRENCY]) {
+        worker_config(concurrency).validate()?;
+    }
+    let server = RedisServer::start().map_err(|e| CliError::Redis(e.to_string()))?;
+    let url = server.url();
+    let redis_version = info_field(&server, "server", "redis_version")
+        .map_or_else(|| "redis".to_owned(), |v| format!("redis {v}"));
+    let runtime = crate::exec::tokio_runtime(options.threads)?;
+    let threads = runtime.metrics().num_workers();
+    let rt = TokioRuntime::from_handle(runtime.handle().clone());
+    let bar = if options.progress {
+        let bar = ProgressBar::new_spinner();
+        bar.enable_steady_tick(Duration::from_millis(100));
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+
+    // RSS first: later rounds leave freed memory in the allocator that would hide the worker's.
+    bar.set_message("RSS with 1000 in flight");
+    let rss = runtime.block_on(rss_round(rt.clone(), &url))?;
+
+    let mut raw = Variant::new("raw XREADGROUP loop");
+    let mut no_op: Vec<(usize, Variant)> = options
+        .concurrency
+        .iter()
+        .map(|&c| (c, Variant::new(format!("leasehold no-op, c={c}"))))
+        .collect();
+    let mut slow = Variant::new(format!("leasehold 10 ms, c={SLOW_CONCURRENCY}"));
+    let mut renew_ms = Vec::new();
+    let mut renew_scripts = Vec::new();
+    let mut key = 0usize;
+    let mut next_key = |what: &str| {
+        key += 1;
+        format!("bench:{what}:{key}")
+    };
+    for round in 0..=options.rounds {
+        let measured = round > 0;
+        bar.set_message(format!("round {round} of {}: raw", options.rounds));
+        let stream = next_key("raw");
+        runtime.block_on(publish(&url, &stream, options.messages))?;
+        let before = commandstats(&server)?;
+        let took = runtime.block_on(raw_round(&url, &stream, options.messages))?;
+        let commands = commands_delta(&before, &commandstats(&server)?, options.messages);
+        if measured {
+            raw.rates.push(rate(options.messages, took));
+            raw.commands.push(commands);
+        }
+        for (concurrency, variant) in no_op.iter_mut() {
+            bar.set_message(format!(
+                "round {round} of {}: no-op c={concurrency}",
+                options.rounds
+            ));
+            let stream = next_key("noop");
+            let (took, calls, commands) = leasehold_measured(
+                &runtime,
+                &server,
+                &rt,
+                &stream,
+                options.messages,
+                *concurrency,
+                Handler::NoOp,
+            )?;
+            if measured {
+                variant.rates.push(rate(options.messages, took));
+                variant.commands.push(commands);
+                variant.calls.push(calls);
+            }
+        }
+        bar.set_message(format!("round {round} of {}: 10 ms", options.rounds));
+        let stream = next_key("slow");
+        let (took, calls, commands) = leasehold_measured(
+            &runtime,
+            &server,
+            &rt,
+            &stream,
+            options.messages,
+            SLOW_CONCURRENCY,
+            Handler::Sleep(SLOW_HANDLER),
+        )?;
+        if measured {
+            slow.rates.push(rate(options.messages, took));
+            slow.commands.push(commands);
+            slow.calls.push(calls);
+        }
+        bar.set_message(format!("round {round} of {}: heartbeat", options.rounds));
+        let stream = next_key("renew");
+        let backend = runtime.block_on(async {
+            publish(&url, &stream, HELD_LEASES).await?;
+            hold_leases(&url, &stream, HELD_LEASES).await
+        })?;
+        for _ in 0..RENEWS_PER_ROUND {
+            let before = commandstats(&server)?;
+            let took = runtime.block_on(renew_all(&backend))?;
+            let after = commandstats(&server)?;
+            if measured {
+                renew_ms.push(took.as_secs_f64() * 1e3);
+                renew_scripts.push(commands_delta(&before, &after, 1).scripts);
+            }
+        }
+        drop(backend);
+    }
+    bar.finish_and_clear();
+    Ok(RedisBenchReport {
+        options: options.clone(),
+        threads,
+        raw,
+        no_op,
+        slow,
+        renew_ms,
+        renew_scripts,
+        rss,
+        redis_version,
+    })
+}
+
+fn rate(messages: usize, took: Duration) -> f64 {
+    messages as f64 / took.as_secs_f64().max(1e-9)
+}
+
+/// The defaults, except the concurrency under test, `max_leases` (not below it), the claim
+/// timeout, and a short poll interval (the last fetch of a round waits that long).
+fn worker_config(concurrency: usize) -> Config {
+    Config::default()
+        .concurrency(concurrency)
+        .max_leases(concurrency.max(1000))
+        .claim_timeout(CLAIM_TIMEOUT)
+        .poll_interval(Duration::from_millis(50))
+}
+
+fn redis_error(what: &str, e: redis::RedisError) -> CliError {
+    CliError::Redis(format!("{what}: {e}"))
+}
+
+async fn connection(url: &str) -> Result<redis::aio::MultiplexedConnection, CliError> {
+    let client = redis::Client::open(url).map_err(|e| redis_error("bad url", e))?;
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| redis_error("connect", e))
+}
+
+/// Pipelined `XADD stream * data PAYLOAD`, 1000 per pipeline.
+async fn publish(url: &str, stream: &str, messages: usize) -> Result<(), CliError> {
+    let mut con = connection(url).await?;
+    let mut left = messages;
+    while left > 0 {
+        let n = left.min(1000);
+        let mut pipe = redis::pipe();
+        for _ in 0..n {
+            pipe.cmd("XADD")
+                .arg(stream)
+                .arg("*")
+                .arg(FIELD)
+                .arg(PAYLOAD)
+                .ignore();
+        }
+        pipe.query_async::<()>(&mut con)
+            .await
+            .map_err(|e| redis_error("publish", e))?;
+        left -= n;
+    }
+    Ok(())
+}
+
+/// The hand-written consumer: read 100, no-op each, ack them pipelined with the next read.
+async fn raw_round(url: &str, stream: &str, messages: usize) -> Result<Duration, CliError> {
+    let mut con = connection(url).await?;
+    redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(stream)
+        .arg(GROUP)
+        .arg("0")
+        .query_async::<()>(&mut con)
+        .await
+        .map_err(|e| redis_error("create group", e))?;
+    let start = Instant::now();
+    let mut done = 0usize;
+    let mut to_ack: Vec<Vec<u8>> = Vec::new();
+    while done < messages {
+        let mut pipe = redis::pipe();
+        if !to_ack.is_empty() {
+            pipe.cmd("XACK")
+                .arg(stream)
+                .arg(GROUP)
+                .arg(&to_ack)
+                .ignore();
+        }
+        pipe.cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(GROUP)
+            .arg("c")
+            .arg("COUNT")
+            .arg(RAW_COUNT)
+            .arg("STREAMS")
+            .arg(stream)
+            .arg(">");
+        let (reply,): (Value,) = pipe
+            .query_async(&mut con)
+            .await
+            .map_err(|e| redis_error("raw read", e))?;
+        to_ack.clear();
+        for (id, payload) in entries(reply) {
+            std::hint::black_box(&payload); // the inline no-op handler
+            to_ack.push(id);
+        }
+        if to_ack.is_empty() {
+            return Err(CliError::Invalid(format!(
+                "raw loop: the stream ran dry after {done} of {messages} messages"
+            )));
+        }
+        done += to_ack.len();
+    }
+    redis::cmd("XACK")
+        .arg(stream)
+        .arg(GROUP)
+        .arg(&to_ack)
+        .query_async::<()>(&mut con)
+        .await
+        .map_err(|e| redis_error("raw ack", e))?;
+    Ok(start.elapsed())
+}
+
+/// `(id, payload)` of every entry in an `XREADGROUP` reply (RESP2 arrays or RESP3 maps).
+fn entries(reply: Value) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    let streams: Vec<Value> = match reply {
+        Value::Array(streams) => streams
+            .into_iter()
+            .filter_map(|s| match s {
+                Value::Array(mut pair) if pair.len() == 2 => pair.pop(),
+                _ => None,
+            })
+            .collect(),
+        Value::Map(pairs) => pairs.into_iter().map(|(_, v)| v).collect(),
+        _ => Vec::new(),
+    };
+    let mut out = Vec::new();
+    for list in streams {
+        let Value::Array(list) = list else { continue };
+        for entry in list {
+            let Value::Array(mut parts) = entry else {
+                continue;
+            };
+            if parts.len() != 2 {
+                continue;
+            }
+            let fields = parts.pop();
+            let Some(Value::BulkString(id)) = parts.pop() else {
+                continue;
+            };
+            let payload = match fields {
+                Some(Value::Array(mut fv)) if fv.len() >= 2 => match fv.swap_remove(1) {
+                    Value::BulkString(b) => Some(b),
+                    _ => None,
+                },
+                _ => None,
+            };
+            out.push((id, payload));
+        }
+    }
+    out
+}
+
+/// Publishes, snapshots `INFO commandstats`, runs one leasehold round, snapshots again.
+fn leasehold_measured(
+    runtime: &tokio::runtime::Runtime,
+    server: &RedisServer,
+    rt: &TokioRuntime,
+    stream: &str,
+    messages: usize,
+    concurrency: usize,
+    handler: Handler,
+) -> Result<(Duration, Calls, CommandsPerMessage), CliError> {
+    let url = server.url();
+    runtime.block_on(publish(&url, stream, messages))?;
+    let before = commandstats(server)?;
+    let (took, calls) = runtime.block_on(leasehold_round(
+        rt.clone(),
+        &url,
+        stream,
+        messages,
+        concurrency,
+        handler,
+        |_| async {},
+    ))?;
+    let commands = commands_delta(&before, &commandstats(server)?, messages);
+    Ok((took, calls, commands))
+}
+
+/// One worker over a pre-published stream; the clock runs from the worker's start to the last
+/// ack. `during` runs once the worker has started (the RSS reading uses it).
+async fn leasehold_round<F, Fut>(
+    rt: TokioRuntime,
+    url: &str,
+    stream: &str,
+    messages: usize,
+    concurrency: usize,
+    handler: Handler,
+    during: F,
+) -> Result<(Duration, Calls), CliError>
+where
+    F: FnOnce(Handler) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let backend = RedisBackend::connect(
+        RedisConfig::new(url, stream, GROUP)
+            .consumer("bench")
+            .claim_timeout(CLAIM_TIMEOUT),
+    )
+    .await
+    .map_err(|e| CliError::Redis(format!("connect: {e}")))?;
+    let counter = Arc::new(AckCounter {
+        target: messages,
+        acked: AtomicUsize::new(0),
+        all_acked: Notify::new(),
+        calls: CallCounts::default(),
+    });
+    let backend = Counting {
+        inner: backend,
+        acked: counter.clone(),
+    };
+    let run = handler.clone();
+    let start = Instant::now();
+    let worker = WorkerBuilder::new(rt)
+        .config(worker_config(concurrency))
+        .stream_with_codec(stream, backend, Raw, move |delivery: Delivery<Vec<u8>>| {
+            let run = run.clone();
+            async move {
+                match run {
+                    Handler::NoOp => {
+                        std::hint::black_box(delivery.message());
+                    }
+                    Handler::Sleep(d) => tokio::time::sleep(d).await,
+                    Handler::Hold(hold) => {
+                        if hold.in_flight.fetch_add(1, Ordering::AcqRel) + 1 == RSS_IN_FLIGHT {
+                            hold.all_in.notify_one();
+                        }
+                        if let Ok(permit) = hold.release.acquire().await {
+                            permit.forget();
+                        }
+                    }
+                }
+            }
+        })
+        .start()?;
+    during(handler).await;
+    counter.all_acked.notified().await;
+    let took = start.elapsed();
+    let calls = &counter.calls;
+    let calls = Calls {
+        fetches: calls.fetches.load(Ordering::Relaxed),
+        fetched: calls.fetched.load(Ordering::Relaxed),
+        acks: calls.acks.load(Ordering::Relaxed),
+        renews: calls.renews.load(Ordering::Relaxed),
+    };
+    let report = worker.shutdown(Duration::from_secs(5)).await;
+    if report.acked != messages as u64 {
+        return Err(CliError::Invalid(format!(
+            "benchmark round lost messages: {} acked of {messages}",
+            report.acked
+        )));
+    }
+    Ok((took, calls))
+}
+
+/// RSS before a worker starts, and while it holds 1000 handlers in flight.
+async fn rss_round(rt: TokioRuntime, url: &str) -> Result<RssReading, CliError> {
+    let stream = "bench:rss";
+    publish(url, stream, RSS_IN_FLIGHT).await?;
+    let hold = Arc::new(Hold {
+        in_flight: AtomicUsize::new(0),
+        all_in: Notify::new(),
+        release: tokio::sync::Semaphore::new(0),
+    });
+    let before_kb = proc_status_kb("VmRSS").unwrap_or(0);
+    let mut reading = RssReading {
+        before_kb,
+        ..RssReading::default()
+    };
+    let slot = Arc::new(std::sync::Mutex::new(reading));
+    let out = slot.clone();
+    leasehold_round(
+        rt,
+        url,
+        stream,
+        RSS_IN_FLIGHT,
+        RSS_IN_FLIGHT,
+        Handler::Hold(hold.clone()),
+        move |_| async move {
+            hold.all_in.notified().await;
+            // Let the heartbeat-free steady state settle a moment before reading.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if let Ok(mut r) = out.lock() {
+                r.during_kb = proc_status_kb("VmRSS").unwrap_or(0);
+                r.peak_kb = proc_status_kb("VmHWM").unwrap_or(0);
+            }
+            hold.release.add_permits(RSS_IN_FLIGHT);
+        },
+    )
+    .await?;
+    if let Ok(r) = slot.lock() {
+        reading = *r;
+    }
+    Ok(reading)
+}
+
+/// A field of `/proc/self/status` in kB (`None` off Linux).
+fn proc_status_kb(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status.lines().find_map(|line| {
+        let rest = line.strip_prefix(field)?.strip_prefix(':')?;
+        rest.split_whitespace().next()?.parse().ok()
+    })
+}
+
+/// A backend holding `n` leases of a fresh stream (fetched, never acked).
+async fn hold_leases(url: &str, stream: &str, n: usize) -> Result<HeldLeases, CliError> {
+    let backend = RedisBackend::connect(
+        RedisConfig::new(url, stream, GROUP)
+            .consumer("holder")
+            .claim_timeout(CLAIM_TIMEOUT),
+    )
+    .await
+    .map_err(|e| CliError::Redis(format!("connect: {e}")))?;
+    let mut leases = Vec::with_capacity(n);
+    while leases.len() < n {
+        let batch = backend
+            .fetch(n - leases.len(), Duration::ZERO)
+            .await
+            .map_err(|e| CliError::Redis(format!("fetch: {e}")))?;
+        if batch.is_empty() {
+            return Err(CliError::Invalid(format!(
+                "heartbeat setup: only {} of {n} leases fetched",
+                leases.len()
+            )));
+        }
+        leases.extend(batch.into_iter().map(|f| LeaseRef {
+            id: f.id,
+            fence: f.fence,
+        }));
+    }
+    Ok(HeldLeases { backend, leases })
+}
+
+struct HeldLeases {
+    backend: RedisBackend,
+    leases: Vec<LeaseRef>,
+}
+
+/// One heartbeat tick: a renew of every held lease; all must be kept.
+async fn renew_all(held: &HeldLeases) -> Result<Duration, CliError> {
+    let start = Instant::now();
+    let results = held
+        .backend
+        .renew(&held.leases)
+        .await
+        .map_err(|e| CliError::Redis(format!("renew: {e}")))?;
+    let took = start.elapsed();
+    let kept = results.iter().filter(|r| **r == RenewResult::Kept).count();
+    if kept != held.leases.len() {
+        return Err(CliError::Invalid(format!(
+            "heartbeat: {kept} of {} leases kept",
+            held.leases.len()
+        )));
+    }
+    Ok(took)
+}
+
+/// `cmdstat_<name>` → calls, from `INFO commandstats`.
+type CommandStats = Vec<(String, u64)>;
+
+fn commandstats(server: &RedisServer) -> Result<CommandStats, CliError> {
+    let reply = server
+        .command(["INFO", "commandstats"])
+        .map_err(|e| CliError::Redis(format!("INFO commandstats: {e}")))?;
+    let text = reply.as_str().unwrap_or_default();
+    Ok(text
+        .lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .collect())
+}
+
+fn commands_delta(
+    before: &CommandStats,
+    after: &CommandStats,
+    messages: usize,
+) -> CommandsPerMessage {
+    let calls = |stats: &CommandStats, name: &str| {
+        stats.iter().find(|(n, _)| n == name).map_or(0, |(_, c)| *c)
+    };
+    let delta = |name: &str| calls(after, name).saturating_sub(calls(before, name)) as f64;
+    let sum = |stats: &CommandStats| stats.iter().map(|(_, c)| c).sum::<u64>();
+    // The `before` snapshot's own INFO call is counted in `after`: leave it out.
+    let total = sum(after).saturating_sub(sum(before));
+    let per = messages.max(1) as f64;
+    CommandsPerMessage {
+        scripts: (delta("evalsha") + delta("eval")) / per,
+        xreadgroup: delta("xreadgroup") / per,
+        xack: delta("xack") / per,
+        xread: delta("xread") / per,
+        total: (total.saturating_sub(1)) as f64 / per,
+    }
+}
+
+fn info_field(server: &RedisServer, section: &str, field: &str) -> Option<String> {
+    let reply = server.command(["INFO", section]).ok()?;
+    reply.as_str()?.lines().find_map(|line| {
+        let value = line.strip_prefix(field)?.strip_prefix(':')?;
+        Some(value.trim().to_owned())
+    })
+}
+
+struct AckCounter {
+    target: usize,
+    acked: AtomicUsize,
+    all_acked: Notify,
+    calls: CallCounts,
+}
+
+#[derive(Debug, Default)]
+struct CallCounts {
+    fetches: AtomicUsize,
+    fetched: AtomicUsize,
+    acks: AtomicUsize,
+    renews: AtomicUsize,
+}
+
+/// The Redis backend, counting calls and successful acks (to stop the clock at the last one).
+struct Counting {
+    inner: RedisBackend,
+    acked: Arc<AckCounter>,
+}
+
+impl Backend for Counting {
+    type Payload = Bytes;
+
+    fn claim_timeout(&self) -> Option<Duration> {
+        self.inner.claim_timeout()
+    }
+
+    async fn publish(&self, payload: Bytes) -> BackendResult<MessageId> {
+        self.inner.publish(payload).await
+    }
+
+    async fn fetch(&self, max: usize, wait: Duration) -> BackendResult<Vec<Fetched<Bytes>>> {
+        let fetched = self.inner.fetch(max, wait).await?;
+        let calls = &self.acked.calls;
+        calls.fetches.fetch_add(1, Ordering::Relaxed);
+        calls.fetched.fetch_add(fetched.len(), Ordering::Relaxed);
+        Ok(fetched)
+    }
+
+    async fn renew(&self, leases: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
+        self.acked.calls.renews.fetch_add(1, Ordering::Relaxed);
+        self.inner.renew(leases).await
+    }
+
+    async fn ack(&self, leases: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
+        self.acked.calls.acks.fetch_add(1, Ordering::Relaxed);
+        let results = self.inner.ack(leases).await?;
+        let ok = results.iter().filter(|r| **r == SettleResult::Ok).count();
+        let counter = &self.acked;
+        let before = counter.acked.fetch_add(ok, Ordering::AcqRel);
+        if before < counter.target && before + ok >= counter.target {
+            counter.all_acked.notify_one();
+        }
+        Ok(results)
+    }
+
+    async fn release(&self, lease: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
+        self.inner.release(lease, delay).await
+    }
+
+    async fn dead_letter(
+        &self,
+        lease: &LeaseRef,
+        reason: &DeadLetterReason,
+    ) -> BackendResult<SettleResult> {
+        self.inner.dead_letter(lease, reason).await
+    }
+
+    async fn stream_len(&self) -> BackendResult<u64> {
+        self.inner.stream_len().await
+    }
+
+    async fn pending(&self) -> BackendResult<u64> {
+        self.inner.pending().await
+    }
+}
