@@ -278,7 +278,10 @@ impl Model {
                     cancelled: None,
                     ..
                 } => due.push((started + mpt, Rule::Model, "max processing time", tag)),
-                MState::Waiting { due: at } => due.push((at, Rule::Model, "re-poll", tag)),
+                // Between `earliest` and `due` the engine may have made it ready already.
+                MState::Waiting { earliest, due: at } if earliest > now => {
+                    due.push((at, Rule::Model, "re-poll", tag))
+                }
                 MState::Settling {
                     in_flight: false,
                     retry_at: Some(at),

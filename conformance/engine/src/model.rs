@@ -62,7 +62,10 @@ pub(crate) enum MState {
         started: Instant,
         cancelled: Option<CancelReason>,
     },
+    /// Returned `Pending`: ready to re-run at `due` at the latest, `earliest` at the soonest (a
+    /// delivery's first re-poll may come early by up to `repoll_spread` of the interval).
     Waiting {
+        earliest: Instant,
         due: Instant,
     },
     Ready,
@@ -130,6 +133,8 @@ pub(crate) struct MLease {
     /// counted against `max_leases`.
     pub overflow: bool,
     pub state: MState,
+    /// `Run` effects seen for it.
+    pub runs: u32,
     /// A `Cancel` this step must emit.
     pub must_cancel: Option<(InvocationId, CancelReason)>,
 }
@@ -297,7 +302,7 @@ impl Model {
                 }
             }
         }
-        for tag in self.tags(|l| matches!(l.state, MState::Waiting { due } if due <= now)) {
+        for tag in self.tags(|l| matches!(l.state, MState::Waiting { due, .. } if due <= now)) {
             self.lease(tag).state = MState::Ready;
         }
         for tag in self.tags(|l| {
@@ -436,6 +441,7 @@ impl Model {
                     baseline: confirm,
                     overflow: !take,
                     state: MState::Taken,
+                    runs: 0,
                     must_cancel: None,
                 },
             );
@@ -499,8 +505,15 @@ impl Model {
                     self.settle(tag, Op::Release, Carry::Delay(Duration::ZERO))
                 }
                 Outcome::Pending => {
+                    let interval = self.cfg.repoll_interval;
+                    let spread = if self.lease(tag).runs == 1 {
+                        interval.mul_f64(self.cfg.repoll_spread)
+                    } else {
+                        Duration::ZERO
+                    };
                     self.lease(tag).state = MState::Waiting {
-                        due: self.now + self.cfg.repoll_interval,
+                        earliest: self.now + interval - spread,
+                        due: self.now + interval,
                     }
                 }
                 Outcome::Retry { delay } => self.fail(tag, *delay, "handler asked to retry".into()),
@@ -588,7 +601,7 @@ impl Model {
             let Some(&tag) = self.by_id.get(id) else {
                 continue;
             };
-            let (now, poll) = (self.now, self.cfg.poll_interval);
+            let (now, poll, ttl) = (self.now, self.cfg.poll_interval, self.ttl());
             let deadline_over = self.shutdown.is_some_and(|s| s.deadline <= now);
             let lease = self.lease(tag);
             let MState::Settling {
@@ -605,7 +618,22 @@ impl Model {
             }
             match result {
                 SettleResult::Ok => lease.state = MState::Gone(End::Settled(op)),
-                SettleResult::Lost if lease.gen > sent_gen => self.resend(tag),
+                // A stale fence is retried with the new one, unless the lease lapsed: then
+                // the expiry that follows this answer drops it.
+                SettleResult::Lost if lease.gen > sent_gen && lease.confirmed + ttl > now => {
+                    self.resend(tag)
+                }
+                SettleResult::Lost if lease.gen > sent_gen => {
+                    if let MState::Settling {
+                        in_flight,
+                        retry_at,
+                        ..
+                    } = &mut lease.state
+                    {
+                        *in_flight = false;
+                        *retry_at = Some(now + poll);
+                    }
+                }
                 SettleResult::Lost => lease.state = MState::Gone(End::Lost),
                 SettleResult::Failed if deadline_over => lease.state = MState::Gone(End::Abandoned),
                 SettleResult::Failed => {

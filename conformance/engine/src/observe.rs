@@ -249,8 +249,10 @@ impl Model {
             );
         }
         let lease = self.leases.get_mut(&tag).expect("bound");
+        lease.runs += 1;
         match &lease.state {
             MState::Taken | MState::Ready => {}
+            MState::Waiting { earliest, .. } if *earliest <= self.now => {}
             MState::Gone(End::Lost | End::Expired) | MState::Orphan { .. } => problem(
                 out,
                 Rule::Expiry,

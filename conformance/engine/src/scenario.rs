@@ -74,6 +74,8 @@ pub struct Setup {
     pub poll_ms: u64,
     /// Re-poll interval (`None`: the poll interval).
     pub repoll_ms: Option<u64>,
+    /// How much earlier a delivery's first re-poll may come (0, 0.5 or 1).
+    pub repoll_spread: f64,
     /// Max processing time of one invocation (5-600 ms).
     pub max_processing_ms: u64,
     /// First retry backoff (1-50 ms).
@@ -105,6 +107,7 @@ impl Default for Setup {
             margin_ms: None,
             poll_ms: 5,
             repoll_ms: None,
+            repoll_spread: 0.0,
             max_processing_ms: 100,
             retry_initial_ms: 5,
             retry_max_ms: 40,
@@ -128,6 +131,7 @@ impl Setup {
             .claim_timeout(ms(self.claim_ms))
             .poll_interval(ms(self.poll_ms))
             .max_processing_time(ms(self.max_processing_ms))
+            .repoll_spread(self.repoll_spread)
             .retry(RetryPolicy {
                 initial: ms(self.retry_initial_ms),
                 multiplier: self.retry_multiplier,
@@ -182,6 +186,7 @@ impl<'a> Arbitrary<'a> for Setup {
             } else {
                 None
             },
+            repoll_spread: *u.choose(&[0.0, 0.0, 0.5, 1.0])?,
             max_processing_ms: u.int_in_range(5..=600u64)?,
             retry_initial_ms,
             retry_max_ms: u.int_in_range(retry_initial_ms..=200u64)?,
