@@ -37,7 +37,7 @@ pub(crate) enum Event<P> {
     Fetched(SourceId, BackendResult<Vec<Fetched<P>>>),
     Outcome(InvocationId, Outcome),
     Renewed(RenewId, BackendResult<Vec<(LeaseId, RenewResult)>>),
-    Acked(Vec<(LeaseId, SettleResult)>),
+    Acked(SourceId, Vec<(LeaseId, SettleResult)>),
     Released(LeaseId, SettleResult),
     DeadLettered(LeaseId, SettleResult),
     Shutdown(Duration, Option<oneshot::Sender<ShutdownReport>>),
@@ -87,6 +87,8 @@ pub(crate) struct Driver<R: Runtime, B: Backend> {
     invocations: HashMap<InvocationId, Invocation>,
     /// Per source, dropping it abandons the fetch in flight.
     fetch_abandon: Vec<Option<oneshot::Sender<()>>>,
+    /// Per source: `Some` while an ack call is in flight, holding the acks due meanwhile.
+    acks_waiting: Vec<Option<Vec<LeaseId>>>,
     waiters: Vec<oneshot::Sender<ShutdownReport>>,
     options: DriverOptions,
     clock: Clock,
@@ -108,6 +110,9 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
         let fetch_abandon = std::iter::repeat_with(|| None)
             .take(streams.len())
             .collect();
+        let acks_waiting = std::iter::repeat_with(|| None)
+            .take(streams.len())
+            .collect();
         Self {
             clock: Arc::new(move || clock_rt.now()),
             rt,
@@ -117,6 +122,7 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
             rx,
             invocations: HashMap::new(),
             fetch_abandon,
+            acks_waiting,
             waiters: Vec::new(),
             options,
             base,
@@ -196,7 +202,15 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
                 tracing::warn!(%error, "renew failed");
                 self.engine.handle_renew_failed(now, batch);
             }
-            Event::Acked(results) => self.engine.handle_acked(now, results),
+            Event::Acked(source, results) => {
+                self.engine.handle_acked(now, results);
+                // The stream's ack call is back: send what came due meanwhile as one batch.
+                let waiting = &mut self.acks_waiting[usize::from(source.0)];
+                match waiting.take() {
+                    Some(leases) if !leases.is_empty() => self.send_acks(source, leases),
+                    _ => {}
+                }
+            }
             Event::Released(lease, result) => self.engine.handle_released(now, lease, result),
             Event::DeadLettered(lease, result) => {
                 self.engine.handle_dead_lettered(now, lease, result)
@@ -388,21 +402,53 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
         self.call(call, move |result| Event::Renewed(batch, result));
     }
 
-    /// Acks one batch: one backend call per source.
-    fn ack(&self, leases: Vec<LeaseId>) {
-        for (source, (ids, refs)) in self.by_source(leases) {
-            let backend = self.backend(source);
-            let sent = ids.clone();
-            self.call(async move { backend.ack(&refs).await }, move |result| {
-                Event::Acked(match result {
+    /// Acks, batched per stream: while a stream's ack call is in flight, acks that come due
+    /// wait and go out together when it returns (at most one round trip later), so a backend
+    /// whose calls take a round trip gets batches instead of one call per message.
+    fn ack(&mut self, leases: Vec<LeaseId>) {
+        for (source, leases) in self.by_source_ids(leases) {
+            match &mut self.acks_waiting[usize::from(source.0)] {
+                Some(waiting) => waiting.extend(leases),
+                slot @ None => {
+                    *slot = Some(Vec::new());
+                    self.send_acks(source, leases);
+                }
+            }
+        }
+    }
+
+    /// One ack call for `leases` of `source`; marks the stream's ack call in flight.
+    fn send_acks(&mut self, source: SourceId, leases: Vec<LeaseId>) {
+        let Some((_, (ids, refs))) = self.by_source(leases).into_iter().next() else {
+            self.acks_waiting[usize::from(source.0)] = None;
+            return;
+        };
+        self.acks_waiting[usize::from(source.0)].get_or_insert_with(Vec::new);
+        let backend = self.backend(source);
+        let sent = ids.clone();
+        self.call(async move { backend.ack(&refs).await }, move |result| {
+            Event::Acked(
+                source,
+                match result {
                     Ok(results) => sent.into_iter().zip(results).collect(),
                     Err(_) => sent
                         .into_iter()
                         .map(|id| (id, SettleResult::Failed))
                         .collect(),
-                })
-            });
+                },
+            )
+        });
+    }
+
+    /// Lease ids grouped by source (leases the engine no longer knows are dropped).
+    fn by_source_ids(&self, leases: Vec<LeaseId>) -> BTreeMap<SourceId, Vec<LeaseId>> {
+        let mut groups: BTreeMap<SourceId, Vec<LeaseId>> = BTreeMap::new();
+        for id in leases {
+            if let Some(lease) = self.engine.lease(id) {
+                groups.entry(lease.source()).or_default().push(id);
+            }
         }
+        groups
     }
 
     fn release(&self, lease: LeaseId, delay: Duration) {
