@@ -19,6 +19,9 @@
 //! claim timeout" is checked at half the claim timeout or immediately after a fetch, and "after"
 //! with a quarter claim timeout of margin.
 //!
+//! The worker-level properties (`worker_*`, [`consume_compat`]) run a real `leasehold-tokio`
+//! worker over the backend and need a real-time factory; expand [`worker_suite!`] for them.
+//!
 //! See `conformance/GUIDE.md` for the SPI contract method by method.
 
 use std::collections::HashSet;
@@ -60,6 +63,12 @@ macro_rules! ensure {
         }
     };
 }
+
+mod worker;
+pub use worker::{
+    consume_compat, worker_backpressure_and_serial, worker_no_reclaim_of_live_work,
+    worker_pending_repoll, worker_shutdown_hands_back,
+};
 
 fn lease<P>(message: &Fetched<P>) -> LeaseRef {
     LeaseRef {
@@ -813,5 +822,26 @@ macro_rules! backend_suite {
                 $crate::$property(&factory).await;
             }
         )+
+    };
+}
+
+/// Expands to one `#[tokio::test]` per worker-level property: a real `leasehold-tokio` worker
+/// over the backend, in real time. The factory's clock must be real time (its `advance` sleeps),
+/// and its claim timeout short (~1 s): the worker uses it, with a heartbeat of a third of it.
+/// Needs `tokio` (features `rt`, `macros`) in the calling crate.
+///
+/// ```text
+/// leasehold_conformance::worker_suite!(MyRealTimeFactory::new());
+/// ```
+#[macro_export]
+macro_rules! worker_suite {
+    ($factory:expr) => {
+        $crate::backend_suite!(@each $factory;
+            worker_backpressure_and_serial,
+            worker_no_reclaim_of_live_work,
+            worker_pending_repoll,
+            worker_shutdown_hands_back,
+            consume_compat
+        );
     };
 }

@@ -1,10 +1,11 @@
 //! The conformance suite against the Redis backend, on a throwaway `redis-server` per test
-//! (real time: a 1 s claim timeout, and `advance` sleeps).
+//! (real time: a 1 s claim timeout, and `advance` sleeps), and the worker-level properties with
+//! a real `leasehold-tokio` worker over it.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use leasehold_conformance::{backend_suite, BackendFactory};
+use leasehold_conformance::{backend_suite, worker_suite, BackendFactory};
 use leasehold_redis::{RedisBackend, RedisConfig};
 use leasehold_redis_harness::RedisServer;
 
@@ -49,3 +50,4 @@ impl BackendFactory for RedisFactory {
 }
 
 backend_suite!(RedisFactory::new());
+worker_suite!(RedisFactory::new());

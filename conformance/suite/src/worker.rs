@@ -1,0 +1,463 @@
+//! Worker-level properties: a real `leasehold-tokio` worker (real time) over the backend under
+//! test. The factory's clock must be real time (Redis, or a memory stream on the system clock).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use leasehold_core::Backend;
+use leasehold_tokio::{Config, Delivery, Json, Outcome, Worker};
+
+use crate::{fetch, open, publish, stream_len, BackendFactory};
+
+/// Cadence of empty fetches.
+const POLL: Duration = Duration::from_millis(25);
+/// How long a property waits for something that must happen.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// The worker configuration of the properties: the factory's claim timeout, heartbeat a third
+/// of it, short polls.
+fn config<F: BackendFactory>(f: &F, concurrency: usize) -> Config {
+    let claim = f.claim_timeout();
+    Config::default()
+        .concurrency(concurrency)
+        .claim_timeout(claim)
+        .heartbeat_interval(claim / 3)
+        .poll_interval(POLL)
+        .repoll_interval(POLL * 2)
+        .shutdown_grace(Duration::from_secs(2))
+}
+
+/// Publishes `n` JSON-encoded (a JSON number is its decimal digits).
+async fn publish_n<B: Backend<Payload: From<Vec<u8>>>>(b: &B, n: u64) {
+    publish(b, n.to_string().as_bytes()).await;
+}
+
+/// One handler invocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Run {
+    message: u64,
+    attempt: u32,
+    delivery_count: u32,
+    worker: usize,
+}
+
+#[derive(Default)]
+struct Record {
+    runs: Vec<Run>,
+    /// Start (`true`) and end (`false`) of invocations, by message, in order.
+    marks: Vec<(u64, bool)>,
+    running: HashMap<u64, usize>,
+    running_total: usize,
+    max_total: usize,
+    max_same: usize,
+    ended: usize,
+}
+
+/// Records invocations and how many ran at once.
+#[derive(Clone, Default)]
+struct Recorder(Arc<Mutex<Record>>);
+
+impl Recorder {
+    fn lock(&self) -> MutexGuard<'_, Record> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn enter(&self, worker: usize, d: &Delivery<u64>) -> Guard {
+        let mut r = self.lock();
+        let message = *d.message();
+        r.runs.push(Run {
+            message,
+            attempt: d.attempt(),
+            delivery_count: d.delivery_count(),
+            worker,
+        });
+        r.marks.push((message, true));
+        let same = r.running.entry(message).or_insert(0);
+        *same += 1;
+        let same = *same;
+        r.max_same = r.max_same.max(same);
+        r.running_total += 1;
+        r.max_total = r.max_total.max(r.running_total);
+        Guard {
+            recorder: self.clone(),
+            message,
+        }
+    }
+
+    fn runs(&self) -> Vec<Run> {
+        self.lock().runs.clone()
+    }
+
+    fn runs_of(&self, message: u64) -> Vec<Run> {
+        self.runs()
+            .into_iter()
+            .filter(|r| r.message == message)
+            .collect()
+    }
+
+    fn ended(&self) -> usize {
+        self.lock().ended
+    }
+}
+
+/// Records the end of an invocation when dropped.
+struct Guard {
+    recorder: Recorder,
+    message: u64,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let mut r = self.recorder.lock();
+        r.marks.push((self.message, false));
+        if let Some(same) = r.running.get_mut(&self.message) {
+            *same -= 1;
+        }
+        r.running_total -= 1;
+        r.ended += 1;
+    }
+}
+
+/// Polls `done` until it holds; fails `prop` with `what` after [`PATIENCE`].
+async fn wait_until<Fut: std::future::Future<Output = bool>>(
+    prop: &str,
+    what: &str,
+    mut done: impl FnMut() -> Fut,
+) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !done().await {
+        ensure!(
+            prop,
+            tokio::time::Instant::now() < deadline,
+            "gave up after {PATIENCE:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Starts a worker on `backend` whose handler records into `recorder` as `worker`, sleeps
+/// `busy`, and returns `outcome(message, attempt)`.
+fn start<F: BackendFactory>(
+    config: Config,
+    backend: F::Backend,
+    recorder: &Recorder,
+    worker: usize,
+    busy: Duration,
+    outcome: fn(u64, u32) -> Outcome,
+) -> Worker<<F::Backend as Backend>::Payload>
+where
+    <F::Backend as Backend>::Payload: AsRef<[u8]>,
+{
+    let recorder = recorder.clone();
+    leasehold_tokio::worker()
+        .config(config)
+        .stream("jobs", backend, move |d: Delivery<u64>| {
+            let guard = recorder.enter(worker, &d);
+            let verdict = outcome(*d.message(), d.attempt());
+            async move {
+                tokio::time::sleep(busy).await;
+                drop(guard);
+                verdict
+            }
+        })
+        .start()
+        .expect("a valid worker")
+}
+
+fn done(_: u64, _: u32) -> Outcome {
+    Outcome::Done
+}
+
+/// Backpressure and serial runs: a worker with concurrency 3 over 12 messages never runs more
+/// than 3 handlers at once nor two invocations of one message at once, runs each once and acks
+/// them all.
+pub async fn worker_backpressure_and_serial<F: BackendFactory>(f: &F) {
+    const P: &str = "worker_backpressure_and_serial";
+    const N: usize = 3;
+    const MESSAGES: u64 = 12;
+    let (_, mut r) = open(f, 2).await;
+    let observer = r.remove(1);
+    for i in 0..MESSAGES {
+        publish_n(&observer, i).await;
+    }
+    let recorder = Recorder::default();
+    let worker = start::<F>(
+        config(f, N),
+        r.remove(0),
+        &recorder,
+        0,
+        Duration::from_millis(40),
+        done,
+    );
+    wait_until(P, "every message acked", || async {
+        stream_len(&observer).await == 0
+    })
+    .await;
+    let report = worker.shutdown(Duration::from_secs(2)).await;
+    let record = recorder.lock();
+    ensure!(
+        P,
+        record.max_total <= N,
+        "{} handlers ran at once with concurrency {N}",
+        record.max_total
+    );
+    ensure!(
+        P,
+        record.max_same == 1,
+        "{} invocations of one message ran at once",
+        record.max_same
+    );
+    let mut seen: Vec<u64> = record.runs.iter().map(|r| r.message).collect();
+    seen.sort_unstable();
+    ensure!(
+        P,
+        seen == (0..MESSAGES).collect::<Vec<_>>(),
+        "each message must run exactly once, runs: {seen:?}"
+    );
+    ensure!(
+        P,
+        report.acked == MESSAGES,
+        "the worker acked {} of {MESSAGES}",
+        report.acked
+    );
+}
+
+/// No reclaim of live work: two workers on one stream, handlers running 2.5× the claim
+/// timeout; heartbeats keep the leases, so each message runs exactly once, with delivery count 1.
+pub async fn worker_no_reclaim_of_live_work<F: BackendFactory>(f: &F) {
+    const P: &str = "worker_no_reclaim_of_live_work";
+    const MESSAGES: u64 = 4;
+    let (claim, mut r) = open(f, 3).await;
+    let observer = r.remove(2);
+    for i in 0..MESSAGES {
+        publish_n(&observer, i).await;
+    }
+    let recorder = Recorder::default();
+    let busy = claim * 5 / 2;
+    let b = start::<F>(config(f, 4), r.remove(1), &recorder, 1, busy, done);
+    let a = start::<F>(config(f, 4), r.remove(0), &recorder, 0, busy, done);
+    wait_until(P, "every message acked", || async {
+        stream_len(&observer).await == 0
+    })
+    .await;
+    // Give a stray second run the chance to show.
+    tokio::time::sleep(POLL * 4).await;
+    let (ra, rb) = (
+        a.shutdown(Duration::from_secs(2)).await,
+        b.shutdown(Duration::from_secs(2)).await,
+    );
+    let runs = recorder.runs();
+    for i in 0..MESSAGES {
+        let of: Vec<Run> = runs.iter().filter(|r| r.message == i).copied().collect();
+        ensure!(
+            P,
+            of.len() == 1,
+            "message {i} ran {} times although its handler was alive: {of:?}",
+            of.len()
+        );
+        ensure!(
+            P,
+            of[0].delivery_count == 1,
+            "message {i} was delivered again: {of:?}"
+        );
+    }
+    ensure!(
+        P,
+        ra.acked + rb.acked == MESSAGES,
+        "the workers acked {} + {} of {MESSAGES}",
+        ra.acked,
+        rb.acked
+    );
+    ensure!(
+        P,
+        ra.lost + rb.lost == 0,
+        "leases lost: {} + {}",
+        ra.lost,
+        rb.lost
+    );
+}
+
+fn pending_twice(message: u64, attempt: u32) -> Outcome {
+    if message == 0 && attempt < 3 {
+        Outcome::Pending
+    } else {
+        Outcome::Done
+    }
+}
+
+/// `Pending` re-poll: at concurrency 1, a message that answers `Pending` twice is invoked again
+/// as attempts 1, 2, 3 of one delivery (no other delivery of it in between), other messages run
+/// while it waits, and all are acked.
+pub async fn worker_pending_repoll<F: BackendFactory>(f: &F) {
+    const P: &str = "worker_pending_repoll";
+    const OTHERS: u64 = 3;
+    let (_, mut r) = open(f, 2).await;
+    let observer = r.remove(1);
+    for i in 0..=OTHERS {
+        publish_n(&observer, i).await;
+    }
+    let recorder = Recorder::default();
+    let config = config(f, 1).repoll_interval(Duration::from_millis(200));
+    let worker = start::<F>(
+        config,
+        r.remove(0),
+        &recorder,
+        0,
+        Duration::from_millis(5),
+        pending_twice,
+    );
+    wait_until(P, "every message acked", || async {
+        stream_len(&observer).await == 0
+    })
+    .await;
+    let report = worker.shutdown(Duration::from_secs(2)).await;
+    let runs = recorder.runs();
+    let pending: Vec<Run> = recorder.runs_of(0);
+    ensure!(
+        P,
+        pending.iter().map(|r| r.attempt).collect::<Vec<_>>() == [1, 2, 3],
+        "the Pending message ran as attempts {:?}, expected [1, 2, 3]",
+        pending.iter().map(|r| r.attempt).collect::<Vec<_>>()
+    );
+    ensure!(
+        P,
+        pending.iter().all(|r| r.delivery_count == 1),
+        "the Pending message was delivered again: {pending:?}"
+    );
+    let first = runs.iter().position(|r| r.message == 0).unwrap_or(0);
+    let last = runs.iter().rposition(|r| r.message == 0).unwrap_or(0);
+    let between = runs[first..last].iter().filter(|r| r.message != 0).count();
+    ensure!(
+        P,
+        between > 0,
+        "no other message ran while the Pending one waited: {runs:?}"
+    );
+    for i in 1..=OTHERS {
+        ensure!(
+            P,
+            recorder.runs_of(i).len() == 1,
+            "message {i} ran {} times",
+            recorder.runs_of(i).len()
+        );
+    }
+    ensure!(
+        P,
+        recorder.lock().max_total <= 1,
+        "more than one invocation at once at concurrency 1"
+    );
+    ensure!(
+        P,
+        report.acked == OTHERS + 1,
+        "acked {} of {}",
+        report.acked,
+        OTHERS + 1
+    );
+}
+
+fn always_pending(_: u64, _: u32) -> Outcome {
+    Outcome::Pending
+}
+
+/// Shutdown hands back: a message waiting for its re-poll when the worker shuts down is
+/// released at once, so a fresh handle fetches it immediately — nothing lost, no claim timeout
+/// to wait out.
+pub async fn worker_shutdown_hands_back<F: BackendFactory>(f: &F) {
+    const P: &str = "worker_shutdown_hands_back";
+    let (_, mut r) = open(f, 2).await;
+    let fresh = r.remove(1);
+    publish_n(&fresh, 7).await;
+    let recorder = Recorder::default();
+    let config = config(f, 1).repoll_interval(Duration::from_secs(30));
+    let worker = start::<F>(
+        config,
+        r.remove(0),
+        &recorder,
+        0,
+        Duration::ZERO,
+        always_pending,
+    );
+    wait_until(P, "the message ran once and returned Pending", || async {
+        recorder.ended() >= 1
+    })
+    .await;
+    let report = worker.shutdown(Duration::from_secs(2)).await;
+    ensure!(
+        P,
+        report.released >= 1,
+        "shutdown released {} leases, 1 message was waiting",
+        report.released
+    );
+    let again = fetch(&fresh, 10).await;
+    ensure!(
+        P,
+        again.len() == 1,
+        "a fresh handle fetched {} messages right after shutdown, 1 was handed back",
+        again.len()
+    );
+    ensure!(
+        P,
+        again[0].payload.as_ref() == b"7",
+        "a different message came back"
+    );
+    ensure!(
+        P,
+        recorder.runs().len() == 1,
+        "the message ran more than once"
+    );
+}
+
+/// `consume()` compatibility: `true` acks the message; `false` keeps it for the next
+/// `consume`; an empty stream returns `false`.
+pub async fn consume_compat<F: BackendFactory>(f: &F) {
+    const P: &str = "consume_compat";
+    let (_, r) = open(f, 1).await;
+    let a = &r[0];
+    let json = Json::<u64>::default();
+    ensure!(
+        P,
+        !leasehold_tokio::consume(a, &json, |_: u64| true)
+            .await
+            .expect("consume failed"),
+        "consume on an empty stream returned true"
+    );
+    publish_n(a, 1).await;
+    publish_n(a, 2).await;
+    let mut seen = None;
+    let consumed = leasehold_tokio::consume(a, &json, |m: u64| {
+        seen = Some(m);
+        true
+    })
+    .await
+    .expect("consume failed");
+    ensure!(P, consumed && seen == Some(1), "consume took {seen:?}");
+    ensure!(P, stream_len(a).await == 1, "consume → true did not ack");
+    let mut kept = None;
+    let consumed = leasehold_tokio::consume(a, &json, |m: u64| {
+        kept = Some(m);
+        false
+    })
+    .await
+    .expect("consume failed");
+    ensure!(P, consumed && kept == Some(2), "consume took {kept:?}");
+    ensure!(
+        P,
+        stream_len(a).await == 1,
+        "consume → false removed the message"
+    );
+    let mut again = None;
+    let consumed = leasehold_tokio::consume(a, &json, |m: u64| {
+        again = Some(m);
+        true
+    })
+    .await
+    .expect("consume failed");
+    ensure!(
+        P,
+        consumed && again == Some(2),
+        "the next consume after false got {again:?}, not the kept message"
+    );
+    ensure!(P, stream_len(a).await == 0, "consume → true did not ack");
+}
