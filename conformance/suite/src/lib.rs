@@ -12,7 +12,7 @@
 //! That yields one `#[tokio::test]` per property (your crate needs `tokio` with the `rt` and
 //! `macros` features as a dev-dependency). Each property is also a plain `pub async fn` taking
 //! `&impl BackendFactory`, so you may run it under any executor. A violated property panics
-//! with `property `<name>` violated: <what happened>`.
+//! with a message naming the property and what happened ("property `round_trip` violated: ...").
 //!
 //! The properties are written to hold on real-time backends (Redis: claim timeout ~1 s, `advance`
 //! sleeps) as well as on virtual time (memory backend with a manual clock): "not before the
