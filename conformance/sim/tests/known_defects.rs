@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use leasehold_core::{
     Config, Effect, Fence, Fetched, LeaseEngine, Outcome, SettleResult, SourceId,
 };
-use leasehold_sim::{run_seed, Check, Profile, SimConfig};
+use leasehold_sim::{run_seed, Profile, SimConfig};
 
 /// Defect 1: a `Lost` answer to a release (or dead-letter) whose lease was re-fenced meanwhile
 /// re-sends the settle effect *before* the input's clock advance runs local expiry; when the
