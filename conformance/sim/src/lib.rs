@@ -211,8 +211,8 @@ pub struct SimConfig {
     pub bound_scale: f64,
     /// Skip a `Release` or `DeadLetter` effect naming a lease the engine no longer knows, as the
     /// worker driver does, and count it in [`SeedReport::stale_effects`], instead of failing
-    /// the seed ([`Check::Engine`]). Off by default; for soaks that look past that known engine
-    /// defect (see `tests/known_defects.rs`).
+    /// the seed ([`Check::Engine`]). Off by default; it let soaks look past the engine defect
+    /// pinned (now fixed) in `tests/known_defects.rs`.
     pub skip_stale_effects: bool,
 }
 
