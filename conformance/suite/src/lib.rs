@@ -53,6 +53,26 @@ pub trait BackendFactory: Sync {
 
     /// Lets `d` pass on the backend's clock: advance a manual clock, or sleep for real.
     fn advance(&self, d: Duration) -> impl Future<Output = ()> + Send;
+
+    /// Optional inspection: the dead letters of the stream most recently opened by
+    /// [`open`](Self::open), in order of arrival, or `None` (the default) if the factory cannot
+    /// inspect them. When `Some`, the properties check each dead letter's original id, reason
+    /// text and delivery count.
+    fn dead_letters(&self) -> impl Future<Output = Option<Vec<DeadLetterInfo>>> + Send {
+        async { None }
+    }
+}
+
+/// One dead-lettered message as the backend recorded it, for
+/// [`BackendFactory::dead_letters`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetterInfo {
+    /// Its id in the stream it came from.
+    pub original_id: MessageId,
+    /// Why it was dead-lettered: the `Display` text of the [`DeadLetterReason`].
+    pub reason: String,
+    /// Its delivery count when it was dead-lettered.
+    pub delivery_count: u32,
 }
 
 /// Fails the current property with a clear message.
@@ -66,8 +86,8 @@ macro_rules! ensure {
 
 mod worker;
 pub use worker::{
-    consume_compat, worker_backpressure_and_serial, worker_no_reclaim_of_live_work,
-    worker_pending_repoll, worker_shutdown_hands_back,
+    consume_compat, worker_backpressure_and_serial, worker_crash_failover,
+    worker_no_reclaim_of_live_work, worker_pending_repoll, worker_shutdown_hands_back,
 };
 
 fn lease<P>(message: &Fetched<P>) -> LeaseRef {
@@ -463,8 +483,10 @@ pub async fn release_with_delay<F: BackendFactory>(f: &F) {
 }
 
 /// Dead-lettering removes the message from the stream and from pending, and it is never
-/// delivered again; a stale dead-letter is `Lost` and changes nothing. (Where the dead letter
-/// lands and how to inspect its reason and count is backend-specific, outside the SPI.)
+/// delivered again; a stale dead-letter is `Lost` and changes nothing. Where the dead letter
+/// lands is backend-specific, outside the SPI; if the factory can inspect it
+/// ([`BackendFactory::dead_letters`]), the stale dead-letter recorded nothing and the owner's
+/// recorded exactly one, with the original id, the reason's text and the delivery count (2).
 pub async fn dead_letter_removes_message<F: BackendFactory>(f: &F) {
     const P: &str = "dead_letter_removes_message";
     let (claim, r) = open(f, 2).await;
@@ -485,6 +507,13 @@ pub async fn dead_letter_removes_message<F: BackendFactory>(f: &F) {
         stream_len(a).await == 1,
         "a stale dead-letter removed the entry"
     );
+    if let Some(dead) = f.dead_letters().await {
+        ensure!(
+            P,
+            dead.is_empty(),
+            "a stale dead-letter recorded dead letters: {dead:?}"
+        );
+    }
     let done = b
         .dead_letter(&lease(&new), &reason)
         .await
@@ -504,6 +533,24 @@ pub async fn dead_letter_removes_message<F: BackendFactory>(f: &F) {
         pending(a).await == 0,
         "dead-lettered message still pending"
     );
+    if let Some(dead) = f.dead_letters().await {
+        let expected = DeadLetterInfo {
+            original_id: new.id.clone(),
+            reason: reason.to_string(),
+            delivery_count: new.delivery_count,
+        };
+        ensure!(
+            P,
+            new.delivery_count == 2,
+            "delivery count after one takeover is {}",
+            new.delivery_count
+        );
+        ensure!(
+            P,
+            dead == [expected.clone()],
+            "dead letters are {dead:?}, expected just {expected:?}"
+        );
+    }
     f.advance(claim + margin(claim)).await;
     ensure!(
         P,
@@ -839,6 +886,7 @@ macro_rules! worker_suite {
         $crate::backend_suite!(@each $factory;
             worker_backpressure_and_serial,
             worker_no_reclaim_of_live_work,
+            worker_crash_failover,
             worker_pending_repoll,
             worker_shutdown_hands_back,
             consume_compat

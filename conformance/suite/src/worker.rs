@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use leasehold_core::Backend;
-use leasehold_tokio::{Config, Delivery, Json, Outcome, Worker};
+use leasehold_tokio::{Config, Delivery, Json, Outcome, TokioRuntime, Worker, WorkerBuilder};
 
 use crate::{fetch, open, publish, stream_len, BackendFactory};
 
@@ -355,6 +355,123 @@ pub async fn worker_pending_repoll<F: BackendFactory>(f: &F) {
         report.acked,
         OTHERS + 1
     );
+}
+
+/// A tokio runtime of its own for a worker that will crash: [`Isolated::kill`] shuts it down in
+/// the background, so no task on it (the worker's driver, heartbeats, handlers) is polled again,
+/// without any graceful shutdown.
+struct Isolated(Option<tokio::runtime::Runtime>);
+
+impl Isolated {
+    fn new() -> Self {
+        Self(Some(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .expect("a tokio runtime"),
+        ))
+    }
+
+    fn runtime(&self) -> TokioRuntime {
+        let rt = self.0.as_ref().expect("not killed yet");
+        TokioRuntime::from_handle(rt.handle().clone())
+    }
+
+    fn kill(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl Drop for Isolated {
+    fn drop(&mut self) {
+        // Dropping a runtime in an async context panics; this never blocks.
+        self.kill();
+    }
+}
+
+/// Crash failover: worker a, on a runtime of its own, takes a message whose handler never
+/// finishes; once it runs (and a couple of heartbeats have passed), a's runtime is shut down
+/// in the background — no graceful shutdown, no release, its heartbeats just stop. The message
+/// is not handed back at once; worker b takes it over after the claim timeout, with delivery
+/// count ≥ 2, runs it once and acks it once.
+pub async fn worker_crash_failover<F: BackendFactory>(f: &F) {
+    const P: &str = "worker_crash_failover";
+    let (claim, mut r) = open(f, 3).await;
+    let observer = r.remove(2);
+    publish_n(&observer, 7).await;
+    let recorder = Recorder::default();
+    let mut isolated = Isolated::new();
+    let victim_recorder = recorder.clone();
+    let victim: Worker<<F::Backend as Backend>::Payload> = WorkerBuilder::new(isolated.runtime())
+        .config(config(f, 1))
+        .stream("jobs", r.remove(0), move |d: Delivery<u64>| {
+            // Held until the runtime dies: the handler never ends.
+            let guard = victim_recorder.enter(0, &d);
+            async move {
+                std::future::pending::<()>().await;
+                drop(guard);
+                Outcome::Done
+            }
+        })
+        .start()
+        .expect("a valid worker");
+    wait_until(P, "worker a started the message", || async {
+        !recorder.runs().is_empty()
+    })
+    .await;
+    // Let a couple of heartbeats pass, so the crash hits a lease that is being renewed.
+    tokio::time::sleep(claim * 2 / 3).await;
+    isolated.kill();
+    ensure!(
+        P,
+        fetch(&observer, 1).await.is_empty(),
+        "the crashed worker's message was claimable at once (handed back, not crashed?)"
+    );
+    let peer = start::<F>(
+        config(f, 1),
+        r.remove(0),
+        &recorder,
+        1,
+        Duration::ZERO,
+        done,
+    );
+    wait_until(P, "worker b completed the message", || async {
+        stream_len(&observer).await == 0
+    })
+    .await;
+    // Give a stray second run or ack the chance to show.
+    tokio::time::sleep(POLL * 4).await;
+    let report = peer.shutdown(Duration::from_secs(2)).await;
+    let runs = recorder.runs_of(7);
+    ensure!(
+        P,
+        runs.len() == 2 && runs[0].worker == 0 && runs[1].worker == 1,
+        "expected one run on a then one on b, got {runs:?}"
+    );
+    ensure!(
+        P,
+        runs[0].delivery_count == 1,
+        "a's delivery count is {}",
+        runs[0].delivery_count
+    );
+    ensure!(
+        P,
+        runs[1].delivery_count >= 2,
+        "b took the message over with delivery count {}",
+        runs[1].delivery_count
+    );
+    ensure!(
+        P,
+        report.acked == 1,
+        "worker b acked {} messages, 1 expected",
+        report.acked
+    );
+    // Only now: dropping the crashed worker's handle earlier would have asked for a graceful
+    // shutdown.
+    drop(victim);
 }
 
 fn always_pending(_: u64, _: u32) -> Outcome {

@@ -2,22 +2,43 @@
 //! (virtual time), a complete, small example of a [`BackendFactory`]; the worker-level ones on
 //! the system clock (real time, a 1 s claim timeout), since a real worker runs over it.
 
+use std::sync::Mutex;
 use std::time::Duration;
 
-use leasehold_conformance::{backend_suite, worker_suite, BackendFactory};
+use leasehold_conformance::{backend_suite, worker_suite, BackendFactory, DeadLetterInfo};
 use leasehold_memory::{ManualClock, MemoryBackend, MemoryStream, StreamConfig};
 
 /// Fresh streams on one manual clock; `advance` moves it, so the suite runs in no real time.
 struct MemoryFactory {
     clock: ManualClock,
+    /// The stream opened last, for [`BackendFactory::dead_letters`].
+    last: Mutex<Option<MemoryStream>>,
 }
 
 impl MemoryFactory {
     fn new() -> Self {
         Self {
             clock: ManualClock::new(),
+            last: Mutex::default(),
         }
     }
+}
+
+/// The dead letters of the stream opened last, if any.
+fn dead_letters_of(last: &Mutex<Option<MemoryStream>>) -> Option<Vec<DeadLetterInfo>> {
+    let last = last.lock().expect("not poisoned");
+    let stream = last.as_ref()?;
+    Some(
+        stream
+            .dead_letters()
+            .into_iter()
+            .map(|d| DeadLetterInfo {
+                original_id: d.original_id,
+                reason: d.reason,
+                delivery_count: d.delivery_count,
+            })
+            .collect(),
+    )
 }
 
 impl BackendFactory for MemoryFactory {
@@ -30,20 +51,30 @@ impl BackendFactory for MemoryFactory {
     async fn open(&self, claim_timeout: Duration, replicas: usize) -> Vec<MemoryBackend> {
         let stream = MemoryStream::with_clock(StreamConfig::new(claim_timeout), self.clock.clone())
             .expect("stream config");
-        (0..replicas)
+        let handles = (0..replicas)
             .map(|i| stream.consumer(&format!("replica-{i}")).expect("consumer"))
-            .collect()
+            .collect();
+        *self.last.lock().expect("not poisoned") = Some(stream);
+        handles
     }
 
     async fn advance(&self, d: Duration) {
         self.clock.advance(d);
+    }
+
+    async fn dead_letters(&self) -> Option<Vec<DeadLetterInfo>> {
+        dead_letters_of(&self.last)
     }
 }
 
 backend_suite!(MemoryFactory::new());
 
 /// Fresh streams on the system clock; `advance` sleeps. For the worker-level properties.
-struct RealTimeMemoryFactory;
+#[derive(Default)]
+struct RealTimeMemoryFactory {
+    /// The stream opened last, for [`BackendFactory::dead_letters`].
+    last: Mutex<Option<MemoryStream>>,
+}
 
 impl BackendFactory for RealTimeMemoryFactory {
     type Backend = MemoryBackend;
@@ -54,14 +85,20 @@ impl BackendFactory for RealTimeMemoryFactory {
 
     async fn open(&self, claim_timeout: Duration, replicas: usize) -> Vec<MemoryBackend> {
         let stream = MemoryStream::new(StreamConfig::new(claim_timeout)).expect("stream config");
-        (0..replicas)
+        let handles = (0..replicas)
             .map(|i| stream.consumer(&format!("replica-{i}")).expect("consumer"))
-            .collect()
+            .collect();
+        *self.last.lock().expect("not poisoned") = Some(stream);
+        handles
     }
 
     async fn advance(&self, d: Duration) {
         tokio::time::sleep(d).await;
     }
+
+    async fn dead_letters(&self) -> Option<Vec<DeadLetterInfo>> {
+        dead_letters_of(&self.last)
+    }
 }
 
-worker_suite!(RealTimeMemoryFactory);
+worker_suite!(RealTimeMemoryFactory::default());

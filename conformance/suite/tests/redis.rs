@@ -3,15 +3,18 @@
 //! a real `leasehold-tokio` worker over it.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use leasehold_conformance::{backend_suite, worker_suite, BackendFactory};
+use leasehold_conformance::{backend_suite, worker_suite, BackendFactory, DeadLetterInfo};
 use leasehold_redis::{RedisBackend, RedisConfig};
-use leasehold_redis_harness::RedisServer;
+use leasehold_redis_harness::{RedisServer, Reply};
 
 struct RedisFactory {
     server: RedisServer,
     streams: AtomicUsize,
+    /// The dead-letter key of the stream opened last, for [`BackendFactory::dead_letters`].
+    dead_key: Mutex<Option<String>>,
 }
 
 impl RedisFactory {
@@ -21,6 +24,7 @@ impl RedisFactory {
         Self {
             server,
             streams: AtomicUsize::new(0),
+            dead_key: Mutex::default(),
         }
     }
 }
@@ -41,11 +45,52 @@ impl BackendFactory for RedisFactory {
                 .claim_timeout(claim_timeout);
             handles.push(RedisBackend::connect(config).await.expect("connect"));
         }
+        if let Some(first) = handles.first() {
+            *self.dead_key.lock().expect("not poisoned") = Some(first.dead_letter_key().to_owned());
+        }
         handles
     }
 
     async fn advance(&self, d: Duration) {
         tokio::time::sleep(d).await;
+    }
+
+    /// `XRANGE` of the dead-letter stream; each entry's fields `id`, `reason`, `deliveries`.
+    async fn dead_letters(&self) -> Option<Vec<DeadLetterInfo>> {
+        let key = self.dead_key.lock().expect("not poisoned").clone()?;
+        let reply = self
+            .server
+            .command(["XRANGE", key.as_str(), "-", "+"])
+            .expect("XRANGE of the dead-letter stream");
+        let entries = reply
+            .as_array()
+            .unwrap_or_else(|| panic!("XRANGE answered {reply:?}"));
+        Some(entries.iter().map(dead_letter).collect())
+    }
+}
+
+/// One `XRANGE` entry of the dead-letter stream: `[entry id, [field, value, …]]`.
+fn dead_letter(entry: &Reply) -> DeadLetterInfo {
+    let fields = entry
+        .as_array()
+        .and_then(|e| e.get(1))
+        .and_then(Reply::as_array)
+        .unwrap_or_else(|| panic!("malformed dead-letter entry {entry:?}"));
+    let field = |name: &str| {
+        fields
+            .chunks(2)
+            .find(|pair| pair[0].as_str() == Some(name))
+            .and_then(|pair| pair.get(1))
+            .and_then(Reply::as_str)
+            .unwrap_or_else(|| panic!("dead-letter entry without `{name}`: {entry:?}"))
+            .to_owned()
+    };
+    DeadLetterInfo {
+        original_id: field("id").into(),
+        reason: field("reason"),
+        delivery_count: field("deliveries")
+            .parse()
+            .unwrap_or_else(|e| panic!("dead-letter `deliveries` not a count ({e}): {entry:?}")),
     }
 }
 
