@@ -16,8 +16,17 @@ use redis::{RedisError, Script, Value};
 use crate::config::{unique_consumer_name, RedisConfig};
 
 static FETCH: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/fetch.lua")));
-static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/renew.lua")));
-static ACK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/ack.lua")));
+/// Batch scripts share the one-`XPENDING` fence check.
+macro_rules! batch_script {
+    ($file:literal) => {
+        LazyLock::new(|| {
+            Script::new(concat!(include_str!("lua/fenced_batch.lua"), include_str!($file)))
+        })
+    };
+}
+
+static RENEW: LazyLock<Script> = batch_script!("lua/renew.lua");
+static ACK: LazyLock<Script> = batch_script!("lua/ack.lua");
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/release.lua")));
 static DEAD_LETTER: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/dead_letter.lua")));
