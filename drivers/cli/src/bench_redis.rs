@@ -25,17 +25,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
-use leasehold_memory::Bytes;
 use leasehold_redis::{RedisBackend, RedisConfig};
 use leasehold_redis_harness::RedisServer;
-use leasehold_tokio::core::{
-    Backend, BackendResult, DeadLetterReason, Fetched, LeaseRef, MessageId, RenewResult,
-    SettleResult,
-};
+use leasehold_tokio::core::{Backend, LeaseRef, RenewResult};
 use leasehold_tokio::{Config, Delivery, Raw, TokioRuntime, WorkerBuilder};
 use redis::Value;
 use tokio::sync::Notify;
 
+use crate::counting::{AckCounter, CallCounts, Counting};
 use crate::stats::{grouped, median};
 use crate::CliError;
 
@@ -880,82 +877,4 @@ fn info_field(server: &RedisServer, section: &str, field: &str) -> Option<String
         let value = line.strip_prefix(field)?.strip_prefix(':')?;
         Some(value.trim().to_owned())
     })
-}
-
-struct AckCounter {
-    target: usize,
-    acked: AtomicUsize,
-    all_acked: Notify,
-    calls: CallCounts,
-}
-
-#[derive(Debug, Default)]
-struct CallCounts {
-    fetches: AtomicUsize,
-    fetched: AtomicUsize,
-    acks: AtomicUsize,
-    renews: AtomicUsize,
-}
-
-/// The Redis backend, counting calls and successful acks (to stop the clock at the last one).
-struct Counting {
-    inner: RedisBackend,
-    acked: Arc<AckCounter>,
-}
-
-impl Backend for Counting {
-    type Payload = Bytes;
-
-    fn claim_timeout(&self) -> Option<Duration> {
-        self.inner.claim_timeout()
-    }
-
-    async fn publish(&self, payload: Bytes) -> BackendResult<MessageId> {
-        self.inner.publish(payload).await
-    }
-
-    async fn fetch(&self, max: usize, wait: Duration) -> BackendResult<Vec<Fetched<Bytes>>> {
-        let fetched = self.inner.fetch(max, wait).await?;
-        let calls = &self.acked.calls;
-        calls.fetches.fetch_add(1, Ordering::Relaxed);
-        calls.fetched.fetch_add(fetched.len(), Ordering::Relaxed);
-        Ok(fetched)
-    }
-
-    async fn renew(&self, leases: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
-        self.acked.calls.renews.fetch_add(1, Ordering::Relaxed);
-        self.inner.renew(leases).await
-    }
-
-    async fn ack(&self, leases: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
-        self.acked.calls.acks.fetch_add(1, Ordering::Relaxed);
-        let results = self.inner.ack(leases).await?;
-        let ok = results.iter().filter(|r| **r == SettleResult::Ok).count();
-        let counter = &self.acked;
-        let before = counter.acked.fetch_add(ok, Ordering::AcqRel);
-        if before < counter.target && before + ok >= counter.target {
-            counter.all_acked.notify_one();
-        }
-        Ok(results)
-    }
-
-    async fn release(&self, lease: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
-        self.inner.release(lease, delay).await
-    }
-
-    async fn dead_letter(
-        &self,
-        lease: &LeaseRef,
-        reason: &DeadLetterReason,
-    ) -> BackendResult<SettleResult> {
-        self.inner.dead_letter(lease, reason).await
-    }
-
-    async fn stream_len(&self) -> BackendResult<u64> {
-        self.inner.stream_len().await
-    }
-
-    async fn pending(&self) -> BackendResult<u64> {
-        self.inner.pending().await
-    }
 }

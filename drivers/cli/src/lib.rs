@@ -18,6 +18,7 @@
 pub mod args;
 pub mod bench;
 pub mod bench_redis;
+mod counting;
 pub mod demo;
 mod exec;
 mod stats;

@@ -20,7 +20,10 @@ static FETCH: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/
 macro_rules! batch_script {
     ($file:literal) => {
         LazyLock::new(|| {
-            Script::new(concat!(include_str!("lua/fenced_batch.lua"), include_str!($file)))
+            Script::new(concat!(
+                include_str!("lua/fenced_batch.lua"),
+                include_str!($file)
+            ))
         })
     };
 }
