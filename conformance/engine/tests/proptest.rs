@@ -6,7 +6,7 @@ use proptest::prelude::*;
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: 3000,
+        cases: 6000,
         max_shrink_iters: 20_000,
         // Failures print the shrunk scenario; regressions go to tests/regressions.rs by hand.
         failure_persistence: None,
