@@ -1,0 +1,112 @@
+//! # leasehold-commands: a durable command queue on leasehold
+//!
+//! For work that *starts* quickly and *finishes* later: "provision a VM", "submit a batch job
+//! and follow it to completion". A client [`submit`](CommandQueue::submit)s a command; a
+//! [`CommandWorker`] picks it up and calls its handler's `execute`, which starts the work and
+//! returns at once; the worker then calls `check_status` every `status_interval` until the work
+//! ends. Statuses go SUBMITTED → RUNNING → SUCCEEDED | FAILED | CANCELLED.
+//!
+//! What it is built to get right:
+//! - **Nothing blocks dispatch, and live work is never re-run**: a RUNNING command keeps its
+//!   stream lease (heartbeat-renewed) between checks and frees its invocation slot; another
+//!   replica takes it over only if this one dies, and then *resumes* with `check_status`
+//!   (never `execute` twice for a RUNNING command).
+//! - **Observers see transitions within `status_interval`** (seconds), not the claim timeout;
+//!   checks of many commands are spread over the interval.
+//! - **Submit is atomic and idempotent**: state and stream entry are written together (one Lua
+//!   script on Redis); submitting an existing id returns its state and enqueues nothing.
+//! - **State writes are compare-and-set** on a version: a cancel is never overwritten by a late
+//!   result or a RUNNING mark; a result that lost to a cancel is dropped (and counted), and
+//!   the handler's `on_cancel` runs to stop the external work.
+//! - **Cancel reaches the running handler** ([`CommandContext::stopped`]), and the command's
+//!   lease is acked once it is CANCELLED.
+//! - **Failures back off**: an error or panic is retried with the engine's jittered backoff and
+//!   FAILED after `max_attempts`; an unknown type or undecodable params are FAILED at once.
+//! - States expire after a TTL (default 7 days) refreshed on each write; Redis keys share a
+//!   hash tag, so the queue works on Redis Cluster.
+//!
+//! Stores: [`MemoryCommandStore`] (in process) and [`RedisCommandStore`]; a store of your own
+//! implements [`CommandStore`].
+//!
+//! ```
+//! use std::time::Duration;
+//! use leasehold_commands::{
+//!     Command, CommandContext, CommandHandler, CommandQueue, HandlerError, MemoryCommandStore,
+//!     Status, Step,
+//! };
+//! use leasehold_memory::{MemoryStream, StreamConfig};
+//! use leasehold_tokio::TokioRuntime;
+//!
+//! /// "Provisions" a VM: the cloud is ready after a few status checks.
+//! struct Provision;
+//!
+//! impl CommandHandler for Provision {
+//!     type Params = String; // the VM's name
+//!     type Output = String; // its address
+//!
+//!     async fn execute(&self, ctx: CommandContext, name: String) -> Result<Step<String>, HandlerError> {
+//!         // Start the work, keyed by ctx.id() so a repeated execute is harmless; remember
+//!         // what check_status needs.
+//!         Ok(Step::running_with(format!("op-{}", ctx.id()))?)
+//!     }
+//!
+//!     async fn check_status(&self, ctx: CommandContext, name: String) -> Result<Step<String>, HandlerError> {
+//!         let operation: String = ctx.checkpoint()?.expect("execute stored it");
+//!         assert!(operation.starts_with("op-"));
+//!         Ok(Step::Succeeded(format!("{name}.internal:22")))
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = MemoryCommandStore::new(MemoryStream::new(StreamConfig::default())?);
+//! let queue = CommandQueue::new(TokioRuntime::current(), store);
+//! let worker = queue
+//!     .worker()
+//!     .handler("provision_vm", Provision)
+//!     .status_interval(Duration::from_millis(20))
+//!     .start()
+//!     .await?;
+//!
+//! let submitted = queue.submit(Command::new("provision_vm", "web-1")?.with_id("vm-1")).await?;
+//! let done = queue.wait(submitted.id(), Duration::from_secs(10)).await?;
+//! assert_eq!(done.status, Status::Succeeded);
+//! assert_eq!(queue.result::<String>("vm-1").await?.as_deref(), Some("web-1.internal:22"));
+//! // Idempotent: the same id again enqueues nothing.
+//! assert!(!queue.submit(Command::new("provision_vm", "web-1")?.with_id("vm-1")).await?.created);
+//! worker.shutdown(Duration::from_secs(1)).await;
+//! # Ok(())
+//! # }
+//! ```
+#![forbid(unsafe_code)]
+
+mod dispatch;
+mod handler;
+mod memory;
+mod queue;
+mod redis;
+mod signal;
+mod state;
+mod store;
+mod worker;
+
+use std::time::Duration;
+
+pub use dispatch::CommandStats;
+pub use handler::{CommandContext, CommandHandler, HandlerError, Step, StopReason};
+pub use memory::MemoryCommandStore;
+pub use queue::{CommandQueue, QueueError, Submitted};
+pub use redis::{RedisCommandStore, RedisStoreConfig};
+pub use state::{Command, CommandState, Status};
+pub use store::{CancelFeed, CommandStore, StoreError, Submit};
+pub use worker::{CommandWorker, CommandWorkerBuilder, CommandWorkerError};
+
+/// How long a command's state is kept after its last write, unless configured: 7 days.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+
+impl<S: CommandStore, R: leasehold_worker::Runtime> CommandQueue<S, R> {
+    /// A worker builder for this queue, sharing its store and runtime.
+    pub fn worker(&self) -> CommandWorkerBuilder<R, S> {
+        CommandWorkerBuilder::from_shared(self.runtime().clone(), self.shared_store())
+    }
+}

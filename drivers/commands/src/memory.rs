@@ -1,0 +1,153 @@
+//! The in-process store: states in a map next to a [`MemoryStream`], one lock for both.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use futures::channel::mpsc;
+use leasehold_memory::{MemoryBackend, MemoryStream};
+
+use crate::state::CommandState;
+use crate::store::{CancelFeed, CommandStore, StoreError, Submit};
+use crate::DEFAULT_TTL;
+
+/// Expired states are swept out after this many submits (reads skip them anyway).
+const SWEEP_EVERY: u64 = 1024;
+
+/// A command store in process memory, for tests, demos and single-process use.
+///
+/// States expire `ttl` after their last write, on the stream's clock (so a
+/// [`ManualClock`](leasehold_memory::ManualClock) drives expiry too).
+#[derive(Clone)]
+pub struct MemoryCommandStore {
+    stream: MemoryStream,
+    ttl: Duration,
+    inner: Arc<Mutex<Inner>>,
+}
+
+#[derive(Default)]
+struct Inner {
+    states: HashMap<String, (CommandState, Instant)>,
+    cancel_feeds: Vec<mpsc::UnboundedSender<String>>,
+    submits: u64,
+    consumers: u64,
+}
+
+impl std::fmt::Debug for MemoryCommandStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryCommandStore")
+            .field("ttl", &self.ttl)
+            .field("states", &self.lock().states.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl MemoryCommandStore {
+    /// A store whose commands travel on `stream`, with the default TTL (7 days).
+    pub fn new(stream: MemoryStream) -> Self {
+        Self {
+            stream,
+            ttl: DEFAULT_TTL,
+            inner: Arc::default(),
+        }
+    }
+
+    /// How long a state is kept after its last write.
+    #[must_use]
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// The stream carrying the commands.
+    pub fn stream(&self) -> &MemoryStream {
+        &self.stream
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave a half-written entry: every write is one
+        // map insert. So a poisoned lock is still consistent.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn live<'a>(inner: &'a Inner, id: &str, now: Instant) -> Option<&'a CommandState> {
+        inner
+            .states
+            .get(id)
+            .filter(|(_, expires)| *expires > now)
+            .map(|(state, _)| state)
+    }
+}
+
+impl CommandStore for MemoryCommandStore {
+    type Backend = MemoryBackend;
+    type Payload = bytes::Bytes;
+
+    async fn submit(&self, state: &CommandState, entry: &[u8]) -> Result<Submit, StoreError> {
+        let now = self.stream.now();
+        let mut inner = self.lock();
+        if let Some(existing) = Self::live(&inner, &state.id, now) {
+            return Ok(Submit::Exists(Box::new(existing.clone())));
+        }
+        inner.submits += 1;
+        if inner.submits % SWEEP_EVERY == 0 {
+            inner.states.retain(|_, (_, expires)| *expires > now);
+        }
+        // Both under the lock: no reader sees the state without the entry or the reverse.
+        inner
+            .states
+            .insert(state.id.clone(), (state.clone(), now + self.ttl));
+        self.stream.publish(bytes::Bytes::copy_from_slice(entry));
+        Ok(Submit::Created)
+    }
+
+    async fn load(&self, id: &str) -> Result<Option<CommandState>, StoreError> {
+        let now = self.stream.now();
+        Ok(Self::live(&self.lock(), id, now).cloned())
+    }
+
+    async fn compare_and_set(&self, state: &CommandState) -> Result<bool, StoreError> {
+        let now = self.stream.now();
+        let mut inner = self.lock();
+        match Self::live(&inner, &state.id, now) {
+            Some(current) if current.version + 1 == state.version => {
+                inner
+                    .states
+                    .insert(state.id.clone(), (state.clone(), now + self.ttl));
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn announce_cancel(&self, id: &str) -> Result<(), StoreError> {
+        self.lock()
+            .cancel_feeds
+            .retain(|feed| feed.unbounded_send(id.to_owned()).is_ok());
+        Ok(())
+    }
+
+    async fn cancels(&self) -> Result<CancelFeed, StoreError> {
+        let (tx, rx) = mpsc::unbounded();
+        self.lock().cancel_feeds.push(tx);
+        Ok(Box::pin(rx))
+    }
+
+    async fn consumer(&self, claim_timeout: Duration) -> Result<MemoryBackend, StoreError> {
+        if claim_timeout != self.stream.claim_timeout() {
+            return Err(StoreError::new(format!(
+                "the worker's claim timeout is {claim_timeout:?} but the memory stream's is \
+                 {:?}; build the stream with StreamConfig::new({claim_timeout:?})",
+                self.stream.claim_timeout()
+            )));
+        }
+        let name = {
+            let mut inner = self.lock();
+            inner.consumers += 1;
+            format!("commands-{}", inner.consumers)
+        };
+        self.stream
+            .consumer(&name)
+            .map_err(|e| StoreError::new(format!("consumer {name}")).with_source(e))
+    }
+}

@@ -1,0 +1,245 @@
+//! The client side: submit, look up, cancel, and wait for commands.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_worker::Runtime;
+use serde::de::DeserializeOwned;
+
+use crate::dispatch::Entry;
+use crate::state::{Command, CommandState, Status};
+use crate::store::{CommandStore, StoreError, Submit};
+
+/// Compare-and-set rounds a cancel tries before giving up (each loses only to another write).
+const CANCEL_ROUNDS: usize = 64;
+
+/// A queue call that failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum QueueError {
+    /// The store failed; the call may be retried.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A command id must be non-empty.
+    #[error("a command id must not be empty")]
+    EmptyId,
+    /// No command has this id (never submitted, or its state expired).
+    #[error("no command {0:?}")]
+    NotFound(String),
+    /// The stored result does not decode as the requested type.
+    #[error("the result of command {id:?} is not a {expected}: {source}")]
+    ResultType {
+        /// The command.
+        id: String,
+        /// The requested type's name.
+        expected: &'static str,
+        /// Why it does not decode.
+        source: serde_json::Error,
+    },
+    /// The command did not end in time.
+    #[error("command {id:?} is still {status} after {waited:?}")]
+    Timeout {
+        /// The command.
+        id: String,
+        /// Its status when the wait gave up.
+        status: Status,
+        /// How long was waited.
+        waited: Duration,
+    },
+    /// The command kept changing under a cancel.
+    #[error("command {0:?} kept changing: cancel gave up after {CANCEL_ROUNDS} attempts")]
+    Contended(String),
+}
+
+/// What [`CommandQueue::submit`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Submitted {
+    /// The command's state: fresh, or the existing one when the id was taken.
+    pub state: CommandState,
+    /// Whether this call created it (false: the id existed, nothing was enqueued).
+    pub created: bool,
+}
+
+impl Submitted {
+    /// The command's id.
+    pub fn id(&self) -> &str {
+        &self.state.id
+    }
+}
+
+/// A handle to submit, track and cancel commands. Cheap to clone.
+#[derive(Debug)]
+pub struct CommandQueue<S, R> {
+    store: Arc<S>,
+    runtime: R,
+    wait_poll: Duration,
+}
+
+impl<S, R: Clone> Clone for CommandQueue<S, R> {
+    fn clone(&self) -> Self {
+        Self {
+            store: Arc::clone(&self.store),
+            runtime: self.runtime.clone(),
+            wait_poll: self.wait_poll,
+        }
+    }
+}
+
+impl<S: CommandStore, R: Runtime> CommandQueue<S, R> {
+    /// A queue on `store`; `runtime` times [`wait`](Self::wait).
+    pub fn new(runtime: R, store: S) -> Self {
+        Self::from_shared(runtime, Arc::new(store))
+    }
+
+    pub(crate) fn from_shared(runtime: R, store: Arc<S>) -> Self {
+        Self {
+            store,
+            runtime,
+            wait_poll: Duration::from_millis(50),
+        }
+    }
+
+    /// How often [`wait`](Self::wait) looks at the state (default 50 ms).
+    #[must_use]
+    pub fn with_wait_poll(mut self, every: Duration) -> Self {
+        self.wait_poll = every.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The store.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// The runtime.
+    pub fn runtime(&self) -> &R {
+        &self.runtime
+    }
+
+    pub(crate) fn shared_store(&self) -> Arc<S> {
+        Arc::clone(&self.store)
+    }
+
+    /// Submits `command`: writes its SUBMITTED state and enqueues it, atomically. If its id
+    /// exists, returns the existing state and enqueues nothing.
+    pub async fn submit(&self, command: Command) -> Result<Submitted, QueueError> {
+        let id = match command.id {
+            Some(id) if id.is_empty() => return Err(QueueError::EmptyId),
+            Some(id) => id,
+            None => generate_id(),
+        };
+        let state = CommandState::submitted(id, command.kind, command.params);
+        let entry = serde_json::to_vec(&Entry {
+            id: state.id.clone(),
+            kind: state.kind.clone(),
+        })
+        .expect("an entry always serializes");
+        Ok(match self.store.submit(&state, &entry).await? {
+            Submit::Created => Submitted {
+                state,
+                created: true,
+            },
+            Submit::Exists(state) => Submitted {
+                state: *state,
+                created: false,
+            },
+        })
+    }
+
+    /// The state of command `id`, if it exists.
+    pub async fn state(&self, id: &str) -> Result<Option<CommandState>, QueueError> {
+        Ok(self.store.load(id).await?)
+    }
+
+    /// The result of command `id` as `T`: `Some` only once it SUCCEEDED.
+    pub async fn result<T: DeserializeOwned>(&self, id: &str) -> Result<Option<T>, QueueError> {
+        let Some(state) = self.state(id).await? else {
+            return Err(QueueError::NotFound(id.into()));
+        };
+        match (state.status, state.result) {
+            (Status::Succeeded, Some(result)) => {
+                serde_json::from_value(result)
+                    .map(Some)
+                    .map_err(|source| QueueError::ResultType {
+                        id: id.into(),
+                        expected: std::any::type_name::<T>(),
+                        source,
+                    })
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Cancels command `id`: true if this call moved it to CANCELLED, false if it is missing or
+    /// already terminal. A handler running it is signalled; its result will not be recorded.
+    pub async fn cancel(&self, id: &str) -> Result<bool, QueueError> {
+        for _ in 0..CANCEL_ROUNDS {
+            let Some(state) = self.store.load(id).await? else {
+                return Ok(false);
+            };
+            if state.status.is_terminal() {
+                return Ok(false);
+            }
+            let mut next = state.next();
+            next.finish(Status::Cancelled);
+            if self.store.compare_and_set(&next).await? {
+                // Best effort: a worker that misses it sees the cancel at its next status check.
+                if let Err(error) = self.store.announce_cancel(id).await {
+                    tracing::warn!(command = %id, "cancel announcement failed: {error}");
+                }
+                return Ok(true);
+            }
+        }
+        Err(QueueError::Contended(id.into()))
+    }
+
+    /// Waits until command `id` is terminal and returns its state, or fails after `timeout`.
+    pub async fn wait(&self, id: &str, timeout: Duration) -> Result<CommandState, QueueError> {
+        let start = self.runtime.now();
+        loop {
+            let Some(state) = self.state(id).await? else {
+                return Err(QueueError::NotFound(id.into()));
+            };
+            let waited = self.runtime.now().saturating_duration_since(start);
+            if state.status.is_terminal() {
+                return Ok(state);
+            }
+            if waited >= timeout {
+                return Err(QueueError::Timeout {
+                    id: id.into(),
+                    status: state.status,
+                    waited,
+                });
+            }
+            let next = self.runtime.now() + self.wait_poll.min(timeout - waited);
+            self.runtime.sleep_until(next).await;
+        }
+    }
+}
+
+/// A unique id: wall-clock milliseconds, a per-process counter, and a random part.
+fn generate_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(count);
+    hasher.write_u32(std::process::id());
+    format!(
+        "{:x}-{count:x}-{:016x}",
+        crate::state::unix_millis(),
+        hasher.finish()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn generated_ids_differ() {
+        let a = super::generate_id();
+        let b = super::generate_id();
+        assert_ne!(a, b);
+        assert!(!a.is_empty());
+    }
+}

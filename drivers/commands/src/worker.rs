@@ -1,0 +1,244 @@
+//! The command worker: a stream worker whose one handler is the command dispatcher, plus a
+//! task that turns cancel announcements into cancel signals.
+
+use std::collections::HashMap;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::{self, Either};
+use futures::StreamExt;
+use leasehold_core::{Config, ConfigError};
+use leasehold_worker::{Json, Runtime, ShutdownReport, Worker, WorkerBuilder, WorkerError};
+
+use crate::dispatch::{CommandStats, Dispatcher, Entry};
+use crate::handler::{CommandHandler, ErasedHandler, Typed};
+use crate::signal::Signal;
+use crate::store::{CommandStore, StoreError};
+
+/// The stream's name inside the worker (logs and dead letters).
+const STREAM: &str = "commands";
+/// Wait before subscribing to cancels again after the feed failed or ended.
+const RESUBSCRIBE: Duration = Duration::from_secs(1);
+
+/// Why a command worker could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CommandWorkerError {
+    /// The engine configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The stream worker refused to start.
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
+    /// The store could not provide a stream consumer.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// No handler was registered.
+    #[error("a command worker needs at least one handler: call .handler(kind, handler)")]
+    NoHandlers,
+    /// A knob is out of range.
+    #[error("{0}")]
+    Option(&'static str),
+}
+
+/// Builds a [`CommandWorker`]: handlers per command type, and the knobs.
+pub struct CommandWorkerBuilder<R: Runtime, S: CommandStore> {
+    runtime: R,
+    store: Arc<S>,
+    config: Config,
+    status_interval: Duration,
+    status_spread: f64,
+    max_attempts: u32,
+    cancel_grace: Duration,
+    handlers: HashMap<String, Arc<dyn ErasedHandler>>,
+}
+
+impl<R: Runtime, S: CommandStore> CommandWorkerBuilder<R, S> {
+    /// A worker on `runtime` serving the queue in `store`. Defaults: concurrency 16,
+    /// `status_interval` 5 s spread over the whole interval, 5 attempts.
+    pub fn new(runtime: R, store: S) -> Self {
+        Self::from_shared(runtime, Arc::new(store))
+    }
+
+    pub(crate) fn from_shared(runtime: R, store: Arc<S>) -> Self {
+        Self {
+            runtime,
+            store,
+            config: Config::default().concurrency(16),
+            status_interval: Duration::from_secs(5),
+            status_spread: 1.0,
+            max_attempts: 5,
+            cancel_grace: Duration::from_secs(1),
+            handlers: HashMap::new(),
+        }
+    }
+
+    /// The stream worker's engine config (concurrency, claim timeout, retry backoff, ...).
+    /// Its `repoll_interval` and `repoll_spread` are replaced by [`status_interval`] and
+    /// [`status_spread`]; its `max_deliveries` is ignored: commands give up after
+    /// [`max_attempts`] handler failures, and a store outage is retried until it is over.
+    ///
+    /// [`status_interval`]: Self::status_interval
+    /// [`status_spread`]: Self::status_spread
+    /// [`max_attempts`]: Self::max_attempts
+    #[must_use]
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// How often a RUNNING command is checked, on the replica that holds it (default 5 s).
+    #[must_use]
+    pub fn status_interval(mut self, interval: Duration) -> Self {
+        self.status_interval = interval;
+        self
+    }
+
+    /// Fraction (0..=1) of `status_interval` by which a command's first check may come early,
+    /// at random, so commands started together are checked spread over the interval rather
+    /// than all at one instant (default 1: spread over the whole interval).
+    #[must_use]
+    pub fn status_spread(mut self, spread: f64) -> Self {
+        self.status_spread = spread;
+        self
+    }
+
+    /// Handler errors and panics after which a command is FAILED (default 5).
+    #[must_use]
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = attempts;
+        self
+    }
+
+    /// How long a cancelled handler may run on before it is dropped (default 1 s).
+    #[must_use]
+    pub fn cancel_grace(mut self, grace: Duration) -> Self {
+        self.cancel_grace = grace;
+        self
+    }
+
+    /// Runs commands of type `kind` with `handler` (a later registration of `kind` replaces it).
+    #[must_use]
+    pub fn handler<H: CommandHandler>(mut self, kind: impl Into<String>, handler: H) -> Self {
+        self.handlers
+            .insert(kind.into(), Arc::new(Typed(Arc::new(handler))));
+        self
+    }
+
+    /// Validates everything, connects a stream consumer, and starts the worker.
+    pub async fn start(self) -> Result<CommandWorker<S>, CommandWorkerError> {
+        if self.handlers.is_empty() {
+            return Err(CommandWorkerError::NoHandlers);
+        }
+        if self.max_attempts == 0 {
+            return Err(CommandWorkerError::Option(
+                "max_attempts must be at least 1",
+            ));
+        }
+        let config = self
+            .config
+            .repoll_interval(self.status_interval)
+            .repoll_spread(self.status_spread)
+            .max_deliveries(u32::MAX);
+        let settings = config.validate()?;
+        let backend = self.store.consumer(settings.claim_timeout).await?;
+        let dispatcher = Arc::new(Dispatcher::new(
+            Arc::clone(&self.store),
+            self.handlers,
+            self.max_attempts,
+        ));
+        let handle = Arc::clone(&dispatcher);
+        let worker = WorkerBuilder::new(self.runtime.clone())
+            .config(config)
+            .cancel_grace(self.cancel_grace)
+            .stream_with_codec(STREAM, backend, Json::<Entry>::default(), move |delivery| {
+                let dispatcher = Arc::clone(&handle);
+                async move { dispatcher.handle(delivery).await }
+            })
+            .start()?;
+        let stop = Arc::new(Signal::default());
+        self.runtime.spawn(Box::pin(watch_cancels(
+            self.runtime.clone(),
+            Arc::clone(&dispatcher),
+            Arc::clone(&stop),
+        )));
+        Ok(CommandWorker {
+            worker: Some(worker),
+            dispatcher,
+            stop,
+        })
+    }
+}
+
+/// Forwards cancel announcements to running handlers until `stop` fires.
+async fn watch_cancels<R: Runtime, S: CommandStore>(
+    runtime: R,
+    dispatcher: Arc<Dispatcher<S>>,
+    stop: Arc<Signal>,
+) {
+    while !stop.is_fired() {
+        let subscribed = {
+            let subscribe = pin!(dispatcher.store.cancels());
+            match future::select(subscribe, pin!(stop.fired())).await {
+                Either::Left((subscribed, _)) => subscribed,
+                Either::Right(_) => return,
+            }
+        };
+        match subscribed {
+            Ok(mut feed) => loop {
+                match future::select(feed.next(), pin!(stop.fired())).await {
+                    Either::Left((Some(id), _)) => dispatcher.signal_cancel(&id),
+                    Either::Left((None, _)) => break,
+                    Either::Right(_) => return,
+                }
+            },
+            Err(error) => tracing::warn!("cannot subscribe to cancels: {error}; retrying"),
+        }
+        let resume = runtime.now() + RESUBSCRIBE;
+        if let Either::Right(_) =
+            future::select(pin!(runtime.sleep_until(resume)), pin!(stop.fired())).await
+        {
+            return;
+        }
+    }
+}
+
+/// A running command worker. Dropping it starts a graceful shutdown.
+pub struct CommandWorker<S: CommandStore> {
+    worker: Option<Worker<S::Payload>>,
+    dispatcher: Arc<Dispatcher<S>>,
+    stop: Arc<Signal>,
+}
+
+impl<S: CommandStore> std::fmt::Debug for CommandWorker<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CommandWorker")
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: CommandStore> CommandWorker<S> {
+    /// This worker's counters.
+    pub fn stats(&self) -> CommandStats {
+        self.dispatcher.stats()
+    }
+
+    /// Stops taking commands, hands waiting ones back at once (another replica resumes them
+    /// with `check_status`), lets running handlers finish for up to `grace`, and returns once
+    /// nothing is held.
+    pub async fn shutdown(mut self, grace: Duration) -> ShutdownReport {
+        self.stop.fire();
+        match self.worker.take() {
+            Some(worker) => worker.shutdown(grace).await,
+            None => ShutdownReport::default(),
+        }
+    }
+}
+
+impl<S: CommandStore> Drop for CommandWorker<S> {
+    fn drop(&mut self) {
+        self.stop.fire();
+    }
+}

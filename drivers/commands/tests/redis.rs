@@ -1,0 +1,175 @@
+//! The command-queue scenarios on Redis (tokio). Each test starts its own `redis-server` on a
+//! free port and fails, never skips, if it cannot.
+
+mod common;
+
+use common::Fixture;
+use leasehold_commands::{RedisCommandStore, RedisStoreConfig};
+use leasehold_redis_harness::RedisServer;
+
+const QUEUE: &str = "cmds";
+
+struct Redis {
+    server: RedisServer,
+}
+
+impl Fixture for Redis {
+    type Store = RedisCommandStore;
+
+    async fn store(&self) -> RedisCommandStore {
+        RedisCommandStore::connect(RedisStoreConfig::new(self.server.url(), QUEUE))
+            .await
+            .expect("connect the command store")
+    }
+
+    async fn pending(&self) -> usize {
+        let client = redis::Client::open(self.server.url()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let summary: redis::Value = redis::cmd("XPENDING")
+            .arg(format!("leasehold:{{{QUEUE}}}:stream"))
+            .arg("commands")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        match summary {
+            redis::Value::Array(fields) => match fields.first() {
+                Some(redis::Value::Int(n)) => usize::try_from(*n).unwrap(),
+                other => panic!("XPENDING count: {other:?}"),
+            },
+            other => panic!("XPENDING: {other:?}"),
+        }
+    }
+}
+
+fn fixture() -> Redis {
+    let server = RedisServer::start().unwrap_or_else(|e| panic!("cannot start redis-server: {e}"));
+    Redis { server }
+}
+
+macro_rules! scenarios {
+    ($($name:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            common::$name(fixture()).await;
+        }
+    )*};
+}
+
+scenarios!(
+    succeeds_with_a_typed_result,
+    failures_keep_their_error,
+    unknown_types_and_bad_params_fail_at_once,
+    cancel_before_pickup_and_after_the_end,
+    long_running_commands_are_polled_until_done,
+    several_types_and_a_batch_complete,
+    submit_is_idempotent,
+    cancel_during_execute_stays_cancelled,
+    cancel_reaches_running_commands,
+    shutdown_hands_running_commands_over,
+    crash_failover_resumes_with_check_status,
+);
+
+/// 1 000 RUNNING commands on one replica, on real time: each is checked about once per
+/// `status_interval` (no interval missed, none checked twice), spread over the interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_running_commands_are_checked_about_once_per_interval() {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    use leasehold_commands::{Command, CommandContext, CommandHandler, HandlerError, Step};
+
+    const COMMANDS: usize = 1000;
+    const INTERVAL: Duration = Duration::from_secs(1);
+    const BUCKETS: u32 = 10;
+
+    type Log = Arc<Mutex<HashMap<usize, Vec<Instant>>>>;
+    struct Watched(Log);
+    impl CommandHandler for Watched {
+        type Params = usize;
+        type Output = ();
+        async fn execute(&self, _: CommandContext, _: usize) -> Result<Step<()>, HandlerError> {
+            Ok(Step::Running)
+        }
+        async fn check_status(
+            &self,
+            _: CommandContext,
+            n: usize,
+        ) -> Result<Step<()>, HandlerError> {
+            self.0
+                .lock()
+                .unwrap()
+                .entry(n)
+                .or_default()
+                .push(Instant::now());
+            Ok(Step::Running)
+        }
+    }
+
+    let fixture = fixture();
+    let queue = common::queue(&fixture).await;
+    let log = Log::default();
+    let worker = common::builder::<Redis>(&queue)
+        .status_interval(INTERVAL)
+        .handler("watched", Watched(log.clone()))
+        .start()
+        .await
+        .unwrap();
+    for n in 0..COMMANDS {
+        queue
+            .submit(Command::new("watched", n).unwrap())
+            .await
+            .unwrap();
+    }
+    common::eventually("all RUNNING", || worker.stats().executed == COMMANDS as u64).await;
+    let from = Instant::now() + INTERVAL;
+    let windows = 3;
+    tokio::time::sleep(INTERVAL * (windows + 1)).await;
+    let to = from + INTERVAL * windows;
+
+    let log = log.lock().unwrap().clone();
+    let mut buckets = vec![0u32; (BUCKETS * windows) as usize];
+    let mut worst_gap = Duration::ZERO;
+    let mut shortest_gap = Duration::MAX;
+    for n in 0..COMMANDS {
+        let times = log
+            .get(&n)
+            .unwrap_or_else(|| panic!("command {n} never checked"));
+        let inside: Vec<_> = times.iter().filter(|&&t| t >= from && t < to).collect();
+        assert!(
+            inside.len() as u32 >= windows - 1,
+            "command {n}: {} checks",
+            inside.len()
+        );
+        for pair in times.windows(2) {
+            worst_gap = worst_gap.max(pair[1] - pair[0]);
+            shortest_gap = shortest_gap.min(pair[1] - pair[0]);
+        }
+        for t in inside {
+            let offset = (*t - from).as_nanos() * u128::from(BUCKETS) / INTERVAL.as_nanos();
+            buckets[offset as usize] += 1;
+        }
+    }
+    let per_window: Vec<u32> = buckets
+        .chunks(BUCKETS as usize)
+        .map(|w| w.iter().sum())
+        .collect();
+    let busiest = *buckets.iter().max().unwrap();
+    println!(
+        "Redis, 1000 RUNNING: checks per {INTERVAL:?} window {per_window:?}; gaps between a \
+         command's checks {shortest_gap:?}..{worst_gap:?}; busiest tenth {busiest} (even: 100)"
+    );
+    assert!(
+        worst_gap < INTERVAL * 2,
+        "an interval was missed: gap {worst_gap:?}"
+    );
+    assert!(
+        shortest_gap >= INTERVAL * 9 / 10,
+        "checked early: gap {shortest_gap:?}"
+    );
+    for (w, &count) in per_window.iter().enumerate() {
+        assert!((900..=1100).contains(&count), "window {w}: {count} checks");
+    }
+    assert!(busiest <= 300, "checks bunch up: {busiest} in one tenth");
+    worker.shutdown(Duration::from_secs(2)).await;
+}
