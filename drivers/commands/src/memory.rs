@@ -151,3 +151,75 @@ impl CommandStore for MemoryCommandStore {
             .map_err(|e| StoreError::new(format!("consumer {name}")).with_source(e))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use futures::executor::block_on;
+    use leasehold_memory::{ManualClock, StreamConfig};
+
+    use super::*;
+
+    fn store(ttl: Duration) -> (MemoryCommandStore, ManualClock) {
+        let clock = ManualClock::new();
+        let stream = MemoryStream::with_clock(StreamConfig::default(), clock.clone()).unwrap();
+        (MemoryCommandStore::new(stream).with_ttl(ttl), clock)
+    }
+
+    fn state(id: &str) -> CommandState {
+        CommandState::submitted(id.into(), "kind".into(), serde_json::Value::Null)
+    }
+
+    #[test]
+    fn states_expire_after_the_ttl_and_every_write_refreshes_it() {
+        let ttl = Duration::from_secs(10);
+        let (store, clock) = store(ttl);
+        let first = state("a");
+        assert_eq!(
+            block_on(store.submit(&first, b"a")).unwrap(),
+            Submit::Created
+        );
+        clock.advance(Duration::from_secs(8));
+        let next = first.next();
+        assert!(block_on(store.compare_and_set(&next)).unwrap());
+        // 16 s after submit, 8 s after the write: still there.
+        clock.advance(Duration::from_secs(8));
+        assert_eq!(block_on(store.load("a")).unwrap(), Some(next.clone()));
+        clock.advance(Duration::from_secs(2));
+        assert_eq!(block_on(store.load("a")).unwrap(), None, "expired");
+        assert!(
+            !block_on(store.compare_and_set(&next.next())).unwrap(),
+            "a write never resurrects an expired state"
+        );
+        // The id is free again.
+        assert_eq!(
+            block_on(store.submit(&state("a"), b"a")).unwrap(),
+            Submit::Created
+        );
+        assert_eq!(store.stream().len(), 2);
+    }
+
+    #[test]
+    fn compare_and_set_needs_the_previous_version() {
+        let (store, _clock) = store(Duration::from_secs(60));
+        let first = state("b");
+        block_on(store.submit(&first, b"b")).unwrap();
+        let mut stale = first.next();
+        stale.version += 1;
+        assert!(
+            !block_on(store.compare_and_set(&stale)).unwrap(),
+            "skips a version"
+        );
+        assert!(
+            !block_on(store.compare_and_set(&first)).unwrap(),
+            "same version"
+        );
+        assert!(block_on(store.compare_and_set(&first.next())).unwrap());
+        assert!(
+            !block_on(store.compare_and_set(&first.next())).unwrap(),
+            "lost update"
+        );
+        let again = block_on(store.submit(&state("b"), b"b")).unwrap();
+        assert!(matches!(again, Submit::Exists(s) if s.version == 2));
+        assert_eq!(store.stream().len(), 1, "an existing id enqueues nothing");
+    }
+}

@@ -173,3 +173,58 @@ async fn a_thousand_running_commands_are_checked_about_once_per_interval() {
     assert!(busiest <= 300, "checks bunch up: {busiest} in one tenth");
     worker.shutdown(Duration::from_secs(2)).await;
 }
+
+/// Keys share the queue's hash tag; the TTL is set on submit and refreshed by every write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_are_hash_tagged_and_the_ttl_is_refreshed_by_writes() {
+    use std::time::Duration;
+
+    use leasehold_commands::{Command, CommandQueue, CommandStore};
+    use leasehold_tokio::TokioRuntime;
+
+    let fixture = fixture();
+    let ttl = Duration::from_secs(100);
+    let store =
+        RedisCommandStore::connect(RedisStoreConfig::new(fixture.server.url(), QUEUE).ttl(ttl))
+            .await
+            .unwrap();
+    assert_eq!(store.stream_key(), "leasehold:{cmds}:stream");
+    assert_eq!(store.state_key("x"), "leasehold:{cmds}:state:x");
+    let queue = CommandQueue::new(TokioRuntime::current(), store.clone());
+    let submitted = queue
+        .submit(Command::new("k", 1).unwrap().with_id("x"))
+        .await
+        .unwrap();
+    let pttl = |server: &RedisServer| {
+        server
+            .command(["PTTL", "leasehold:{cmds}:state:x"])
+            .unwrap()
+            .as_int()
+            .unwrap()
+    };
+    assert!((99_000..=100_000).contains(&pttl(&fixture.server)));
+    fixture
+        .server
+        .command(["PEXPIRE", "leasehold:{cmds}:state:x", "5000"])
+        .unwrap();
+    assert!(store
+        .compare_and_set(&{
+            let mut next = submitted.state.clone();
+            next.version += 1;
+            next
+        })
+        .await
+        .unwrap());
+    assert!(
+        (99_000..=100_000).contains(&pttl(&fixture.server)),
+        "refreshed"
+    );
+    let len = fixture
+        .server
+        .command(["XLEN", "leasehold:{cmds}:stream"])
+        .unwrap();
+    assert_eq!(len.as_int(), Some(1));
+    // Invalid queue names are clear errors.
+    let bad = RedisCommandStore::connect(RedisStoreConfig::new(fixture.server.url(), "a{b}")).await;
+    assert!(bad.unwrap_err().to_string().contains("braces"));
+}
