@@ -9,6 +9,7 @@ use clap::{value_parser, Args, Parser, Subcommand};
 
 use crate::bench::BenchOptions;
 use crate::bench_redis::RedisBenchOptions;
+use crate::commands_demo::CommandsOptions;
 use crate::demo::DemoOptions;
 use crate::exec::RuntimeKind;
 
@@ -29,6 +30,11 @@ pub enum Command {
     /// not-yet-finished and failing messages); prints a summary and exits non-zero if a message
     /// ran twice at once or was lost.
     Demo(DemoArgs),
+    /// The command queue: simulated VM provisioning on several replicas sharing an in-memory
+    /// queue, with random durations and failures, cancels mid-flight and a replica replaced
+    /// midway; prints a status summary and exits non-zero if a command did not end or a VM
+    /// was requested twice.
+    Commands(CommandsArgs),
     /// Throughput of the memory backend with a no-op handler against a tokio mpsc +
     /// task-per-message baseline, measured in the same run.
     Bench(BenchArgs),
@@ -90,6 +96,43 @@ impl DemoArgs {
             claim_timeout: self.claim_timeout,
             timeout: self.timeout,
             progress: !self.no_progress,
+        }
+    }
+}
+
+/// Flags of `leasehold commands`.
+#[derive(Debug, Args)]
+pub struct CommandsArgs {
+    /// VMs to provision (one command each).
+    #[arg(long, default_value_t = 300, value_parser = value_parser!(u32).range(1..=1_000_000))]
+    pub commands: u32,
+    /// Replicas serving the queue.
+    #[arg(long, default_value_t = 3, value_parser = value_parser!(u16).range(1..=100))]
+    pub replicas: u16,
+    /// How often a RUNNING command is checked (e.g. 200ms, 1s).
+    #[arg(long, default_value = "200ms", value_parser = parse_duration)]
+    pub status_interval: Duration,
+    /// Fraction (0..=1) of the commands cancelled mid-flight.
+    #[arg(long, default_value_t = 0.1)]
+    pub cancel_fraction: f64,
+    /// Seed of provisioning times, failures and cancels.
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+    /// Fail if the commands have not all ended after this long.
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    pub timeout: Duration,
+}
+
+impl CommandsArgs {
+    /// The demo's options.
+    pub fn options(&self) -> CommandsOptions {
+        CommandsOptions {
+            commands: self.commands as usize,
+            replicas: self.replicas.into(),
+            status_interval: self.status_interval,
+            cancel_fraction: self.cancel_fraction,
+            seed: self.seed,
+            timeout: self.timeout,
         }
     }
 }

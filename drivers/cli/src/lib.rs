@@ -6,6 +6,8 @@
 //!   slow, not-yet-finished and failing messages) with live progress, then print a summary
 //!   (throughput, pickup and processing latency, re-invocations, retries, dead letters, and the
 //!   number of duplicate invocations observed, which must be 0).
+//! - [`commands_demo`]: the command queue provisioning simulated VMs on several replicas, with
+//!   cancels mid-flight and a replica replaced midway; ends with a status summary.
 //! - [`bench`]: the throughput of a worker with a no-op handler against a minimal async consumer
 //!   (a tokio mpsc channel and a task per message), measured in the same run, interleaved.
 //! - [`bench_redis`]: the Redis backend against a hand-written `XREADGROUP`/`XACK` loop on a
@@ -18,6 +20,7 @@
 pub mod args;
 pub mod bench;
 pub mod bench_redis;
+pub mod commands_demo;
 mod counting;
 pub mod demo;
 mod exec;

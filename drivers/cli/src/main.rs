@@ -4,11 +4,22 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use leasehold_cli::args::{Cli, Command};
-use leasehold_cli::{bench, bench_redis, demo};
+use leasehold_cli::{bench, bench_redis, commands_demo, demo};
 
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Demo(args) => match demo::run(&args.options()) {
+            Ok(report) => {
+                println!("{report}");
+                if report.passed() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
+            }
+            Err(error) => fail(&error),
+        },
+        Command::Commands(args) => match commands_demo::run(&args.options()) {
             Ok(report) => {
                 println!("{report}");
                 if report.passed() {
