@@ -224,37 +224,51 @@ impl RedisBackend {
         }
     }
 
-    /// Runs a fenced per-id script over `leases` in batches; a vanished group means every
-    /// lease is lost.
+    /// Runs a fenced per-id script over `leases` in batches of ids sorted ascending, each with
+    /// its id span (the script's one ranged `XPENDING`); a vanished group means every lease is
+    /// lost, and so is a lease whose id is no stream id.
     async fn fenced(
         &self,
         script: &Script,
         what: &str,
         leases: &[LeaseRef],
     ) -> BackendResult<Vec<bool>> {
-        let mut results = Vec::with_capacity(leases.len());
-        for chunk in leases.chunks(SCRIPT_BATCH) {
+        let mut results = vec![false; leases.len()];
+        let mut order: Vec<(StreamId, usize)> = leases
+            .iter()
+            .enumerate()
+            .filter_map(|(i, lease)| Some((StreamId::parse(lease.id.as_str())?, i)))
+            .collect();
+        order.sort_unstable();
+        for chunk in order.chunks(SCRIPT_BATCH) {
+            let (Some((low, _)), Some((high, _))) = (chunk.first(), chunk.last()) else {
+                continue;
+            };
             let mut invocation = script.prepare_invoke();
             invocation
                 .key(&self.config.stream)
                 .arg(&self.config.group)
-                .arg(&self.consumer);
-            for lease in chunk {
-                invocation.arg(lease.id.as_str()).arg(lease.fence.0);
+                .arg(&self.consumer)
+                .arg(low.to_string())
+                .arg(high.to_string());
+            for &(_, i) in chunk {
+                invocation.arg(leases[i].id.as_str()).arg(leases[i].fence.0);
             }
             match invocation
                 .invoke_async::<Vec<i64>>(&mut self.commands.clone())
                 .await
             {
                 Ok(flags) if flags.len() == chunk.len() => {
-                    results.extend(flags.into_iter().map(|flag| flag == 1))
+                    for (&(_, i), flag) in chunk.iter().zip(flags) {
+                        results[i] = flag == 1;
+                    }
                 }
                 Ok(_) => {
                     return Err(BackendError::fatal(format!(
                         "{what}: wrong number of results"
                     )))
                 }
-                Err(e) if is_nogroup(&e) => results.extend(chunk.iter().map(|_| false)),
+                Err(e) if is_nogroup(&e) => {}
                 Err(e) => return Err(error(what, e)),
             }
         }
@@ -412,6 +426,28 @@ impl Backend for RedisBackend {
     }
 }
 
+/// A stream entry id `ms-seq`, ordered as Redis orders them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct StreamId(u64, u64);
+
+impl StreamId {
+    /// Both parts decimal digits; `None` for anything Redis would not accept as an entry id.
+    fn parse(id: &str) -> Option<Self> {
+        let (ms, seq) = id.split_once('-')?;
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        if !(digits(ms) && digits(seq)) {
+            return None;
+        }
+        Some(Self(ms.parse().ok()?, seq.parse().ok()?))
+    }
+}
+
+impl std::fmt::Display for StreamId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.0, self.1)
+    }
+}
+
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
@@ -480,4 +516,34 @@ fn parse_fetch(reply: Value) -> Option<(String, Vec<Fetched<Bytes>>, Option<Stri
         });
     }
     Some((cursor, entries, last))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StreamId;
+
+    #[test]
+    fn stream_ids_parse_strictly_and_order_numerically() {
+        assert_eq!(
+            StreamId::parse("1700000000000-7"),
+            Some(StreamId(1_700_000_000_000, 7))
+        );
+        for bad in [
+            "",
+            "-",
+            "1-",
+            "-1",
+            "1",
+            "1-2-3",
+            "a-1",
+            "1-+2",
+            "1 -2",
+            "99999999999999999999-0",
+        ] {
+            assert_eq!(StreamId::parse(bad), None, "{bad:?}");
+        }
+        let mut ids = ["10-0", "9-5", "9-10", "0-1"].map(|s| StreamId::parse(s).unwrap());
+        ids.sort_unstable();
+        assert_eq!(ids.map(|id| id.to_string()), ["0-1", "9-5", "9-10", "10-0"]);
+    }
 }

@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use leasehold_core::{Backend, DeadLetterReason, Fetched, LeaseRef, RenewResult, SettleResult};
+use leasehold_core::{
+    Backend, DeadLetterReason, Fence, Fetched, LeaseRef, RenewResult, SettleResult,
+};
 use leasehold_redis::{RedisBackend, RedisConfig};
 use leasehold_redis_harness::RedisServer;
 
@@ -174,6 +176,76 @@ async fn mixed_batches_answer_per_lease() {
         [SettleResult::Ok, SettleResult::Lost, SettleResult::Ok]
     );
     assert_eq!(b.pending().await.unwrap(), 1);
+}
+
+/// Ids of the entries left in the stream, in order.
+async fn stream_ids(server: &RedisServer) -> Vec<String> {
+    type Entry = (String, Vec<(String, Vec<u8>)>);
+    let entries: Vec<Entry> = redis::cmd("XRANGE")
+        .arg("jobs")
+        .arg("-")
+        .arg("+")
+        .query_async(&mut redis(server).await)
+        .await
+        .unwrap();
+    entries.into_iter().map(|(id, _)| id).collect()
+}
+
+/// An ack deletes exactly the acked entries, whether they open the stream (removed by one
+/// trim) or sit between entries still pending, sent in any order, and never an entry whose
+/// fence is stale or that another consumer holds.
+#[tokio::test]
+async fn acks_delete_exactly_the_acked_entries() {
+    let server = server();
+    let (a, b) = (consumer(&server, "a").await, consumer(&server, "b").await);
+    for _ in 0..7 {
+        a.publish(Bytes::from_static(b"x")).await.unwrap();
+    }
+    let m = a.fetch(6, Duration::ZERO).await.unwrap();
+    let theirs = b.fetch(1, Duration::ZERO).await.unwrap();
+    let ids = |picks: &[usize]| {
+        picks
+            .iter()
+            .map(|&i| m[i].id.to_string())
+            .collect::<Vec<_>>()
+    };
+    // Not a prefix (entry 0 stays pending): only 1 and 3 go; order of the batch is irrelevant.
+    let stale = LeaseRef {
+        id: m[2].id.clone(),
+        fence: Fence(m[2].fence.0 + 1),
+    };
+    assert_eq!(
+        a.ack(&[lease(&m[3]), stale, lease(&m[1])]).await.unwrap(),
+        [SettleResult::Ok, SettleResult::Lost, SettleResult::Ok]
+    );
+    let mut left = ids(&[0, 2, 4, 5]);
+    left.push(theirs[0].id.to_string());
+    assert_eq!(stream_ids(&server).await, left);
+    // A prefix with a gap after it: 0 and 2 open the stream, 5 is past the pending 4.
+    assert_eq!(
+        a.ack(&[lease(&m[5]), lease(&m[2]), lease(&m[0]), lease(&theirs[0])])
+            .await
+            .unwrap(),
+        [
+            SettleResult::Ok,
+            SettleResult::Ok,
+            SettleResult::Ok,
+            SettleResult::Lost
+        ]
+    );
+    assert_eq!(
+        stream_ids(&server).await,
+        [m[4].id.to_string(), theirs[0].id.to_string()]
+    );
+    assert_eq!(b.pending().await.unwrap(), 2);
+    // Everything the stream holds: it ends up empty.
+    assert_eq!(a.ack(&[lease(&m[4])]).await.unwrap(), [SettleResult::Ok]);
+    assert_eq!(
+        b.ack(&[lease(&theirs[0])]).await.unwrap(),
+        [SettleResult::Ok]
+    );
+    assert_eq!(a.stream_len().await.unwrap(), 0);
+    assert_eq!(a.pending().await.unwrap(), 0);
 }
 
 /// Idle time (ms) Redis records for an entry of the group.

@@ -13,6 +13,13 @@ local share, max, field = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 local reclaim_first = ARGV[8] == '1'
 local out, taken = {}, 0
 
+-- XAUTOCLAIM checks that each pending entry it passes still exists in the stream (a walk of
+-- the entry's stream node) before it looks at the idle time, so even a scan that claims
+-- nothing costs about a node's length per pending entry. One XPENDING IDLE (idle times only)
+-- tells first whether any entry of the group is idle long enough to be reclaimed.
+local reclaimable =
+  redis.call('XPENDING', stream, group, 'IDLE', min_idle, '-', '+', 1)[1] ~= nil
+
 local function take(id, fields, count)
   for i = 1, #fields, 2 do
     if fields[i] == field then
@@ -30,7 +37,7 @@ local function take(id, fields, count)
 end
 
 local function reclaim(n)
-  if n <= 0 then return end
+  if n <= 0 or not reclaimable then return end
   local claimed = redis.call('XAUTOCLAIM', stream, group, consumer, min_idle, cursor, 'COUNT', n)
   cursor = claimed[1]
   for _, entry in ipairs(claimed[2]) do
@@ -50,7 +57,9 @@ local function read_new(n)
   end
 end
 
-if reclaim_first then
+if not reclaimable then
+  read_new(max)
+elseif reclaim_first then
   reclaim(share)
   read_new(max - taken)
   reclaim(max - taken)

@@ -1,6 +1,7 @@
 -- Renew: reset the idle time of the entries this consumer owns with the given fence. XCLAIM
 -- alone checks no owner (the earlier implementation's steal-back); JUSTID keeps the count.
--- KEYS: stream. ARGV: group, consumer, then id, fence pairs. Returns 1 (kept) / 0 (lost) per id.
+-- KEYS: stream. ARGV: group, consumer, lowest id, highest id, then id, fence pairs ascending
+-- by id. Returns 1 (kept) / 0 (lost) per id.
 local stream, group, consumer = KEYS[1], ARGV[1], ARGV[2]
 local ids, flags = held(stream, group, consumer)
 if #ids > 0 then
