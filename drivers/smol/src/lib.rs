@@ -32,6 +32,13 @@ impl SmolRuntime {
 
 impl Runtime for SmolRuntime {
     fn spawn(&self, future: BoxFuture) {
+        self.spawn_unboxed(future);
+    }
+
+    fn spawn_unboxed<F>(&self, future: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
         match &self.executor {
             Some(executor) => executor.spawn(future).detach(),
             None => smol::spawn(future).detach(),

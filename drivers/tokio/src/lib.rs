@@ -36,6 +36,13 @@ impl Runtime for TokioRuntime {
         self.handle.spawn(future);
     }
 
+    fn spawn_unboxed<F>(&self, future: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.handle.spawn(future);
+    }
+
     fn sleep_until(&self, deadline: Instant) -> impl Future<Output = ()> + Send + 'static {
         tokio::time::sleep_until(tokio::time::Instant::from_std(deadline))
     }

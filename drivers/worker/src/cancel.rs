@@ -2,9 +2,17 @@
 
 #[cfg(not(loom))]
 use event_listener::Event;
+#[cfg(not(loom))]
+use std::time::Instant;
+
 use leasehold_core::CancelReason;
 
 use crate::sync::{AtomicU8, Ordering};
+
+#[cfg(not(loom))]
+fn nanos_since(base: Instant, at: Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(base).as_nanos()).unwrap_or(u64::MAX)
+}
 
 const RUNNING: u8 = 0;
 const FINISHED: u8 = 1;
@@ -47,6 +55,11 @@ struct Inner {
     state: AtomicU8,
     #[cfg(not(loom))]
     event: Event,
+    /// Until when the invocation's lease counts as valid, in nanoseconds after the driver's
+    /// base instant (0: not valid); the driver updates it after every renew. Kept here so an
+    /// invocation needs one shared allocation, not two. Not part of the finish/cancel race.
+    #[cfg(not(loom))]
+    valid_until: std::sync::atomic::AtomicU64,
 }
 
 impl Cancellation {
@@ -87,6 +100,25 @@ impl Cancellation {
     /// Whether the signal has fired.
     pub fn is_cancelled(&self) -> bool {
         self.reason().is_some()
+    }
+
+    #[cfg(not(loom))]
+    /// Sets until when the lease counts as valid (`None`: not valid), relative to `base`.
+    pub(crate) fn set_valid_until(&self, base: Instant, until: Option<Instant>) {
+        let nanos = until.map_or(0, |until| nanos_since(base, until));
+        self.inner
+            .valid_until
+            .store(nanos, std::sync::atomic::Ordering::Release);
+    }
+
+    #[cfg(not(loom))]
+    /// Whether the lease counts as valid at `now` (the cancellation is not looked at).
+    pub(crate) fn valid_at(&self, base: Instant, now: Instant) -> bool {
+        nanos_since(base, now)
+            < self
+                .inner
+                .valid_until
+                .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Completes when the signal fires, with its reason.

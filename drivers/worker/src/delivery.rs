@@ -1,7 +1,6 @@
 //! What a handler receives, and what it may return.
 
 use std::fmt::Display;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -12,48 +11,24 @@ use crate::cancel::Cancellation;
 /// A clock readable from handler code: the runtime's `now`, so virtual time works too.
 pub(crate) type Clock = Arc<dyn Fn() -> Instant + Send + Sync>;
 
-/// Until when a lease counts as valid, updated by the driver after every renew.
-#[derive(Debug)]
-pub(crate) struct Validity {
-    base: Instant,
-    /// Nanoseconds after `base`; 0 = not valid.
-    until: AtomicU64,
-}
-
-impl Validity {
-    pub(crate) fn new(base: Instant, until: Option<Instant>) -> Self {
-        let validity = Self {
-            base,
-            until: AtomicU64::new(0),
-        };
-        validity.set(until);
-        validity
-    }
-
-    pub(crate) fn set(&self, until: Option<Instant>) {
-        let nanos = until.map_or(0, |until| {
-            u64::try_from(until.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX)
-        });
-        self.until.store(nanos, Ordering::Release);
-    }
-
-    fn valid_at(&self, now: Instant) -> bool {
-        let nanos =
-            u64::try_from(now.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX);
-        nanos < self.until.load(Ordering::Acquire)
-    }
+/// What every invocation of one stream shares: one reference count per invocation.
+pub(crate) struct Scope {
+    /// The stream's name.
+    pub(crate) stream: Arc<str>,
+    pub(crate) clock: Clock,
+    /// The instant lease validity is measured from (see [`Cancellation::valid_at`]).
+    pub(crate) base: Instant,
 }
 
 /// Everything about one invocation except the decoded message.
 pub(crate) struct Meta {
-    pub(crate) stream: Arc<str>,
+    pub(crate) scope: Arc<Scope>,
     pub(crate) id: MessageId,
     pub(crate) delivery_count: u32,
     pub(crate) attempt: u32,
     pub(crate) fence: Fence,
+    /// The cancellation signal, which also carries the lease's validity.
     pub(crate) cancellation: Cancellation,
-    pub(crate) validity: Arc<Validity>,
-    pub(crate) clock: Clock,
 }
 
 /// One message handed to a handler, with what it needs to act safely on it.
@@ -65,7 +40,7 @@ pub struct Delivery<M> {
 impl<M> std::fmt::Debug for Delivery<M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Delivery")
-            .field("stream", &self.meta.stream)
+            .field("stream", &self.meta.scope.stream)
             .field("id", &self.meta.id)
             .field("delivery_count", &self.meta.delivery_count)
             .field("attempt", &self.meta.attempt)
@@ -90,7 +65,7 @@ impl<M> Delivery<M> {
 
     /// The stream it came from.
     pub fn stream(&self) -> &str {
-        &self.meta.stream
+        &self.meta.scope.stream
     }
 
     /// The message's id in the backend.
@@ -129,7 +104,9 @@ impl<M> Delivery<M> {
     /// stall (GC pause, SIGSTOP, frozen VM) learns it may have lost the message before any
     /// timer fired. Check it right before committing a side effect.
     pub fn lease_valid(&self) -> bool {
-        !self.meta.cancellation.is_cancelled() && self.meta.validity.valid_at((self.meta.clock)())
+        let scope = &self.meta.scope;
+        let cancellation = &self.meta.cancellation;
+        !cancellation.is_cancelled() && cancellation.valid_at(scope.base, (scope.clock)())
     }
 }
 

@@ -3,33 +3,60 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::panic::AssertUnwindSafe;
 use std::pin::{pin, Pin};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use futures::channel::{mpsc, oneshot};
+use futures::channel::oneshot;
 use futures::future::{select, Either};
-use futures::{FutureExt, StreamExt};
+use futures::FutureExt;
 use leasehold_core::{
     Backend, BackendError, BackendResult, Effect, Fetched, InvocationId, LeaseEngine, LeaseId,
     LeaseRef, Outcome, RenewId, RenewResult, SettleResult, SourceId, Stats,
 };
 
 use crate::cancel::Cancellation;
-use crate::delivery::{Clock, Meta, Validity};
+use crate::delivery::{Meta, Scope};
+use crate::inbox::Inbox;
 use crate::runtime::Runtime;
 use crate::worker::ShutdownReport;
 
-/// A type-erased handler: decodes the payload and runs the user's function.
-pub(crate) type ErasedHandler<P> =
-    Arc<dyn Fn(P, Meta) -> Pin<Box<dyn Future<Output = Outcome> + Send>> + Send + Sync>;
+/// A type-erased handler: given an invocation, spawns its task on the runtime (the task
+/// decodes the payload, runs the user's function and reports the outcome). Spawning happens
+/// inside, where the task's type is known, so it needs no box of its own.
+pub(crate) type ErasedHandler<R, P> = Arc<dyn Fn(&R, P, Meta, Report<R, P>) + Send + Sync>;
 
 /// One stream served by the worker.
-pub(crate) struct Stream<B: Backend> {
+pub(crate) struct Stream<R, B: Backend> {
     pub(crate) name: Arc<str>,
     pub(crate) backend: Arc<B>,
-    pub(crate) handler: ErasedHandler<B::Payload>,
+    pub(crate) handler: ErasedHandler<R, B::Payload>,
+}
+
+/// What a handler task needs besides the handler: how to run it, and where its outcome goes.
+pub(crate) struct Report<R, P> {
+    rt: R,
+    inbox: Arc<Inbox<Event<P>>>,
+    invocation: InvocationId,
+    cancellation: Cancellation,
+    grace: Duration,
+}
+
+impl<R: Runtime, P: Send + 'static> Report<R, P> {
+    /// Spawns the invocation's task on `rt`: `start` decodes and calls the user's function.
+    pub(crate) fn spawn<F>(self, rt: &R, start: impl FnOnce() -> F + Send + 'static)
+    where
+        F: Future<Output = Outcome> + Send + 'static,
+    {
+        rt.spawn_unboxed(async move {
+            let outcome = invoke(&self.rt, start, &self.cancellation, self.grace).await;
+            // The driver may be gone after shutdown; then nobody needs the outcome.
+            let _ = self.inbox.send(Event::Outcome(self.invocation, outcome));
+        });
+    }
 }
 
 /// Everything that reaches the driver: results of the tasks it spawned, and commands.
@@ -43,9 +70,6 @@ pub(crate) enum Event<P> {
     Shutdown(Duration, Option<oneshot::Sender<ShutdownReport>>),
     Stats(oneshot::Sender<Stats>),
 }
-
-/// Most events handled before effects are executed, so one busy burst cannot starve dispatch.
-const MAX_BURST: usize = 1024;
 
 /// Loop turns without awaiting after which the driver yields to the executor.
 const YIELD_EVERY: usize = 64;
@@ -73,25 +97,57 @@ pub(crate) struct DriverOptions {
     pub(crate) call_timeout: Duration,
 }
 
-struct Invocation {
-    cancellation: Cancellation,
-    validity: Arc<Validity>,
+/// A hasher for the driver's invocation ids (a few small integers, never chosen by anyone
+/// outside the engine): one multiply per word (FxHash) instead of SipHash.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.write_u64(u64::from(byte));
+        }
+    }
+
+    fn write_u32(&mut self, word: u32) {
+        self.write_u64(u64::from(word));
+    }
+
+    fn write_u64(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
+
+/// The cancellation (which carries the lease's validity) of each running invocation.
+type Invocations = HashMap<InvocationId, Cancellation, BuildHasherDefault<IdHasher>>;
+
+/// The timer the driver sleeps on, and the deadline it was armed for.
+type Timer = (Instant, Pin<Box<dyn Future<Output = ()> + Send>>);
 
 pub(crate) struct Driver<R: Runtime, B: Backend> {
     rt: R,
     engine: LeaseEngine<B::Payload>,
-    streams: Arc<[Stream<B>]>,
-    tx: mpsc::UnboundedSender<Event<B::Payload>>,
-    rx: mpsc::UnboundedReceiver<Event<B::Payload>>,
-    invocations: HashMap<InvocationId, Invocation>,
+    streams: Arc<[Stream<R, B>]>,
+    /// Per stream: what its invocations share.
+    scopes: Vec<Arc<Scope>>,
+    inbox: Arc<Inbox<Event<B::Payload>>>,
+    /// Results of backend calls that completed in place: handled like posted events, without
+    /// a trip through the inbox.
+    ready: Vec<Event<B::Payload>>,
+    invocations: Invocations,
     /// Per source, dropping it abandons the fetch in flight.
     fetch_abandon: Vec<Option<oneshot::Sender<()>>>,
     /// Per source: `Some` while an ack call is in flight, holding the acks due meanwhile.
     acks_waiting: Vec<Option<Vec<LeaseId>>>,
     waiters: Vec<oneshot::Sender<ShutdownReport>>,
     options: DriverOptions,
-    clock: Clock,
+    /// Kept across waits while the engine's next deadline is not earlier: arming a timer for
+    /// every wait would cost a timer registration per burst of events.
+    timer: Option<Timer>,
     base: Instant,
     drained: bool,
 }
@@ -100,13 +156,23 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
     pub(crate) fn new(
         rt: R,
         engine: LeaseEngine<B::Payload>,
-        streams: Vec<Stream<B>>,
-        tx: mpsc::UnboundedSender<Event<B::Payload>>,
-        rx: mpsc::UnboundedReceiver<Event<B::Payload>>,
+        streams: Vec<Stream<R, B>>,
+        inbox: Arc<Inbox<Event<B::Payload>>>,
         options: DriverOptions,
     ) -> Self {
         let clock_rt = rt.clone();
+        let clock: crate::delivery::Clock = Arc::new(move || clock_rt.now());
         let base = rt.now();
+        let scopes = streams
+            .iter()
+            .map(|stream| {
+                Arc::new(Scope {
+                    stream: stream.name.clone(),
+                    clock: clock.clone(),
+                    base,
+                })
+            })
+            .collect();
         let fetch_abandon = std::iter::repeat_with(|| None)
             .take(streams.len())
             .collect();
@@ -114,17 +180,18 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
             .take(streams.len())
             .collect();
         Self {
-            clock: Arc::new(move || clock_rt.now()),
             rt,
             engine,
             streams: streams.into(),
-            tx,
-            rx,
-            invocations: HashMap::new(),
+            scopes,
+            inbox,
+            ready: Vec::new(),
+            invocations: Invocations::default(),
             fetch_abandon,
             acks_waiting,
             waiters: Vec::new(),
             options,
+            timer: None,
             base,
             drained: false,
         }
@@ -132,6 +199,9 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
 
     /// Runs until shutdown has drained every lease.
     pub(crate) async fn run(mut self) {
+        // Events taken from the inbox in one go; swapped with the inbox's own vector, so both
+        // keep their capacity and taking a burst allocates nothing.
+        let mut burst: Vec<Event<B::Payload>> = Vec::new();
         let mut busy = 0usize;
         loop {
             self.execute();
@@ -142,44 +212,74 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
                 }
                 return;
             }
-            let wake = match self.rx.try_recv() {
+            // Both, always: in-place results must not keep posted events waiting.
+            let took = self.inbox.try_take(&mut burst);
+            let woke = if took || !self.ready.is_empty() {
                 // Something is ready already: no timer needed, but let other tasks run now
                 // and then, since calls completing in place keep this loop busy.
-                Ok(event) => {
-                    busy += 1;
-                    if busy % YIELD_EVERY == 0 {
-                        yield_now().await;
-                    }
-                    Some(event)
+                busy += 1;
+                if busy % YIELD_EVERY == 0 {
+                    yield_now().await;
                 }
-                Err(_) => {
-                    let next = self.rx.next();
-                    match self.engine.poll_timeout() {
-                        Some(at) => match select(next, pin!(self.rt.sleep_until(at))).await {
-                            Either::Left((event, _)) => event,
-                            Either::Right(_) => None,
-                        },
-                        None => next.await,
+                true
+            } else {
+                self.arm_timer();
+                let inbox = &self.inbox;
+                let timer = &mut self.timer;
+                std::future::poll_fn(|cx| {
+                    if inbox.poll_take(cx, &mut burst).is_ready() {
+                        return Poll::Ready(true);
                     }
-                }
+                    match timer {
+                        Some((_, sleep)) => sleep.as_mut().poll(cx).map(|()| false),
+                        None => Poll::Pending,
+                    }
+                })
+                .await
             };
-            match wake {
-                None => self.engine.handle_timeout(self.rt.now()),
-                Some(event) => {
-                    self.handle(event);
-                    // Feed everything already waiting before draining effects: the engine then
-                    // sends one ack batch and one fetch sized for all the slots the burst freed.
-                    for _ in 1..MAX_BURST {
-                        let Ok(event) = self.rx.try_recv() else { break };
-                        self.handle(event);
-                    }
+            if woke {
+                // Feed everything that came before draining effects: the engine then sends one
+                // ack batch and one fetch sized for all the slots the burst freed.
+                let now = self.rt.now();
+                let mut ready = std::mem::take(&mut self.ready);
+                for event in ready.drain(..).chain(burst.drain(..)) {
+                    self.handle(now, event);
                 }
+                // Keep the capacity, unless handling produced new ready events meanwhile.
+                if self.ready.is_empty() {
+                    self.ready = ready;
+                }
+            } else {
+                self.timer_fired();
             }
         }
     }
 
-    fn handle(&mut self, event: Event<B::Payload>) {
+    /// Makes sure a timer fires no later than the engine's next deadline. A timer armed for an
+    /// earlier deadline is kept: firing early only costs a look at the engine.
+    fn arm_timer(&mut self) {
+        let Some(at) = self.engine.poll_timeout() else {
+            return;
+        };
+        if !matches!(&self.timer, Some((armed, _)) if *armed <= at) {
+            self.timer = Some((at, Box::pin(self.rt.sleep_until(at))));
+        }
+    }
+
+    /// The timer fired: feeds the engine a timeout if its deadline has come (a timer armed for
+    /// a deadline that has gone away since is just dropped).
+    fn timer_fired(&mut self) {
+        let Some((armed, _)) = self.timer.take() else {
+            return;
+        };
         let now = self.rt.now();
+        match self.engine.poll_timeout() {
+            Some(at) if at <= now || at == armed => self.engine.handle_timeout(now),
+            _ => {}
+        }
+    }
+
+    fn handle(&mut self, now: Instant, event: Event<B::Payload>) {
         match event {
             Event::Fetched(source, Ok(messages)) => {
                 self.engine.handle_fetched(now, source, messages);
@@ -194,8 +294,8 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
             }
             Event::Renewed(batch, Ok(results)) => {
                 self.engine.handle_renewed(now, batch, results);
-                for (id, invocation) in &self.invocations {
-                    invocation.validity.set(self.engine.valid_until(id.lease()));
+                for (id, cancellation) in &self.invocations {
+                    cancellation.set_valid_until(self.base, self.engine.valid_until(id.lease()));
                 }
             }
             Event::Renewed(batch, Err(error)) => {
@@ -236,8 +336,8 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
                 Effect::Fetch { source, max, wait } => self.fetch(source, max, wait),
                 Effect::Run { invocation, lease } => self.run_handler(invocation, lease),
                 Effect::Cancel { invocation, reason } => {
-                    if let Some(running) = self.invocations.get(&invocation) {
-                        running.cancellation.cancel(reason);
+                    if let Some(cancellation) = self.invocations.get(&invocation) {
+                        cancellation.cancel(reason);
                     }
                 }
                 Effect::Renew { batch, leases } => self.renew(batch, leases),
@@ -262,8 +362,24 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
         self.streams[usize::from(source.0)].backend.clone()
     }
 
-    /// The leases the engine still knows, grouped by source, with their backend references.
-    fn by_source(&self, leases: Vec<LeaseId>) -> BTreeMap<SourceId, (Vec<LeaseId>, Vec<LeaseRef>)> {
+    /// The leases the engine still knows, grouped by source (in source order), with their
+    /// backend references.
+    fn by_source(&self, leases: Vec<LeaseId>) -> Vec<(SourceId, Vec<LeaseId>, Vec<LeaseRef>)> {
+        if self.streams.len() == 1 {
+            let (mut ids, mut refs) = (Vec::with_capacity(leases.len()), Vec::new());
+            refs.reserve_exact(leases.len());
+            for id in leases {
+                if let Some((_, lease_ref)) = self.resolve(id) {
+                    ids.push(id);
+                    refs.push(lease_ref);
+                }
+            }
+            return if ids.is_empty() {
+                Vec::new()
+            } else {
+                vec![(SourceId(0), ids, refs)]
+            };
+        }
         let mut groups: BTreeMap<SourceId, (Vec<LeaseId>, Vec<LeaseRef>)> = BTreeMap::new();
         for id in leases {
             if let Some((source, lease_ref)) = self.resolve(id) {
@@ -273,6 +389,9 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
             }
         }
         groups
+            .into_iter()
+            .map(|(source, (ids, refs))| (source, ids, refs))
+            .collect()
     }
 
     fn resolve(&self, lease: LeaseId) -> Option<(SourceId, LeaseRef)> {
@@ -284,29 +403,29 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
         Some((lease.source(), lease_ref))
     }
 
-    /// Spawns a backend call bounded by the call timeout; its result becomes an event.
+    /// Runs a backend call bounded by the call timeout; its result becomes an event.
     fn call<T: Send + 'static>(
-        &self,
-        call: impl Future<Output = BackendResult<T>> + Send + 'static,
-        event: impl FnOnce(BackendResult<T>) -> Event<B::Payload> + Send + 'static,
-    ) {
-        self.call_within(self.options.call_timeout, call, event);
-    }
-
-    fn call_within<T: Send + 'static>(
-        &self,
-        timeout: Duration,
+        &mut self,
         call: impl Future<Output = BackendResult<T>> + Send + 'static,
         event: impl FnOnce(BackendResult<T>) -> Event<B::Payload> + Send + 'static,
     ) {
         // Poll once in place: a call that completes at once (an in-memory backend, an answer
-        // already buffered) costs no task and no timer, only a message to ourselves.
+        // already buffered) costs no task, no timer and no trip through the inbox.
         let mut call = Box::pin(call);
-        if let Some(result) = call.as_mut().now_or_never() {
-            let _ = self.tx.unbounded_send(event(result));
-            return;
+        match call.as_mut().now_or_never() {
+            Some(result) => self.ready.push(event(result)),
+            None => self.spawn_call(self.options.call_timeout, call, event),
         }
-        let (rt, tx) = (self.rt.clone(), self.tx.clone());
+    }
+
+    /// Spawns a call that did not complete in place, bounded by `timeout`.
+    fn spawn_call<T: Send + 'static>(
+        &self,
+        timeout: Duration,
+        call: Pin<Box<impl Future<Output = BackendResult<T>> + Send + 'static>>,
+        event: impl FnOnce(BackendResult<T>) -> Event<B::Payload> + Send + 'static,
+    ) {
+        let (rt, inbox) = (self.rt.clone(), self.inbox.clone());
         self.rt.spawn(Box::pin(async move {
             let deadline = rt.sleep_until(rt.now() + timeout);
             let result = match select(call, pin!(deadline)).await {
@@ -316,24 +435,30 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
                 ))),
             };
             // The driver may be gone after shutdown; then nobody needs the result.
-            let _ = tx.unbounded_send(event(result));
+            let _ = inbox.send(event(result));
         }));
     }
 
-    /// Fetches in a task that shutdown can abandon: a fetch blocked waiting for new entries
-    /// must not hold shutdown up, and dropping it loses nothing (the `Backend::fetch` contract).
+    /// Fetches; a fetch that does not complete in place runs in a task that shutdown can
+    /// abandon: a fetch blocked waiting for new entries must not hold shutdown up, and dropping
+    /// it loses nothing (the `Backend::fetch` contract).
     fn fetch(&mut self, source: SourceId, max: usize, wait: Duration) {
         let backend = self.backend(source);
+        let mut fetch = Box::pin(async move { backend.fetch(max, wait).await });
+        if let Some(result) = fetch.as_mut().now_or_never() {
+            self.ready.push(Event::Fetched(source, result));
+            return;
+        }
         let (abandon, abandoned) = oneshot::channel::<()>();
         self.fetch_abandon[usize::from(source.0)] = Some(abandon);
-        self.call_within(
+        self.spawn_call(
             wait + self.options.call_timeout,
-            async move {
-                match select(pin!(backend.fetch(max, wait)), abandoned).await {
+            Box::pin(async move {
+                match select(fetch, abandoned).await {
                     Either::Left((result, _)) => result,
                     Either::Right(_) => Err(BackendError::transient("fetch abandoned at shutdown")),
                 }
-            },
+            }),
             move |result| Event::Fetched(source, result),
         );
     }
@@ -342,40 +467,34 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
         let Some(lease) = self.engine.lease(lease_id) else {
             return;
         };
-        let stream = &self.streams[usize::from(lease.source().0)];
+        let source = usize::from(lease.source().0);
         let cancellation = Cancellation::new();
-        let validity = Arc::new(Validity::new(self.base, self.engine.valid_until(lease_id)));
+        cancellation.set_valid_until(self.base, self.engine.valid_until(lease_id));
         let meta = Meta {
-            stream: stream.name.clone(),
+            scope: self.scopes[source].clone(),
             id: lease.message_id().clone(),
             delivery_count: lease.delivery_count(),
             attempt: lease.attempt(),
             fence: lease.fence(),
             cancellation: cancellation.clone(),
-            validity: validity.clone(),
-            clock: self.clock.clone(),
         };
         let payload = lease.payload().clone();
-        let handler = stream.handler.clone();
-        self.invocations.insert(
+        let report = Report {
+            rt: self.rt.clone(),
+            inbox: self.inbox.clone(),
             invocation,
-            Invocation {
-                cancellation: cancellation.clone(),
-                validity,
-            },
-        );
-        let (rt, tx, grace) = (self.rt.clone(), self.tx.clone(), self.options.cancel_grace);
-        self.rt.spawn(Box::pin(async move {
-            let outcome = invoke(rt, handler, payload, meta, cancellation, grace).await;
-            let _ = tx.unbounded_send(Event::Outcome(invocation, outcome));
-        }));
+            cancellation: cancellation.clone(),
+            grace: self.options.cancel_grace,
+        };
+        self.invocations.insert(invocation, cancellation);
+        (self.streams[source].handler)(&self.rt, payload, meta, report);
     }
 
-    fn renew(&self, batch: RenewId, leases: Vec<LeaseId>) {
+    fn renew(&mut self, batch: RenewId, leases: Vec<LeaseId>) {
         let calls: Vec<_> = self
             .by_source(leases)
             .into_iter()
-            .map(|(source, (ids, refs))| {
+            .map(|(source, ids, refs)| {
                 let backend = self.backend(source);
                 async move {
                     let results = backend.renew(&refs).await?;
@@ -406,32 +525,49 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
     /// wait and go out together when it returns (at most one round trip later), so a backend
     /// whose calls take a round trip gets batches instead of one call per message.
     fn ack(&mut self, leases: Vec<LeaseId>) {
-        for (source, leases) in self.by_source_ids(leases) {
-            match &mut self.acks_waiting[usize::from(source.0)] {
-                Some(waiting) => waiting.extend(leases),
-                slot @ None => {
-                    *slot = Some(Vec::new());
-                    self.send_acks(source, leases);
-                }
+        if self.streams.len() == 1 {
+            // One stream: every lease is its; `send_acks` drops any the engine forgot.
+            self.ack_source(SourceId(0), leases);
+            return;
+        }
+        let mut groups: Vec<Vec<LeaseId>> = vec![Vec::new(); self.streams.len()];
+        for id in leases {
+            if let Some(lease) = self.engine.lease(id) {
+                groups[usize::from(lease.source().0)].push(id);
+            }
+        }
+        for (source, leases) in groups.into_iter().enumerate() {
+            if !leases.is_empty() {
+                let source = SourceId(u16::try_from(source).expect("at most 65535 streams"));
+                self.ack_source(source, leases);
+            }
+        }
+    }
+
+    fn ack_source(&mut self, source: SourceId, leases: Vec<LeaseId>) {
+        match &mut self.acks_waiting[usize::from(source.0)] {
+            Some(waiting) => waiting.extend(leases),
+            slot @ None => {
+                *slot = Some(Vec::new());
+                self.send_acks(source, leases);
             }
         }
     }
 
     /// One ack call for `leases` of `source`; marks the stream's ack call in flight.
     fn send_acks(&mut self, source: SourceId, leases: Vec<LeaseId>) {
-        let Some((_, (ids, refs))) = self.by_source(leases).into_iter().next() else {
+        let Some((_, ids, refs)) = self.by_source(leases).into_iter().next() else {
             self.acks_waiting[usize::from(source.0)] = None;
             return;
         };
         self.acks_waiting[usize::from(source.0)].get_or_insert_with(Vec::new);
         let backend = self.backend(source);
-        let sent = ids.clone();
         self.call(async move { backend.ack(&refs).await }, move |result| {
             Event::Acked(
                 source,
                 match result {
-                    Ok(results) => sent.into_iter().zip(results).collect(),
-                    Err(_) => sent
+                    Ok(results) => ids.into_iter().zip(results).collect(),
+                    Err(_) => ids
                         .into_iter()
                         .map(|id| (id, SettleResult::Failed))
                         .collect(),
@@ -440,18 +576,7 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
         });
     }
 
-    /// Lease ids grouped by source (leases the engine no longer knows are dropped).
-    fn by_source_ids(&self, leases: Vec<LeaseId>) -> BTreeMap<SourceId, Vec<LeaseId>> {
-        let mut groups: BTreeMap<SourceId, Vec<LeaseId>> = BTreeMap::new();
-        for id in leases {
-            if let Some(lease) = self.engine.lease(id) {
-                groups.entry(lease.source()).or_default().push(id);
-            }
-        }
-        groups
-    }
-
-    fn release(&self, lease: LeaseId, delay: Duration) {
+    fn release(&mut self, lease: LeaseId, delay: Duration) {
         let Some((source, lease_ref)) = self.resolve(lease) else {
             return;
         };
@@ -463,17 +588,24 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
     }
 }
 
-/// Runs one handler invocation: catches panics, honours cancellation with a grace period.
-async fn invoke<R: Runtime, P>(
-    rt: R,
-    handler: ErasedHandler<P>,
-    payload: P,
-    meta: Meta,
-    cancellation: Cancellation,
+impl<R: Runtime, B: Backend> Drop for Driver<R, B> {
+    fn drop(&mut self) {
+        // Later posts fail (a worker handle then knows the driver is gone), and replies still
+        // waiting in the inbox are dropped, which answers their callers.
+        drop(self.inbox.close());
+    }
+}
+
+/// Runs one handler invocation: `start` decodes the payload and calls the user's function
+/// (a panic there or in the future counts as a failed attempt); honours cancellation with a
+/// grace period.
+async fn invoke<R: Runtime, F: Future<Output = Outcome>>(
+    rt: &R,
+    start: impl FnOnce() -> F,
+    cancellation: &Cancellation,
     grace: Duration,
 ) -> Outcome {
-    let started = std::panic::catch_unwind(AssertUnwindSafe(|| handler(payload, meta)));
-    let future = match started {
+    let future = match std::panic::catch_unwind(AssertUnwindSafe(start)) {
         Ok(future) => future,
         Err(panic) => return panicked(panic),
     };
@@ -482,7 +614,7 @@ async fn invoke<R: Runtime, P>(
     let first = future.as_mut().now_or_never();
     let result = match first {
         Some(result) => result,
-        None => match wait_or_cancel(&rt, future, &cancellation, grace).await {
+        None => match wait_or_cancel(rt, future, cancellation, grace).await {
             Ok(result) => result,
             Err(dropped) => return dropped,
         },

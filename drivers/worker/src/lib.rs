@@ -31,6 +31,8 @@ mod delivery;
 #[cfg(not(loom))]
 mod driver;
 #[cfg(not(loom))]
+mod inbox;
+#[cfg(not(loom))]
 mod runtime;
 #[cfg(not(loom))]
 mod worker;

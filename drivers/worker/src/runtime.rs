@@ -15,6 +15,16 @@ pub trait Runtime: Clone + Send + Sync + 'static {
     /// Runs `future` to completion in the background (detached).
     fn spawn(&self, future: BoxFuture);
 
+    /// Like [`spawn`](Runtime::spawn), for a future of a concrete type: a runtime whose spawn
+    /// is generic can take it as it is, without boxing it first (the driver spawns one handler
+    /// task per invocation). The default boxes it and calls `spawn`.
+    fn spawn_unboxed<F>(&self, future: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.spawn(Box::pin(future));
+    }
+
     /// Completes at `deadline`.
     fn sleep_until(&self, deadline: Instant) -> impl Future<Output = ()> + Send + 'static;
 

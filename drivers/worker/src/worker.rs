@@ -4,13 +4,16 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::channel::{mpsc, oneshot};
+use futures::channel::oneshot;
+use futures::future::Either;
+use futures::FutureExt;
 use leasehold_core::{Backend, Config, ConfigError, LeaseEngine, Outcome, Stats};
 use serde::de::DeserializeOwned;
 
 use crate::codec::{Codec, Json};
 use crate::delivery::{Delivery, IntoOutcome, Meta};
-use crate::driver::{Driver, DriverOptions, ErasedHandler, Event, Stream};
+use crate::driver::{Driver, DriverOptions, ErasedHandler, Event, Report, Stream};
+use crate::inbox::Inbox;
 use crate::runtime::Runtime;
 
 /// Why a worker could not start.
@@ -83,7 +86,7 @@ pub struct WorkerBuilder<R: Runtime, B: Backend> {
     runtime: R,
     config: Config,
     options: DriverOptions,
-    streams: Vec<Stream<B>>,
+    streams: Vec<Stream<R, B>>,
 }
 
 impl<R: Runtime, B: Backend> WorkerBuilder<R, B>
@@ -153,15 +156,23 @@ where
         F: Future + Send + 'static,
         F::Output: IntoOutcome,
     {
-        let handler: ErasedHandler<B::Payload> = Arc::new(
-            move |payload: B::Payload, meta: Meta| match codec.decode(payload.as_ref()) {
-                Ok(message) => {
-                    let future = handler(Delivery::new(message, meta));
-                    Box::pin(async move { future.await.into_outcome() })
-                }
-                Err(error) => Box::pin(std::future::ready(Outcome::Reject {
-                    reason: format!("cannot decode payload: {error}"),
-                })),
+        // One allocation shared by every invocation; each task holds it only while it decodes
+        // the payload and calls the handler.
+        let shared = Arc::new((codec, handler));
+        let handler: ErasedHandler<R, B::Payload> = Arc::new(
+            move |rt: &R, payload: B::Payload, meta: Meta, report: Report<R, B::Payload>| {
+                let shared = shared.clone();
+                report.spawn(rt, move || {
+                    let (codec, handler) = &*shared;
+                    match codec.decode(payload.as_ref()) {
+                        Ok(message) => Either::Left(
+                            handler(Delivery::new(message, meta)).map(IntoOutcome::into_outcome),
+                        ),
+                        Err(error) => Either::Right(std::future::ready(Outcome::Reject {
+                            reason: format!("cannot decode payload: {error}"),
+                        })),
+                    }
+                });
             },
         );
         self.streams.push(Stream {
@@ -203,18 +214,17 @@ where
             }
         }
         let shutdown_grace = engine.settings().shutdown_grace;
-        let (tx, rx) = mpsc::unbounded();
+        let inbox = Arc::new(Inbox::new());
         let driver = Driver::new(
             self.runtime.clone(),
             engine,
             self.streams,
-            tx.clone(),
-            rx,
+            inbox.clone(),
             self.options,
         );
         self.runtime.spawn(Box::pin(driver.run()));
         Ok(Worker {
-            tx,
+            inbox,
             shutdown_grace,
             shut_down: false,
         })
@@ -223,7 +233,7 @@ where
 
 /// A running worker. Dropping it starts a graceful shutdown with the configured grace.
 pub struct Worker<P> {
-    tx: mpsc::UnboundedSender<Event<P>>,
+    inbox: Arc<Inbox<Event<P>>>,
     shutdown_grace: Duration,
     shut_down: bool,
 }
@@ -242,8 +252,8 @@ impl<P> Worker<P> {
         self.shut_down = true;
         let (reply, report) = oneshot::channel();
         if self
-            .tx
-            .unbounded_send(Event::Shutdown(grace, Some(reply)))
+            .inbox
+            .send(Event::Shutdown(grace, Some(reply)))
             .is_err()
         {
             return ShutdownReport::default();
@@ -254,7 +264,7 @@ impl<P> Worker<P> {
     /// A snapshot of the engine's counters (`None` once the worker has stopped).
     pub async fn stats(&self) -> Option<Stats> {
         let (reply, stats) = oneshot::channel();
-        self.tx.unbounded_send(Event::Stats(reply)).ok()?;
+        self.inbox.send(Event::Stats(reply)).ok()?;
         stats.await.ok()
     }
 }
@@ -262,9 +272,7 @@ impl<P> Worker<P> {
 impl<P> Drop for Worker<P> {
     fn drop(&mut self) {
         if !self.shut_down {
-            let _ = self
-                .tx
-                .unbounded_send(Event::Shutdown(self.shutdown_grace, None));
+            let _ = self.inbox.send(Event::Shutdown(self.shutdown_grace, None));
         }
     }
 }
