@@ -72,6 +72,12 @@ fn net() -> isize {
     NET.load(Relaxed)
 }
 
+/// Sizes just past a growth, where memory per lease is at its worst: the lease slab grows by
+/// half (16, 32, 48, ... 70 803, 106 204, 159 306 slots), so 106 205 leases have just grown it;
+/// the message index (hashbrown, 7/8 load) doubles its 131 072 buckets at 114 689 leases; the
+/// timer and epoch queues double at 131 073.
+const GROWTH_POINTS: [usize; 3] = [106_205, 114_689, 131_073];
+
 /// A tiny payload with heap bytes, to show they are subtracted correctly.
 const PAYLOAD_BYTES: usize = 32;
 
@@ -105,7 +111,7 @@ struct Row {
 fn main() {
     // `cargo test --benches` runs bench targets too; keep that quick and quiet.
     let sizes: &[usize] = if std::env::args().any(|arg| arg == "--bench") {
-        &[1_000, 100_000, 131_073]
+        &[1_000, 100_000, 106_205, 114_689, 131_073]
     } else {
         &[1_000]
     };
@@ -156,12 +162,12 @@ fn main() {
         "| scenario | leases | payload subtracted per lease | bytes total | bytes per lease |"
     );
     println!("|---|---:|---:|---:|---:|");
-    // (worst at the sizes the target names, worst at a size just past a power of two)
+    // (worst at the sizes the target names, worst at a size just past a growth)
     let (mut worst, mut worst_unlucky): (f64, f64) = (0.0, 0.0);
     for (name, payload, run) in scenarios {
         for &n in sizes {
             let row = run(n);
-            if n.is_power_of_two() || (n - 1).is_power_of_two() {
+            if GROWTH_POINTS.contains(&n) {
                 worst_unlucky = worst_unlucky.max(row.per_lease);
             } else {
                 worst = worst.max(row.per_lease);
@@ -179,7 +185,8 @@ fn main() {
     );
     if worst_unlucky > 0.0 {
         println!(
-            "worst just past a power of two (131 073 leases: every table has just doubled): \
+            "worst just past a growth (106 205: the lease slab grew by half; 114 689: the \
+             message index doubled; 131 073: the timer and epoch queues doubled): \
              {worst_unlucky:.0} B per lease: {}",
             verdict(worst_unlucky)
         );

@@ -2,29 +2,28 @@
 //! only lease ids and hashes through the slab, so a message id is kept once.
 
 use std::hash::BuildHasher;
-use std::time::Duration;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 
-use crate::types::{CancelReason, DeadLetterReason, Fence, LeaseId, MessageId, SourceId};
+use crate::types::{CancelReason, Fence, LeaseId, MessageId, SourceId};
 
 /// A lease the engine holds on one message, as a driver sees it when executing an effect.
 #[derive(Debug)]
 pub struct Lease<P> {
-    pub(crate) source: SourceId,
     pub(crate) id: MessageId,
     pub(crate) payload: P,
-    pub(crate) delivery_count: u32,
     pub(crate) fence: Fence,
     /// Engine sequence number at which `fence` was adopted: results of operations sent before
     /// it carry an older fence and are stale.
     pub(crate) fence_seq: u64,
-    /// Invocations of this delivery so far; the current one's run number.
-    pub(crate) attempt: u32,
+    /// Engine sequence number at which the settle operation was last sent (while settling).
+    pub(crate) sent_seq: u64,
     /// The epoch (fetch or renew send time) that last confirmed this lease.
     pub(crate) epoch: u64,
-    /// Bumped on every state change; timer entries carrying an older stamp are stale.
-    pub(crate) stamp: u32,
+    pub(crate) delivery_count: u32,
+    /// Invocations of this delivery so far; the current one's run number.
+    pub(crate) attempt: u32,
+    pub(crate) source: SourceId,
     pub(crate) state: State,
 }
 
@@ -55,8 +54,9 @@ impl<P> Lease<P> {
     }
 }
 
-/// Where a lease is in its life.
-#[derive(Debug, Clone, PartialEq)]
+/// Where a lease is in its life. Two bytes: what a state carries beyond that (a release's delay,
+/// a dead letter's reason, an orphan's successor) is rare and kept beside the slab.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum State {
     /// An invocation (run number = `attempt`) is running.
     Running { cancelled: Option<CancelReason> },
@@ -66,37 +66,37 @@ pub(crate) enum State {
     Ready,
     /// Delivered while a cancelled invocation of the same message still winds down.
     Blocked,
-    /// Being acked, released or dead-lettered; `in_flight` while the effect awaits its result,
-    /// otherwise waiting to retry after a transient failure.
-    Settling {
-        op: Settle,
-        in_flight: bool,
-        sent_seq: u64,
-    },
+    /// Being acked, released or dead-lettered; `in_flight` while the effect awaits its result
+    /// (sent at the lease's `sent_seq`), otherwise waiting to retry after a transient failure.
+    Settling { op: Op, in_flight: bool },
     /// No longer held (lost or expired) but its cancelled invocation has not reported yet: it
-    /// still occupies an invocation slot. `successor` is a newer lease of the same message.
-    Orphaned { successor: Option<LeaseId> },
+    /// still occupies an invocation slot. A newer lease of the same message waiting for it is
+    /// its successor.
+    Orphaned,
 }
 
-/// How a lease is settled.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Settle {
+/// Which settle operation a settling lease is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
     Ack,
-    Release(Duration),
-    DeadLetter(Box<DeadLetterReason>),
+    Release,
+    DeadLetter,
 }
 
 impl State {
     /// Held leases count against `max_leases` and are renewed unless a release is in flight.
-    pub(crate) fn is_held(&self) -> bool {
-        !matches!(self, State::Orphaned { .. })
+    #[inline]
+    pub(crate) fn is_held(self) -> bool {
+        !matches!(self, State::Orphaned)
     }
     /// Running invocations count against `concurrency`.
-    pub(crate) fn is_running(&self) -> bool {
-        matches!(self, State::Running { .. } | State::Orphaned { .. })
+    #[inline]
+    pub(crate) fn is_running(self) -> bool {
+        matches!(self, State::Running { .. } | State::Orphaned)
     }
     /// Settling with its effect awaiting a result.
-    pub(crate) fn is_in_flight(&self) -> bool {
+    #[inline]
+    pub(crate) fn is_in_flight(self) -> bool {
         matches!(
             self,
             State::Settling {
@@ -108,23 +108,39 @@ impl State {
     /// A release in flight is not renewed: a renew landing after it would reset the idle time
     /// and undo the release's delay. Acks and dead-letters in flight are renewed, so a slow one
     /// cannot let the lease lapse.
-    pub(crate) fn is_releasing(&self) -> bool {
+    #[inline]
+    pub(crate) fn is_releasing(self) -> bool {
         matches!(
             self,
             State::Settling {
-                op: Settle::Release(_),
+                op: Op::Release,
                 in_flight: true,
-                ..
             }
         )
     }
-    pub(crate) fn is_renewable(&self) -> bool {
+    #[inline]
+    pub(crate) fn is_renewable(self) -> bool {
         self.is_held() && !self.is_releasing()
+    }
+    /// Whether the state may have data beside the slab (see [`State`]).
+    #[inline]
+    pub(crate) fn has_extra(self) -> bool {
+        matches!(
+            self,
+            State::Orphaned
+                | State::Settling {
+                    op: Op::Release | Op::DeadLetter,
+                    ..
+                }
+        )
     }
 }
 
 struct Slot<P> {
     generation: u32,
+    /// Bumped on every state change and removal of the slot's lease, never reset: a timer entry
+    /// carrying an older stamp is stale.
+    stamp: u32,
     lease: Option<Lease<P>>,
 }
 
@@ -146,17 +162,23 @@ impl<P> LeaseTable<P> {
         }
     }
 
-    fn hash(&self, source: SourceId, id: &MessageId) -> u64 {
+    /// The index hash of a message, to look it up and insert it with one hashing.
+    #[inline]
+    pub(crate) fn hash(&self, source: SourceId, id: &MessageId) -> u64 {
         self.hasher.hash_one((source, id))
     }
 
+    #[inline]
     pub(crate) fn get(&self, id: LeaseId) -> Option<&Lease<P>> {
         let slot = self.slots.get(id.slot as usize)?;
-        (slot.generation == id.generation)
-            .then_some(slot.lease.as_ref())
-            .flatten()
+        if slot.generation == id.generation {
+            slot.lease.as_ref()
+        } else {
+            None
+        }
     }
 
+    #[inline]
     pub(crate) fn get_mut(&mut self, id: LeaseId) -> Option<&mut Lease<P>> {
         let slot = self.slots.get_mut(id.slot as usize)?;
         if slot.generation == id.generation {
@@ -166,9 +188,33 @@ impl<P> LeaseTable<P> {
         }
     }
 
-    /// Stores a lease and indexes it by message.
-    pub(crate) fn insert(&mut self, lease: Lease<P>) -> LeaseId {
-        let hash = self.hash(lease.source, &lease.id);
+    /// The lease in `slot` if its stamp is still `stamp` (a timer entry for it is live).
+    #[inline]
+    pub(crate) fn current(&self, slot: u32, stamp: u32) -> Option<LeaseId> {
+        let entry = self.slots.get(slot as usize)?;
+        (entry.stamp == stamp && entry.lease.is_some()).then_some(LeaseId {
+            slot,
+            generation: entry.generation,
+        })
+    }
+
+    /// Moves a lease to `state` and bumps its slot's stamp; returns the old state, the lease's
+    /// epoch and the new stamp.
+    #[inline]
+    pub(crate) fn set_state(&mut self, id: LeaseId, state: State) -> (State, u64, u32) {
+        let slot = self
+            .slots
+            .get_mut(id.slot as usize)
+            .filter(|slot| slot.generation == id.generation)
+            .expect("known lease");
+        let lease = slot.lease.as_mut().expect("known lease");
+        slot.stamp = slot.stamp.wrapping_add(1);
+        let old = std::mem::replace(&mut lease.state, state);
+        (old, lease.epoch, slot.stamp)
+    }
+
+    /// Stores a lease whose index hash is `hash` and indexes it by message.
+    pub(crate) fn insert(&mut self, hash: u64, lease: Lease<P>) -> LeaseId {
         let id = match self.free.pop() {
             Some(slot) => {
                 let entry = &mut self.slots[slot as usize];
@@ -186,6 +232,7 @@ impl<P> LeaseTable<P> {
                 let slot = u32::try_from(self.slots.len()).expect("fewer than 2^32 leases");
                 self.slots.push(Slot {
                     generation: 0,
+                    stamp: 0,
                     lease: Some(lease),
                 });
                 LeaseId {
@@ -203,9 +250,9 @@ impl<P> LeaseTable<P> {
         id
     }
 
-    /// The held lease of a message, if any.
-    pub(crate) fn find(&self, source: SourceId, message: &MessageId) -> Option<LeaseId> {
-        let hash = self.hash(source, message);
+    /// The held lease of a message whose index hash is `hash`, if any.
+    #[inline]
+    pub(crate) fn find(&self, hash: u64, source: SourceId, message: &MessageId) -> Option<LeaseId> {
         self.index
             .find(hash, |id| {
                 let lease = self.slots[id.slot as usize]
@@ -228,13 +275,19 @@ impl<P> LeaseTable<P> {
 
     /// Removes a lease entirely; its id is never valid again.
     pub(crate) fn remove(&mut self, id: LeaseId) -> Option<Lease<P>> {
-        self.get(id)?;
-        self.unindex(id);
-        let slot = &mut self.slots[id.slot as usize];
-        let lease = slot.lease.take();
+        let slot = self
+            .slots
+            .get_mut(id.slot as usize)
+            .filter(|slot| slot.generation == id.generation)?;
+        let lease = slot.lease.take()?;
         slot.generation = slot.generation.wrapping_add(1);
+        slot.stamp = slot.stamp.wrapping_add(1);
         self.free.push(id.slot);
-        lease
+        let hash = self.hash(lease.source, &lease.id);
+        if let Ok(entry) = self.index.find_entry(hash, |other| *other == id) {
+            entry.remove();
+        }
+        Some(lease)
     }
 
     /// All live slots (held leases and orphans), in slot order.

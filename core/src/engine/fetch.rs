@@ -1,0 +1,217 @@
+//! Deliveries and fetch pacing: `handle_fetched`, `handle_fetch_failed`, and the `Fetch`
+//! effects decided when effects are polled.
+
+use std::time::{Duration, Instant};
+
+use super::{Extra, LeaseEngine, Outstanding, Source};
+use crate::effect::Effect;
+use crate::lease::{Lease, State};
+use crate::timers::{ticks, Tick};
+use crate::types::{Fetched, LeaseId, SourceId};
+
+impl<P> LeaseEngine<P> {
+    /// A fetch for `source` returned these messages (possibly none).
+    ///
+    /// A message this engine already holds adopts the new delivery's fence and count and starts
+    /// nothing. Messages beyond what the fetch asked for (or any during shutdown) are released
+    /// at once, never run.
+    pub fn handle_fetched(&mut self, now: Instant, source: SourceId, messages: Vec<Fetched<P>>) {
+        self.begin(now);
+        let (mut budget, epoch) = match self
+            .sources
+            .get_mut(usize::from(source.0))
+            .and_then(|s| s.outstanding.take())
+        {
+            Some(Outstanding { max, epoch, wait }) => {
+                self.reserved -= max;
+                let sent_at = self.epochs.sent_at(epoch);
+                let now = self.now;
+                let poll = self.durations.poll;
+                let src = &mut self.sources[usize::from(source.0)];
+                src.failures = 0;
+                // Empty: the next fetch comes a poll interval after this one was sent — at once
+                // if the backend already blocked for its whole wait, since waiting again here
+                // would only delay new messages. Short: fetch again at once, letting the backend
+                // block for new entries. Full: there is probably more, fetch at once, no blocking.
+                let waited_out = wait != 0 && now >= sent_at.saturating_add(wait);
+                (src.next_at, src.wait) = match messages.len() {
+                    0 if waited_out => (now, poll),
+                    0 => (sent_at.saturating_add(poll), poll),
+                    n if n < max => (now, poll),
+                    _ => (now, 0),
+                };
+                (max, epoch)
+            }
+            None => (0, self.epochs.open(self.now)),
+        };
+        let sent_at = self.epochs.sent_at(epoch);
+        let hb_due = sent_at.saturating_add(self.durations.heartbeat);
+        // The fetch took so long that its deliveries may have lapsed already: never run them.
+        let expired = sent_at.saturating_add(self.durations.lease_ttl) <= self.now;
+        for message in messages {
+            self.stats.delivered += 1;
+            if expired {
+                self.stats.expired += 1;
+                continue;
+            }
+            let hash = self.leases.hash(source, &message.id);
+            if let Some(id) = self.leases.find(hash, source, &message.id) {
+                self.adopt(id, message, epoch);
+                continue;
+            }
+            let take = budget > 0 && self.shutdown.is_none();
+            if !take && self.shutdown.is_none() {
+                self.stats.overflow += 1;
+            }
+            let id = self.create(hash, source, message, epoch);
+            self.renew_due = Some(self.renew_due.map_or(hb_due, |d| d.min(hb_due)));
+            if !take {
+                self.settle(id, super::settle::Settle::Release(Duration::ZERO));
+                continue;
+            }
+            budget -= 1;
+            let orphan = if self.orphans.is_empty() {
+                None
+            } else {
+                let key = (source, self.leases.get(id).expect("created").id.clone());
+                self.orphans.get(&key).copied()
+            };
+            match orphan {
+                Some(orphan) => {
+                    // An earlier invocation of this message still winds down: serial per message.
+                    if self.leases.get(orphan).is_some() {
+                        self.extras.insert(orphan.slot, Extra::Successor(id));
+                    }
+                }
+                None => self.start_run(id),
+            }
+        }
+        self.epochs.unpin(epoch);
+        self.finish();
+    }
+
+    /// A fetch for `source` failed; the next one backs off exponentially (capped).
+    pub fn handle_fetch_failed(&mut self, now: Instant, source: SourceId) {
+        self.begin(now);
+        if let Some(src) = self.sources.get_mut(usize::from(source.0)) {
+            if let Some(Outstanding { max, epoch, .. }) = src.outstanding.take() {
+                src.failures = src.failures.saturating_add(1);
+                let factor = 1u32 << (src.failures - 1).min(20);
+                let backoff = self
+                    .cfg
+                    .poll_interval
+                    .saturating_mul(factor)
+                    .min(self.cfg.fetch_backoff_max);
+                src.next_at = self.now.saturating_add(ticks(backoff));
+                src.wait = self.durations.poll;
+                self.reserved -= max;
+                self.epochs.unpin(epoch);
+            }
+        }
+        self.finish();
+    }
+
+    /// How many more messages a fetch may bring: free slots that are not promised to ready or
+    /// blocked re-runs or to outstanding fetches, within the lease budget.
+    pub(super) fn fetch_budget(&self) -> usize {
+        let slots = self
+            .cfg
+            .concurrency
+            .saturating_sub(self.running + self.ready.live + self.blocked + self.reserved);
+        let leases = self
+            .cfg
+            .max_leases
+            .saturating_sub(self.held + self.reserved);
+        slots.min(leases)
+    }
+
+    /// Issues fetches for due sources, sharing the budget round-robin.
+    pub(super) fn fetch(&mut self) {
+        if self.shutdown.is_some() {
+            return;
+        }
+        let mut budget = self.fetch_budget();
+        if budget == 0 {
+            return;
+        }
+        let now = self.now;
+        let is_due = |s: &Source| s.outstanding.is_none() && s.next_at <= now;
+        let due = self.sources.iter().filter(|s| is_due(s)).count();
+        if due == 0 {
+            return;
+        }
+        // Leave room for waiting re-runs: a fetch may block no longer than the next one is due.
+        let until_repoll: Option<Tick> = (self.repolls.live > 0)
+            .then(|| self.repolls.front())
+            .flatten()
+            .map(|e| e.due.saturating_sub(now));
+        let starved = due > budget;
+        let mut shares = due.min(budget);
+        let n = self.sources.len();
+        let start = self.next_source;
+        // Round-robin from `start` (< n), without a division per step.
+        for i in (start..n).chain(0..start) {
+            if shares == 0 {
+                break;
+            }
+            if !is_due(&self.sources[i]) {
+                continue;
+            }
+            let max = budget.div_ceil(shares);
+            shares -= 1;
+            budget -= max;
+            let src = &mut self.sources[i];
+            let mut wait = if starved { 0 } else { src.wait };
+            if let Some(until) = until_repoll {
+                wait = wait.min(until);
+            }
+            let epoch = self.epochs.open(now);
+            src.outstanding = Some(Outstanding { max, epoch, wait });
+            self.reserved += max;
+            self.next_source = if i + 1 == n { 0 } else { i + 1 };
+            self.effects.push_back(Effect::Fetch {
+                source: SourceId(i as u16),
+                max,
+                wait: Duration::from_nanos(wait),
+            });
+        }
+    }
+
+    /// Stores a new lease (blocked until its run starts); `hash` is its message's index hash.
+    fn create(&mut self, hash: u64, source: SourceId, message: Fetched<P>, epoch: u64) -> LeaseId {
+        let fence_seq = self.next_seq();
+        let id = self.leases.insert(
+            hash,
+            Lease {
+                id: message.id,
+                payload: message.payload,
+                fence: message.fence,
+                fence_seq,
+                sent_seq: 0,
+                epoch,
+                delivery_count: message.delivery_count,
+                attempt: 0,
+                source,
+                state: State::Blocked,
+            },
+        );
+        // Blocked has no timer, so no stamp is needed until the next state.
+        self.enter(id, State::Blocked, epoch, 0);
+        id
+    }
+
+    /// A held message was delivered again: adopt the newer delivery, start nothing.
+    fn adopt(&mut self, id: LeaseId, message: Fetched<P>, epoch: u64) {
+        self.stats.redelivered += 1;
+        let fence_seq = self.next_seq();
+        let lease = self.leases.get_mut(id).expect("found");
+        lease.fence = message.fence;
+        lease.delivery_count = message.delivery_count;
+        lease.fence_seq = fence_seq;
+        if lease.epoch < epoch {
+            let old = std::mem::replace(&mut lease.epoch, epoch);
+            self.epochs.remove(old);
+            self.epochs.add(epoch);
+        }
+    }
+}

@@ -1,0 +1,602 @@
+//! The [`LeaseEngine`]: a sans-IO state machine for leased, heartbeated message processing.
+//!
+//! This module holds the engine's state, its outputs, the timer pass every input starts with
+//! ([`advance`](LeaseEngine::advance)) and ends with ([`finish`](LeaseEngine::finish)), and the
+//! state transitions that keep counters and timers in step. The inputs live by topic:
+//! [`fetch`] (deliveries and fetch pacing), [`heartbeat`] (renew rounds and local expiry) and
+//! [`settle`] (outcomes, acks, releases, dead letters, lost leases, shutdown).
+//!
+//! Time inside the engine is a [`Tick`] (nanoseconds since the instant the engine was created):
+//! `Instant`s are converted once per input and back only in `poll_timeout` and `valid_until`.
+
+mod fetch;
+mod heartbeat;
+mod settle;
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use crate::config::{Config, ConfigError, Settings};
+use crate::effect::{Effect, Stats};
+use crate::lease::{Lease, LeaseTable, State};
+use crate::timers::{ticks, Entry, Epochs, Fifo, Heap, Rng, Tick, Timers};
+use crate::types::{DeadLetterReason, LeaseId, MessageId, SourceId};
+
+/// Per-source fetch pacing.
+#[derive(Debug)]
+struct Source {
+    /// The fetch awaiting its result.
+    outstanding: Option<Outstanding>,
+    /// No fetch before this instant.
+    next_at: Tick,
+    /// How long the next fetch may block in the backend.
+    wait: Tick,
+    /// Consecutive failed fetches, for the backoff.
+    failures: u32,
+}
+
+/// A fetch awaiting its result.
+#[derive(Debug, Clone, Copy)]
+struct Outstanding {
+    /// How many it may deliver (slots reserved for it).
+    max: usize,
+    /// Its epoch: its send time confirms what it delivers.
+    epoch: u64,
+    /// How long the backend was allowed to block.
+    wait: Tick,
+}
+
+/// The renew round in flight: one or more `Renew` chunks sent together.
+#[derive(Debug)]
+struct Round {
+    first: u64,
+    answered: Vec<bool>,
+    remaining: usize,
+    epoch: u64,
+    seq: u64,
+    sent_at: Tick,
+    failed: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Shutdown {
+    deadline: Instant,
+    deadline_at: Tick,
+    cancelled_running: bool,
+}
+
+/// The configured durations in ticks.
+#[derive(Debug, Clone, Copy)]
+struct Durations {
+    lease_ttl: Tick,
+    heartbeat: Tick,
+    /// A quarter heartbeat: how soon a round follows a failed one.
+    heartbeat_quarter: Tick,
+    poll: Tick,
+    max_processing_time: Tick,
+}
+
+/// What a state carries beyond its two bytes, kept beside the slab (see [`State`]).
+#[derive(Debug)]
+enum Extra {
+    /// The delay of a release.
+    Release(Duration),
+    /// The reason of a dead letter.
+    DeadLetter(Box<DeadLetterReason>),
+    /// The newer lease of an orphan's message, blocked until the orphan reports.
+    Successor(LeaseId),
+}
+
+/// The lease engine. See the [crate documentation](crate) for the model and an example.
+///
+/// `P` is the payload type, opaque to the engine (bytes, a decoded message, `()`...).
+pub struct LeaseEngine<P> {
+    cfg: Settings,
+    durations: Durations,
+    /// The instant tick 0 stands for: the `now` the engine was created at.
+    base: Instant,
+    now: Tick,
+    /// Monotonic sequence of fence adoptions and sends, to recognise stale results.
+    seq: u64,
+    leases: LeaseTable<P>,
+    /// Release delays, dead-letter reasons and orphans' successors, by slot.
+    extras: hashbrown::HashMap<u32, Extra>,
+    /// Invocations still winding down after their lease was lost, by message.
+    orphans: HashMap<(SourceId, MessageId), LeaseId>,
+    sources: Vec<Source>,
+    next_source: usize,
+    /// Slots promised to outstanding fetches.
+    reserved: usize,
+    held: usize,
+    running: usize,
+    releasing: usize,
+    /// Held leases waiting for an orphaned invocation of their message: they need a slot soon.
+    blocked: usize,
+    deadlines: Timers<Fifo>,
+    repolls: Timers<Heap>,
+    retries: Timers<Fifo>,
+    ready: Timers<Fifo>,
+    epochs: Epochs,
+    round: Option<Round>,
+    renew_due: Option<Tick>,
+    next_renew_id: u64,
+    acks: Vec<LeaseId>,
+    /// An input came since fetches were last decided.
+    fetch_due: bool,
+    effects: VecDeque<Effect>,
+    shutdown: Option<Shutdown>,
+    drained: bool,
+    rng: Rng,
+    stats: Stats,
+}
+
+impl<P> std::fmt::Debug for LeaseEngine<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseEngine")
+            .field("held", &self.held)
+            .field("running", &self.running)
+            .field("reserved", &self.reserved)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The effect queue keeps at most this much capacity once drained, so a burst of effects (a
+/// fetch of thousands of `Run`s) does not pin its memory.
+const EFFECTS_KEPT: usize = 64;
+
+impl<P> LeaseEngine<P> {
+    /// An engine serving one source, starting at `now`.
+    pub fn new(config: &Config, now: Instant) -> Result<Self, ConfigError> {
+        Self::with_sources(config, 1, now)
+    }
+
+    /// An engine serving `sources` sources (streams) with one shared concurrency budget;
+    /// they are numbered `SourceId(0)..SourceId(sources - 1)`.
+    pub fn with_sources(config: &Config, sources: u16, now: Instant) -> Result<Self, ConfigError> {
+        let cfg = config.validate()?;
+        if sources == 0 {
+            return Err(ConfigError::NoSources);
+        }
+        let durations = Durations {
+            lease_ttl: ticks(cfg.lease_ttl()),
+            heartbeat: ticks(cfg.heartbeat_interval),
+            heartbeat_quarter: ticks(cfg.heartbeat_interval / 4),
+            poll: ticks(cfg.poll_interval),
+            max_processing_time: ticks(cfg.max_processing_time),
+        };
+        let source = || Source {
+            outstanding: None,
+            next_at: 0,
+            wait: durations.poll,
+            failures: 0,
+        };
+        let mut engine = Self {
+            rng: Rng::new(cfg.seed),
+            cfg,
+            durations,
+            base: now,
+            now: 0,
+            seq: 0,
+            leases: LeaseTable::new(),
+            extras: hashbrown::HashMap::new(),
+            orphans: HashMap::new(),
+            sources: (0..sources).map(|_| source()).collect(),
+            next_source: 0,
+            reserved: 0,
+            held: 0,
+            running: 0,
+            releasing: 0,
+            blocked: 0,
+            deadlines: Timers::default(),
+            repolls: Timers::default(),
+            retries: Timers::default(),
+            ready: Timers::default(),
+            epochs: Epochs::default(),
+            round: None,
+            renew_due: None,
+            next_renew_id: 0,
+            acks: Vec::new(),
+            fetch_due: true,
+            effects: VecDeque::new(),
+            shutdown: None,
+            drained: false,
+            stats: Stats::default(),
+        };
+        engine.finish();
+        Ok(engine)
+    }
+
+    // ----- outputs -------------------------------------------------------------------------
+
+    /// The next effect to execute, if any. Drain effects before sleeping on
+    /// [`poll_timeout`](Self::poll_timeout).
+    ///
+    /// `Ack` and `Fetch` are decided here, when everything else has been drained: a driver
+    /// that feeds a burst of inputs before draining gets one ack batch and one fetch sized for
+    /// all the slots the burst freed, instead of one tiny fetch per finished invocation.
+    #[inline]
+    pub fn poll_effect(&mut self) -> Option<Effect> {
+        if let Some(effect) = self.effects.pop_front() {
+            return Some(effect);
+        }
+        if self.fetch_due || !self.acks.is_empty() {
+            if let Some(effect) = self.poll_decided() {
+                return Some(effect);
+            }
+        }
+        if self.effects.capacity() > EFFECTS_KEPT {
+            self.effects.shrink_to(EFFECTS_KEPT);
+        }
+        None
+    }
+
+    /// The queue is empty: decide fetches, else send the acks collected.
+    fn poll_decided(&mut self) -> Option<Effect> {
+        if std::mem::take(&mut self.fetch_due) {
+            self.fetch();
+            if let Some(effect) = self.effects.pop_front() {
+                return Some(effect);
+            }
+        }
+        self.ack_batch()
+    }
+
+    /// When to call [`handle_timeout`](Self::handle_timeout) next; `None` when only an input
+    /// can change anything. Always after the last `now` once effects are drained (no busy loop).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let mut next = Tick::MAX;
+        let mut any = false;
+        let mut consider = |at: Tick| {
+            next = next.min(at);
+            any = true;
+        };
+        if let Some(sent) = self.epochs.oldest_live() {
+            consider(sent.saturating_add(self.durations.lease_ttl));
+        }
+        let fronts = [
+            (self.deadlines.live, self.deadlines.front()),
+            (self.repolls.live, self.repolls.front()),
+            (self.retries.live, self.retries.front()),
+        ];
+        for (live, front) in fronts {
+            if let Some(entry) = front.filter(|_| live > 0) {
+                consider(entry.due);
+            }
+        }
+        if self.round.is_none() && self.renewable() > 0 {
+            if let Some(due) = self.renew_due {
+                consider(due);
+            }
+        }
+        if let Some(shutdown) = self.shutdown {
+            if !shutdown.cancelled_running {
+                // Kept as given: it is the earliest timer only while it is still ahead.
+                let others = any.then(|| self.instant(next));
+                return Some(others.map_or(shutdown.deadline, |o| o.min(shutdown.deadline)));
+            }
+        } else if self.fetch_budget() > 0 {
+            for source in self.sources.iter().filter(|s| s.outstanding.is_none()) {
+                consider(source.next_at);
+            }
+        }
+        any.then(|| self.instant(next))
+    }
+
+    /// The lease `id`, while the engine knows it (held, or its cancelled invocation still runs).
+    pub fn lease(&self, id: LeaseId) -> Option<&Lease<P>> {
+        self.leases.get(id)
+    }
+
+    /// Until when the lease counts as valid locally: the send time of its last successful renew
+    /// (or of the fetch that delivered it) plus `claim_timeout - expiry_margin`. `None` once the
+    /// lease is not held. A handler checks `now < valid_until` right before a side effect.
+    pub fn valid_until(&self, id: LeaseId) -> Option<Instant> {
+        self.valid_until_tick(id).map(|t| self.instant(t))
+    }
+
+    fn valid_until_tick(&self, id: LeaseId) -> Option<Tick> {
+        let lease = self.leases.get(id)?;
+        lease.state.is_held().then(|| {
+            self.epochs
+                .sent_at(lease.epoch)
+                .saturating_add(self.durations.lease_ttl)
+        })
+    }
+
+    /// The validated configuration.
+    pub fn settings(&self) -> &Settings {
+        &self.cfg
+    }
+
+    /// Counters of what happened so far.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Leases held now (running, waiting, ready, or being settled).
+    pub fn held(&self) -> usize {
+        self.held
+    }
+
+    /// Invocations running now, including cancelled ones that have not reported yet.
+    pub fn running(&self) -> usize {
+        self.running
+    }
+
+    /// Whether shutdown has completed (`Effect::Drained` was emitted).
+    pub fn is_drained(&self) -> bool {
+        self.drained
+    }
+
+    // ----- inputs (the others are in fetch.rs, heartbeat.rs and settle.rs) -----------------
+
+    /// Timers may be due: call when [`poll_timeout`](Self::poll_timeout) has passed.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.begin(now);
+        self.finish();
+    }
+
+    // ----- time ----------------------------------------------------------------------------
+
+    /// `at` in engine ticks (before the engine's creation counts as its creation).
+    #[inline]
+    fn tick(&self, at: Instant) -> Tick {
+        ticks(at.saturating_duration_since(self.base))
+    }
+
+    /// The instant of tick `at`.
+    fn instant(&self, at: Tick) -> Instant {
+        self.base + Duration::from_nanos(at)
+    }
+
+    /// Moves the engine clock to `now` (never backwards).
+    #[inline]
+    fn set_now(&mut self, now: Instant) {
+        self.now = self.now.max(self.tick(now));
+    }
+
+    // ----- the pass around every input -----------------------------------------------------
+
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    /// Starts an input at `now`: runs the timers due by then.
+    #[inline]
+    fn begin(&mut self, now: Instant) {
+        self.set_now(now);
+        self.begin_now();
+    }
+
+    /// Starts an input whose `now` was already applied with [`set_now`](Self::set_now).
+    #[inline]
+    fn begin_now(&mut self) {
+        self.fetch_due = true;
+        self.advance();
+    }
+
+    fn renewable(&self) -> usize {
+        self.held - self.releasing
+    }
+
+    /// Runs every timer that is due at `self.now`.
+    #[inline]
+    fn advance(&mut self) {
+        let now = self.now;
+        let due = |front: Option<Entry>| front.is_some_and(|e| e.due <= now);
+        if self.lapsing()
+            || due(self.deadlines.front())
+            || self
+                .shutdown
+                .is_some_and(|s| !s.cancelled_running && s.deadline_at <= now)
+            || due(self.repolls.front())
+            || due(self.retries.front())
+        {
+            self.run_due_timers();
+        }
+    }
+
+    /// Whether a held lease may have lapsed by now: nothing can have lapsed before the oldest
+    /// confirming epoch's deadline.
+    #[inline]
+    fn lapsing(&self) -> bool {
+        self.epochs
+            .oldest_live()
+            .is_some_and(|sent| sent.saturating_add(self.durations.lease_ttl) <= self.now)
+    }
+
+    fn run_due_timers(&mut self) {
+        let now = self.now;
+        // Local expiry first, so nothing below acts on a lease that may have lapsed.
+        if self.lapsing() {
+            self.expire(now - self.durations.lease_ttl);
+        }
+        while let Some(entry) = self.deadlines.pop_due(now) {
+            if let Some(id) = self.leases.current(entry.slot, entry.stamp) {
+                self.cancel(id, crate::CancelReason::MaxProcessingTime);
+            }
+        }
+        if let Some(shutdown) = self.shutdown {
+            if !shutdown.cancelled_running && shutdown.deadline_at <= now {
+                self.shutdown_deadline_passed();
+            }
+        }
+        while let Some(entry) = self.repolls.pop_due(now) {
+            if let Some(id) = self.leases.current(entry.slot, entry.stamp) {
+                self.set_state(id, State::Ready);
+            }
+        }
+        while let Some(entry) = self.retries.pop_due(now) {
+            if let Some(id) = self.leases.current(entry.slot, entry.stamp) {
+                if let State::Settling { op, .. } = self.leases.get(id).expect("current").state {
+                    self.send_settle(id, op);
+                }
+            }
+        }
+    }
+
+    /// Ends every input: starts an overdue heartbeat and due re-runs, tidies timers, and
+    /// reports `Drained`. Anything an input made due happens here (fetches and acks when the
+    /// effects are polled), so `poll_timeout` is never in the past once effects are drained.
+    #[inline]
+    fn finish(&mut self) {
+        if self.round.is_none() && self.renew_due.is_some_and(|due| due <= self.now) {
+            self.heartbeat_due();
+        }
+        if self.ready.front().is_some() && self.running + self.reserved < self.cfg.concurrency {
+            self.start_ready();
+        }
+        let leases = &self.leases;
+        let is_live = |slot: u32, stamp: u32| leases.current(slot, stamp).is_some();
+        self.deadlines.prune(is_live);
+        self.repolls.prune(is_live);
+        self.retries.prune(is_live);
+        self.ready.prune(is_live);
+        self.epochs.prune();
+        if self.shutdown.is_some()
+            && !self.drained
+            && self.held == 0
+            && self.running == 0
+            && self.sources.iter().all(|s| s.outstanding.is_none())
+        {
+            self.drained = true;
+            self.effects.push_back(Effect::Drained);
+        }
+    }
+
+    fn heartbeat_due(&mut self) {
+        if self.renewable() > 0 {
+            self.start_round();
+        } else {
+            self.renew_due = None;
+        }
+    }
+
+    /// Starts ready re-runs while invocation slots are free.
+    fn start_ready(&mut self) {
+        while self.running + self.reserved < self.cfg.concurrency {
+            let Some(entry) = self.ready.front() else {
+                break;
+            };
+            self.ready.pop_front();
+            if let Some(id) = self.leases.current(entry.slot, entry.stamp) {
+                self.start_run(id);
+            }
+        }
+    }
+
+    // ----- state transitions ---------------------------------------------------------------
+
+    /// Moves a lease to `state`, keeping counters and timers in step.
+    #[inline]
+    fn set_state(&mut self, id: LeaseId, state: State) {
+        let (old, epoch, stamp) = self.leases.set_state(id, state);
+        // Held and running counts (and the epoch's) change only when the state's class does.
+        match (old.is_held(), state.is_held()) {
+            (true, false) => {
+                self.held -= 1;
+                self.epochs.remove(epoch);
+            }
+            (false, true) => {
+                self.held += 1;
+                self.epochs.add(epoch);
+            }
+            _ => {}
+        }
+        self.running =
+            self.running + usize::from(state.is_running()) - usize::from(old.is_running());
+        self.leave_timers(old);
+        self.enter_timers(id, state, stamp);
+    }
+
+    /// A lease leaves `state` for good (it is removed).
+    fn leave(&mut self, state: State, epoch: u64) {
+        if state.is_held() {
+            self.held -= 1;
+            self.epochs.remove(epoch);
+        }
+        if state.is_running() {
+            self.running -= 1;
+        }
+        self.leave_timers(state);
+    }
+
+    /// A new lease enters `state`.
+    fn enter(&mut self, id: LeaseId, state: State, epoch: u64, stamp: u32) {
+        if state.is_held() {
+            self.held += 1;
+            self.epochs.add(epoch);
+        }
+        if state.is_running() {
+            self.running += 1;
+        }
+        self.enter_timers(id, state, stamp);
+    }
+
+    /// The per-state counts and timers of leaving `state`: its timer entry turns stale.
+    #[inline]
+    fn leave_timers(&mut self, state: State) {
+        match state {
+            State::Running { cancelled: None } => self.deadlines.live -= 1,
+            State::Waiting => self.repolls.live -= 1,
+            State::Ready => self.ready.live -= 1,
+            State::Blocked => self.blocked -= 1,
+            State::Settling {
+                in_flight: false, ..
+            } => self.retries.live -= 1,
+            _ if state.is_releasing() => self.releasing -= 1,
+            _ => {}
+        }
+    }
+
+    /// The per-state counts and timers of entering `state` with `stamp`.
+    #[inline]
+    fn enter_timers(&mut self, id: LeaseId, state: State, stamp: u32) {
+        let now = self.now;
+        match state {
+            State::Running { cancelled: None } => {
+                let due = now.saturating_add(self.durations.max_processing_time);
+                self.deadlines.push(due, id.slot, stamp);
+            }
+            State::Waiting => {
+                let due = now.saturating_add(self.repoll_delay(id));
+                self.repolls.push(due, id.slot, stamp);
+            }
+            State::Ready => self.ready.push(now, id.slot, stamp),
+            State::Blocked => self.blocked += 1,
+            State::Settling {
+                in_flight: false, ..
+            } => {
+                let due = now.saturating_add(self.durations.poll);
+                self.retries.push(due, id.slot, stamp);
+            }
+            _ if state.is_releasing() => self.releasing += 1,
+            _ => {}
+        }
+    }
+
+    /// `repoll_interval`, except a delivery's first re-poll, which is shortened by a random
+    /// fraction (at most `repoll_spread`) so a burst of `Pending` messages is checked spread
+    /// over the interval rather than all at one instant; the cadence stays exact afterwards.
+    fn repoll_delay(&mut self, id: LeaseId) -> Tick {
+        let interval = self.cfg.repoll_interval;
+        let first = self.leases.get(id).is_some_and(|l| l.attempt == 1);
+        if first && self.cfg.repoll_spread > 0.0 {
+            ticks(interval.mul_f64(1.0 - self.cfg.repoll_spread * self.rng.next_f64()))
+        } else {
+            ticks(interval)
+        }
+    }
+
+    /// Removes a lease and what it carries beside the slab.
+    fn remove(&mut self, id: LeaseId) {
+        if let Some(lease) = self.leases.remove(id) {
+            self.leave(lease.state, lease.epoch);
+            if lease.state.has_extra() {
+                self.extras.remove(&id.slot);
+            }
+        }
+    }
+}
