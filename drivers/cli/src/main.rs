@@ -1,53 +1,35 @@
-//! `leasehold`: the demo and the benchmark. See the crate's README.
+//! `leasehold`: the demos and the benchmarks. See the crate's README.
 
+use std::fmt::Display;
 use std::process::ExitCode;
 
 use clap::Parser;
 use leasehold_cli::args::{Cli, Command};
-use leasehold_cli::{bench, bench_redis, commands_demo, demo};
+use leasehold_cli::{bench, bench_redis, commands_demo, demo, CliError};
 
 fn main() -> ExitCode {
     match Cli::parse().command {
-        Command::Demo(args) => match demo::run(&args.options()) {
-            Ok(report) => {
-                println!("{report}");
-                if report.passed() {
-                    ExitCode::SUCCESS
-                } else {
-                    ExitCode::FAILURE
-                }
-            }
-            Err(error) => fail(&error),
-        },
-        Command::Commands(args) => match commands_demo::run(&args.options()) {
-            Ok(report) => {
-                println!("{report}");
-                if report.passed() {
-                    ExitCode::SUCCESS
-                } else {
-                    ExitCode::FAILURE
-                }
-            }
-            Err(error) => fail(&error),
-        },
-        Command::Bench(args) => match bench::run(&args.options()) {
-            Ok(report) => {
-                println!("{report}");
-                ExitCode::SUCCESS
-            }
-            Err(error) => fail(&error),
-        },
-        Command::BenchRedis(args) => match bench_redis::run(&args.options()) {
-            Ok(report) => {
-                println!("{report}");
-                ExitCode::SUCCESS
-            }
-            Err(error) => fail(&error),
-        },
+        Command::Demo(args) => finish(demo::run(&args.options()), |r| r.passed()),
+        Command::Commands(args) => finish(commands_demo::run(&args.options()), |r| r.passed()),
+        Command::Bench(args) => finish(bench::run(&args.options()), |_| true),
+        Command::BenchRedis(args) => finish(bench_redis::run(&args.options()), |_| true),
     }
 }
 
-fn fail(error: &leasehold_cli::CliError) -> ExitCode {
-    eprintln!("error: {error}");
-    ExitCode::from(2)
+/// Prints the report (exit 0, or 1 if it shows a failure) or the error (exit 2).
+fn finish<R: Display>(result: Result<R, CliError>, passed: impl Fn(&R) -> bool) -> ExitCode {
+    match result {
+        Ok(report) => {
+            println!("{report}");
+            if passed(&report) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::from(2)
+        }
+    }
 }

@@ -46,28 +46,7 @@ fn fixture() -> Redis {
     Redis { server }
 }
 
-macro_rules! scenarios {
-    ($($name:ident),* $(,)?) => {$(
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $name() {
-            common::$name(fixture()).await;
-        }
-    )*};
-}
-
-scenarios!(
-    succeeds_with_a_typed_result,
-    failures_keep_their_error,
-    unknown_types_and_bad_params_fail_at_once,
-    cancel_before_pickup_and_after_the_end,
-    long_running_commands_are_polled_until_done,
-    several_types_and_a_batch_complete,
-    submit_is_idempotent,
-    cancel_during_execute_stays_cancelled,
-    cancel_reaches_running_commands,
-    shutdown_hands_running_commands_over,
-    crash_failover_resumes_with_check_status,
-);
+scenarios!(fixture());
 
 /// 1 000 RUNNING commands on one replica, on real time: each is checked about once per
 /// `status_interval` (no interval missed, none checked twice), spread over the interval.

@@ -30,6 +30,33 @@ pub trait Fixture: Send + Sync + 'static {
     fn pending(&self) -> impl Future<Output = usize> + Send;
 }
 
+/// One `#[tokio::test]` per scenario, each on a fresh fixture made by `$fixture`.
+#[macro_export]
+macro_rules! scenarios {
+    ($fixture:expr) => {
+        $crate::scenarios!(
+            $fixture;
+            succeeds_with_a_typed_result,
+            failures_keep_their_error,
+            unknown_types_and_bad_params_fail_at_once,
+            cancel_before_pickup_and_after_the_end,
+            long_running_commands_are_polled_until_done,
+            several_types_and_a_batch_complete,
+            submit_is_idempotent,
+            cancel_during_execute_stays_cancelled,
+            cancel_reaches_running_commands,
+            shutdown_hands_running_commands_over,
+            crash_failover_resumes_with_check_status,
+        );
+    };
+    ($fixture:expr; $($name:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            common::$name($fixture).await;
+        }
+    )*};
+}
+
 pub type Queue<F> = CommandQueue<<F as Fixture>::Store, TokioRuntime>;
 
 pub async fn queue<F: Fixture>(fixture: &F) -> Queue<F> {
