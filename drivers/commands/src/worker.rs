@@ -75,6 +75,8 @@ impl<R: Runtime, S: CommandStore> CommandWorkerBuilder<R, S> {
     }
 
     /// The stream worker's engine config (concurrency, claim timeout, retry backoff, ...).
+    /// `max_leases` bounds the commands one replica holds, RUNNING ones included (default
+    /// 1 000); raise it for replicas that follow many long-running commands.
     /// Its `repoll_interval` and `repoll_spread` are replaced by [`status_interval`] and
     /// [`status_spread`]; its `max_deliveries` is ignored: commands give up after
     /// [`max_attempts`] handler failures, and a store outage is retried until it is over.
@@ -134,6 +136,16 @@ impl<R: Runtime, S: CommandStore> CommandWorkerBuilder<R, S> {
         if self.max_attempts == 0 {
             return Err(CommandWorkerError::Option(
                 "max_attempts must be at least 1",
+            ));
+        }
+        if self.status_interval.is_zero() {
+            return Err(CommandWorkerError::Option(
+                "status_interval must be greater than zero",
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.status_spread) {
+            return Err(CommandWorkerError::Option(
+                "status_spread must be between 0 and 1",
             ));
         }
         let config = self
