@@ -7,7 +7,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use leasehold_core::{Fence, Fetched};
 
-use super::{Pending, Store};
+use super::{Entry, Pending, Store};
 use crate::id;
 
 impl Store {
@@ -59,7 +59,10 @@ impl Store {
         due.truncate(count);
         let until = self.lease_end(now, self.claim_timeout);
         for &seq in &due {
-            let (Some(pending), Some(payload)) = (self.pel.get_mut(&seq), self.entries.get(&seq))
+            let Some(Entry {
+                payload,
+                pending: Some(pending),
+            }) = self.entries.get_mut(&seq)
             else {
                 continue;
             };
@@ -87,14 +90,20 @@ impl Store {
             return;
         }
         let until = self.lease_end(now, self.claim_timeout);
-        for (&seq, payload) in self.entries.range(self.last_delivered + 1..).take(count) {
-            let pending = Pending {
+        for (&seq, entry) in self
+            .entries
+            .range_mut(self.last_delivered + 1..)
+            .take(count)
+        {
+            // Never delivered to the group, so it has no PEL row yet.
+            entry.pending = Some(Pending {
                 owner: consumer.clone(),
                 delivery_count: 1,
                 claimable_at: until,
-            };
-            self.pel.insert(seq, pending);
+            });
+            self.pending += 1;
             self.due.insert((until, seq));
+            let payload = &entry.payload;
             self.last_delivered = seq;
             out.push(delivery(seq, payload, 1));
         }

@@ -5,7 +5,7 @@
 
 mod fetch;
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{btree_map, BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,15 +26,30 @@ struct Pending {
     claimable_at: Instant,
 }
 
+/// One entry of the stream, with its PEL row while it is delivered and unacknowledged (one
+/// map for both: a delivery or an ack touches one tree node, not two).
+#[derive(Debug)]
+struct Entry {
+    payload: Bytes,
+    pending: Option<Pending>,
+}
+
+/// Whether `consumer` holds the entry with the lease's fence.
+fn is_current(pending: &Pending, consumer: &str, lease: &LeaseRef) -> bool {
+    *pending.owner == *consumer && u64::from(pending.delivery_count) == lease.fence.0
+}
+
 #[derive(Debug)]
 pub(crate) struct Store {
     claim_timeout: Duration,
-    /// The stream: entries by sequence number, pending ones included (XLEN counts them).
-    entries: BTreeMap<u64, Bytes>,
+    /// The stream: entries by sequence number, pending ones included (XLEN counts them),
+    /// each with its PEL row if it has one.
+    entries: BTreeMap<u64, Entry>,
     last_seq: u64,
     /// The group's last delivered sequence number: new entries are those after it.
     last_delivered: u64,
-    pel: BTreeMap<u64, Pending>,
+    /// Entries with a PEL row.
+    pending: usize,
     /// The PEL ordered by `claimable_at`: finds what is reclaimable without a scan.
     due: BTreeSet<(Instant, u64)>,
     /// Where the next reclaim continues (XAUTOCLAIM's cursor): the sequence after the last
@@ -53,7 +68,7 @@ impl Store {
             entries: BTreeMap::new(),
             last_seq: 0,
             last_delivered: 0,
-            pel: BTreeMap::new(),
+            pending: 0,
             due: BTreeSet::new(),
             cursor: 0,
             prefer_new: false,
@@ -83,7 +98,13 @@ impl Store {
     /// XADD: appends an entry and returns its sequence number.
     pub(crate) fn publish(&mut self, payload: Bytes) -> u64 {
         self.last_seq += 1;
-        self.entries.insert(self.last_seq, payload);
+        self.entries.insert(
+            self.last_seq,
+            Entry {
+                payload,
+                pending: None,
+            },
+        );
         self.last_seq
     }
 
@@ -113,12 +134,25 @@ impl Store {
     pub(crate) fn ack(&mut self, consumer: &str, leases: &[LeaseRef]) -> Vec<SettleResult> {
         leases
             .iter()
-            .map(|lease| match self.held(consumer, lease) {
-                Some(seq) => {
-                    self.remove(seq);
-                    SettleResult::Ok
+            .map(|lease| {
+                // One lookup to check and remove (the hot path of every message).
+                let Some(seq) = id::parse(lease.id.as_str()) else {
+                    return SettleResult::Lost;
+                };
+                let btree_map::Entry::Occupied(entry) = self.entries.entry(seq) else {
+                    return SettleResult::Lost;
+                };
+                let Some(pending) = entry.get().pending.as_ref() else {
+                    return SettleResult::Lost;
+                };
+                if !is_current(pending, consumer, lease) {
+                    return SettleResult::Lost;
                 }
-                None => SettleResult::Lost,
+                let claimable_at = pending.claimable_at;
+                entry.remove();
+                self.pending -= 1;
+                self.due.remove(&(claimable_at, seq));
+                SettleResult::Ok
             })
             .collect()
     }
@@ -150,8 +184,10 @@ impl Store {
         let Some(seq) = self.held(consumer, lease) else {
             return SettleResult::Lost;
         };
-        let delivery_count = self.pel[&seq].delivery_count;
-        let payload = self.remove(seq);
+        let Some((payload, pending)) = self.remove(seq) else {
+            return SettleResult::Lost;
+        };
+        let delivery_count = pending.delivery_count;
         self.dead.push(DeadLetter {
             id: id::format(self.dead.len() as u64 + 1),
             original_id: id::format(seq),
@@ -173,7 +209,7 @@ impl Store {
     }
 
     pub(crate) fn pending_len(&self) -> usize {
-        self.pel.len()
+        self.pending
     }
 
     pub(crate) fn dead_letters(&self) -> &[DeadLetter] {
@@ -186,13 +222,15 @@ impl Store {
 
     pub(crate) fn pending_info(&self, now: Instant, id: &str) -> Option<PendingInfo> {
         let seq = id::parse(id)?;
-        self.pel.get(&seq).map(|p| self.info(now, p))
+        let pending = self.entries.get(&seq)?.pending.as_ref()?;
+        Some(self.info(now, pending))
     }
 
     pub(crate) fn pending_entries(&self, now: Instant) -> Vec<(MessageId, PendingInfo)> {
-        self.pel
+        self.entries
             .iter()
-            .map(|(&seq, p)| (id::format(seq), self.info(now, p)))
+            .filter_map(|(&seq, entry)| Some((seq, entry.pending.as_ref()?)))
+            .map(|(seq, p)| (id::format(seq), self.info(now, p)))
             .collect()
     }
 
@@ -214,26 +252,29 @@ impl Store {
     /// The sequence number of the entry, if `consumer` owns it with the lease's fence.
     fn held(&self, consumer: &str, lease: &LeaseRef) -> Option<u64> {
         let seq = id::parse(lease.id.as_str())?;
-        let pending = self.pel.get(&seq)?;
-        let current =
-            *pending.owner == *consumer && u64::from(pending.delivery_count) == lease.fence.0;
-        current.then_some(seq)
+        let pending = self.entries.get(&seq)?.pending.as_ref()?;
+        is_current(pending, consumer, lease).then_some(seq)
     }
 
     fn set_claimable_at(&mut self, seq: u64, at: Instant) {
-        if let Some(pending) = self.pel.get_mut(&seq) {
+        if let Some(pending) = self.entries.get_mut(&seq).and_then(|e| e.pending.as_mut()) {
             self.due.remove(&(pending.claimable_at, seq));
             pending.claimable_at = at;
             self.due.insert((at, seq));
         }
     }
 
-    /// Drops an entry from the PEL and the stream; returns its payload.
-    fn remove(&mut self, seq: u64) -> Bytes {
-        if let Some(pending) = self.pel.remove(&seq) {
-            self.due.remove(&(pending.claimable_at, seq));
-        }
-        self.entries.remove(&seq).unwrap_or_default()
+    /// Drops a pending entry from the PEL and the stream; returns its payload and PEL row.
+    fn remove(&mut self, seq: u64) -> Option<(Bytes, Pending)> {
+        let btree_map::Entry::Occupied(entry) = self.entries.entry(seq) else {
+            return None;
+        };
+        entry.get().pending.as_ref()?;
+        let Entry { payload, pending } = entry.remove();
+        let pending = pending.expect("checked above");
+        self.pending -= 1;
+        self.due.remove(&(pending.claimable_at, seq));
+        Some((payload, pending))
     }
 
     /// `now + after`. Both are bounded (`after` ≤ the validated claim timeout), so this only
