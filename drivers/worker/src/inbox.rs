@@ -62,6 +62,11 @@ impl<T> Inbox<T> {
         true
     }
 
+    /// Appends everything posted so far to `into`.
+    pub(crate) fn take_more(&self, into: &mut Vec<T>) {
+        into.append(&mut self.lock().items);
+    }
+
     /// [`try_take`](Self::try_take), registering `cx` to be woken by the next post if there
     /// was nothing.
     pub(crate) fn poll_take(&self, cx: &mut Context<'_>, into: &mut Vec<T>) -> Poll<()> {
