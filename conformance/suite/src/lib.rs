@@ -22,7 +22,12 @@
 //! The worker-level properties (`worker_*`, [`consume_compat`]) run a real `leasehold-tokio`
 //! worker over the backend and need a real-time factory; expand [`worker_suite!`] for them.
 //!
+//! The [`commands`] module does the same for a command-queue store
+//! ([`leasehold_commands::CommandStore`]): expand [`command_store_suite!`].
+//!
 //! See `conformance/GUIDE.md` for the SPI contract method by method.
+
+pub mod commands;
 
 use std::collections::HashSet;
 use std::future::Future;
