@@ -213,16 +213,18 @@ impl<P> LeaseTable<P> {
         (old, lease.epoch, slot.stamp)
     }
 
-    /// Stores a lease whose index hash is `hash` and indexes it by message.
-    pub(crate) fn insert(&mut self, hash: u64, lease: Lease<P>) -> LeaseId {
-        let id = match self.free.pop() {
+    /// Stores a lease whose index hash is `hash` and indexes it by message; returns its id and
+    /// its slot's stamp.
+    pub(crate) fn insert(&mut self, hash: u64, lease: Lease<P>) -> (LeaseId, u32) {
+        let (id, stamp) = match self.free.pop() {
             Some(slot) => {
                 let entry = &mut self.slots[slot as usize];
                 entry.lease = Some(lease);
-                LeaseId {
+                let id = LeaseId {
                     slot,
                     generation: entry.generation,
-                }
+                };
+                (id, entry.stamp)
             }
             None => {
                 // Grow by half rather than double: the slab is most of a lease's memory.
@@ -235,10 +237,11 @@ impl<P> LeaseTable<P> {
                     stamp: 0,
                     lease: Some(lease),
                 });
-                LeaseId {
+                let id = LeaseId {
                     slot,
                     generation: 0,
-                }
+                };
+                (id, 0)
             }
         };
         let slots = &self.slots;
@@ -247,7 +250,7 @@ impl<P> LeaseTable<P> {
             let lease = slots[other.slot as usize].lease.as_ref().expect("indexed");
             hasher.hash_one((lease.source, &lease.id))
         });
-        id
+        (id, stamp)
     }
 
     /// The held lease of a message whose index hash is `hash`, if any.
@@ -273,21 +276,23 @@ impl<P> LeaseTable<P> {
         }
     }
 
-    /// Removes a lease entirely; its id is never valid again.
-    pub(crate) fn remove(&mut self, id: LeaseId) -> Option<Lease<P>> {
+    /// Removes (and drops) a lease entirely; its id is never valid again. Returns its state,
+    /// its epoch and the stamp its slot had.
+    pub(crate) fn remove(&mut self, id: LeaseId) -> Option<(State, u64, u32)> {
         let slot = self
             .slots
             .get_mut(id.slot as usize)
             .filter(|slot| slot.generation == id.generation)?;
         let lease = slot.lease.take()?;
+        let stamp = slot.stamp;
         slot.generation = slot.generation.wrapping_add(1);
-        slot.stamp = slot.stamp.wrapping_add(1);
+        slot.stamp = stamp.wrapping_add(1);
         self.free.push(id.slot);
         let hash = self.hash(lease.source, &lease.id);
         if let Ok(entry) = self.index.find_entry(hash, |other| *other == id) {
             entry.remove();
         }
-        Some(lease)
+        Some((lease.state, lease.epoch, stamp))
     }
 
     /// All live slots (held leases and orphans), in slot order.

@@ -42,6 +42,8 @@ pub(crate) trait Queue: Default {
     fn len(&self) -> usize;
     fn retain(&mut self, keep: impl FnMut(&Entry) -> bool);
     fn clear(&mut self);
+    /// Drops the newest entry if it is `entry` (a FIFO can; a heap leaves it to pruning).
+    fn drop_newest(&mut self, entry: Entry);
 }
 
 /// For timers pushed in due order: O(1) per operation.
@@ -72,6 +74,15 @@ impl Queue for Fifo {
     fn clear(&mut self) {
         VecDeque::clear(self);
     }
+    #[inline]
+    fn drop_newest(&mut self, entry: Entry) {
+        if self
+            .back()
+            .is_some_and(|back| back.slot == entry.slot && back.stamp == entry.stamp)
+        {
+            self.pop_back();
+        }
+    }
 }
 
 impl Queue for Heap {
@@ -97,6 +108,8 @@ impl Queue for Heap {
     fn clear(&mut self) {
         BinaryHeap::clear(self);
     }
+    #[inline]
+    fn drop_newest(&mut self, _: Entry) {}
 }
 
 /// Timer entries with a count of the live ones.
@@ -130,6 +143,25 @@ impl<Q: Queue> Timers<Q> {
     #[inline]
     pub(crate) fn pop_front(&mut self) {
         self.entries.pop_front();
+    }
+
+    /// The lease in `slot` left the state it pushed an entry for with `stamp`: that entry is
+    /// stale. The newest entry of a FIFO is dropped at once (a run that ends before the next one
+    /// starts leaves nothing to prune).
+    #[inline]
+    pub(crate) fn forget(&mut self, slot: u32, stamp: u32) {
+        self.live -= 1;
+        self.entries.drop_newest(Entry {
+            due: 0,
+            slot,
+            stamp,
+        });
+    }
+
+    /// Whether some entry is stale.
+    #[inline]
+    pub(crate) fn has_stale(&self) -> bool {
+        self.entries.len() != self.live
     }
 
     /// Drops stale entries: from the front always, everywhere once they outnumber live ones.
@@ -218,15 +250,19 @@ impl Epochs {
         self.entries[(epoch - self.base) as usize].sent_at
     }
 
+    /// Whether the oldest epoch is dead (no lease, not pinned): [`prune`](Self::prune) drops it.
+    #[inline]
+    pub(crate) fn has_dead_front(&self) -> bool {
+        self.entries
+            .front()
+            .is_some_and(|front| front.live == 0 && !front.pinned)
+    }
+
     /// Drops dead epochs from the front, and gives back memory once the queue is mostly empty
     /// (after a heartbeat moved every lease of a long fill into one epoch).
     #[inline]
     pub(crate) fn prune(&mut self) {
-        if self
-            .entries
-            .front()
-            .is_some_and(|front| front.live == 0 && !front.pinned)
-        {
+        if self.has_dead_front() {
             self.prune_front();
         }
     }

@@ -7,7 +7,7 @@ use super::{Extra, LeaseEngine, Outstanding, Source};
 use crate::effect::Effect;
 use crate::lease::{Lease, State};
 use crate::timers::{ticks, Tick};
-use crate::types::{Fetched, LeaseId, SourceId};
+use crate::types::{Fetched, InvocationId, LeaseId, SourceId};
 
 impl<P> LeaseEngine<P> {
     /// A fetch for `source` returned these messages (possibly none).
@@ -63,9 +63,10 @@ impl<P> LeaseEngine<P> {
             if !take && self.shutdown.is_none() {
                 self.stats.overflow += 1;
             }
-            let id = self.create(hash, source, message, epoch);
-            self.renew_due = Some(self.renew_due.map_or(hb_due, |d| d.min(hb_due)));
+            let renew_due = self.renew_due.map_or(hb_due, |d| d.min(hb_due));
             if !take {
+                let id = self.create(hash, source, message, epoch, State::Blocked);
+                self.renew_due = Some(renew_due);
                 self.settle(id, super::settle::Settle::Release(Duration::ZERO));
                 continue;
             }
@@ -73,17 +74,28 @@ impl<P> LeaseEngine<P> {
             let orphan = if self.orphans.is_empty() {
                 None
             } else {
-                let key = (source, self.leases.get(id).expect("created").id.clone());
-                self.orphans.get(&key).copied()
+                self.orphans.get(&(source, message.id.clone())).copied()
             };
             match orphan {
+                // An earlier invocation of this message still winds down: serial per message.
                 Some(orphan) => {
-                    // An earlier invocation of this message still winds down: serial per message.
+                    let id = self.create(hash, source, message, epoch, State::Blocked);
+                    self.renew_due = Some(renew_due);
                     if self.leases.get(orphan).is_some() {
                         self.extras.insert(orphan.slot, Extra::Successor(id));
                     }
                 }
-                None => self.start_run(id),
+                // The common case: created running, its first run starts now.
+                None => {
+                    let state = State::Running { cancelled: None };
+                    let id = self.create(hash, source, message, epoch, state);
+                    self.renew_due = Some(renew_due);
+                    self.stats.runs += 1;
+                    self.effects.push_back(Effect::Run {
+                        invocation: InvocationId { lease: id, run: 1 },
+                        lease: id,
+                    });
+                }
             }
         }
         self.epochs.unpin(epoch);
@@ -126,25 +138,55 @@ impl<P> LeaseEngine<P> {
     }
 
     /// Issues fetches for due sources, sharing the budget round-robin.
-    pub(super) fn fetch(&mut self) {
+    ///
+    /// With one source its fetch is returned rather than queued (it is the next effect anyway);
+    /// with several, they are queued.
+    pub(super) fn fetch(&mut self) -> Option<Effect> {
         if self.shutdown.is_some() {
-            return;
+            return None;
         }
-        let mut budget = self.fetch_budget();
+        let budget = self.fetch_budget();
         if budget == 0 {
-            return;
+            return None;
         }
+        let now = self.now;
+        // Leave room for waiting re-runs: a fetch may block no longer than the next one is due.
+        let until_repoll: Option<Tick> = (self.repolls.live > 0)
+            .then(|| self.repolls.front())
+            .flatten()
+            .map(|e| e.due.saturating_sub(now));
+        if let [src] = &mut self.sources[..] {
+            // The loop below for one due source: it gets the whole budget, and may block.
+            if src.outstanding.is_some() || src.next_at > now {
+                return None;
+            }
+            let wait = until_repoll.map_or(src.wait, |until| src.wait.min(until));
+            let epoch = self.epochs.open(now);
+            src.outstanding = Some(Outstanding {
+                max: budget,
+                epoch,
+                wait,
+            });
+            self.reserved += budget;
+            return Some(Effect::Fetch {
+                source: SourceId(0),
+                max: budget,
+                wait: Duration::from_nanos(wait),
+            });
+        }
+        self.fetch_shared(budget, until_repoll);
+        None
+    }
+
+    /// [`fetch`](Self::fetch) with several sources: queues a fetch for each due one, sharing
+    /// the budget round-robin.
+    fn fetch_shared(&mut self, mut budget: usize, until_repoll: Option<Tick>) {
         let now = self.now;
         let is_due = |s: &Source| s.outstanding.is_none() && s.next_at <= now;
         let due = self.sources.iter().filter(|s| is_due(s)).count();
         if due == 0 {
             return;
         }
-        // Leave room for waiting re-runs: a fetch may block no longer than the next one is due.
-        let until_repoll: Option<Tick> = (self.repolls.live > 0)
-            .then(|| self.repolls.front())
-            .flatten()
-            .map(|e| e.due.saturating_sub(now));
         let starved = due > budget;
         let mut shares = due.min(budget);
         let n = self.sources.len();
@@ -177,10 +219,20 @@ impl<P> LeaseEngine<P> {
         }
     }
 
-    /// Stores a new lease (blocked until its run starts); `hash` is its message's index hash.
-    fn create(&mut self, hash: u64, source: SourceId, message: Fetched<P>, epoch: u64) -> LeaseId {
+    /// Stores a new lease in `state`: blocked (until an orphan of its message reports, or
+    /// before it is handed back), or running its first invocation. `hash` is its message's
+    /// index hash.
+    #[inline]
+    fn create(
+        &mut self,
+        hash: u64,
+        source: SourceId,
+        message: Fetched<P>,
+        epoch: u64,
+        state: State,
+    ) -> LeaseId {
         let fence_seq = self.next_seq();
-        let id = self.leases.insert(
+        let (id, stamp) = self.leases.insert(
             hash,
             Lease {
                 id: message.id,
@@ -190,13 +242,12 @@ impl<P> LeaseEngine<P> {
                 sent_seq: 0,
                 epoch,
                 delivery_count: message.delivery_count,
-                attempt: 0,
+                attempt: u32::from(state.is_running()),
                 source,
-                state: State::Blocked,
+                state,
             },
         );
-        // Blocked has no timer, so no stamp is needed until the next state.
-        self.enter(id, State::Blocked, epoch, 0);
+        self.enter(id, state, epoch, stamp);
         id
     }
 

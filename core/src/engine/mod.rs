@@ -234,8 +234,7 @@ impl<P> LeaseEngine<P> {
     /// The queue is empty: decide fetches, else send the acks collected.
     fn poll_decided(&mut self) -> Option<Effect> {
         if std::mem::take(&mut self.fetch_due) {
-            self.fetch();
-            if let Some(effect) = self.effects.pop_front() {
+            if let Some(effect) = self.fetch().or_else(|| self.effects.pop_front()) {
                 return Some(effect);
             }
         }
@@ -254,13 +253,19 @@ impl<P> LeaseEngine<P> {
         if let Some(sent) = self.epochs.oldest_live() {
             consider(sent.saturating_add(self.durations.lease_ttl));
         }
-        let fronts = [
-            (self.deadlines.live, self.deadlines.front()),
-            (self.repolls.live, self.repolls.front()),
-            (self.retries.live, self.retries.front()),
-        ];
-        for (live, front) in fronts {
-            if let Some(entry) = front.filter(|_| live > 0) {
+        // A queue's front is live once `finish` has pruned it, if the queue has a live entry.
+        if self.deadlines.live > 0 {
+            if let Some(entry) = self.deadlines.front() {
+                consider(entry.due);
+            }
+        }
+        if self.repolls.live > 0 {
+            if let Some(entry) = self.repolls.front() {
+                consider(entry.due);
+            }
+        }
+        if self.retries.live > 0 {
+            if let Some(entry) = self.retries.front() {
                 consider(entry.due);
             }
         }
@@ -382,7 +387,7 @@ impl<P> LeaseEngine<P> {
     }
 
     /// Runs every timer that is due at `self.now`.
-    #[inline]
+    #[inline(always)]
     fn advance(&mut self) {
         let now = self.now;
         let due = |front: Option<Entry>| front.is_some_and(|e| e.due <= now);
@@ -440,8 +445,23 @@ impl<P> LeaseEngine<P> {
     /// Ends every input: starts an overdue heartbeat and due re-runs, tidies timers, and
     /// reports `Drained`. Anything an input made due happens here (fetches and acks when the
     /// effects are polled), so `poll_timeout` is never in the past once effects are drained.
-    #[inline]
+    #[inline(always)]
     fn finish(&mut self) {
+        let heartbeat_due = self.round.is_none() && self.renew_due.is_some_and(|d| d <= self.now);
+        if heartbeat_due
+            || self.ready.front().is_some()
+            || self.deadlines.has_stale()
+            || self.repolls.has_stale()
+            || self.retries.has_stale()
+            || self.epochs.has_dead_front()
+            || self.shutdown.is_some()
+        {
+            self.finish_slow();
+        }
+    }
+
+    /// [`finish`](Self::finish) when there is something to do.
+    fn finish_slow(&mut self) {
         if self.round.is_none() && self.renew_due.is_some_and(|due| due <= self.now) {
             self.heartbeat_due();
         }
@@ -490,7 +510,7 @@ impl<P> LeaseEngine<P> {
     // ----- state transitions ---------------------------------------------------------------
 
     /// Moves a lease to `state`, keeping counters and timers in step.
-    #[inline]
+    #[inline(always)]
     fn set_state(&mut self, id: LeaseId, state: State) {
         let (old, epoch, stamp) = self.leases.set_state(id, state);
         // Held and running counts (and the epoch's) change only when the state's class does.
@@ -507,12 +527,12 @@ impl<P> LeaseEngine<P> {
         }
         self.running =
             self.running + usize::from(state.is_running()) - usize::from(old.is_running());
-        self.leave_timers(old);
+        self.leave_timers(old, id.slot, stamp.wrapping_sub(1));
         self.enter_timers(id, state, stamp);
     }
 
-    /// A lease leaves `state` for good (it is removed).
-    fn leave(&mut self, state: State, epoch: u64) {
+    /// A lease in `slot` with `stamp` leaves `state` for good (it is removed).
+    fn leave(&mut self, state: State, epoch: u64, slot: u32, stamp: u32) {
         if state.is_held() {
             self.held -= 1;
             self.epochs.remove(epoch);
@@ -520,7 +540,7 @@ impl<P> LeaseEngine<P> {
         if state.is_running() {
             self.running -= 1;
         }
-        self.leave_timers(state);
+        self.leave_timers(state, slot, stamp);
     }
 
     /// A new lease enters `state`.
@@ -535,24 +555,25 @@ impl<P> LeaseEngine<P> {
         self.enter_timers(id, state, stamp);
     }
 
-    /// The per-state counts and timers of leaving `state`: its timer entry turns stale.
-    #[inline]
-    fn leave_timers(&mut self, state: State) {
+    /// The per-state counts and timers of leaving `state` (entered with `stamp` by the lease in
+    /// `slot`): its timer entry turns stale.
+    #[inline(always)]
+    fn leave_timers(&mut self, state: State, slot: u32, stamp: u32) {
         match state {
-            State::Running { cancelled: None } => self.deadlines.live -= 1,
-            State::Waiting => self.repolls.live -= 1,
-            State::Ready => self.ready.live -= 1,
+            State::Running { cancelled: None } => self.deadlines.forget(slot, stamp),
+            State::Waiting => self.repolls.forget(slot, stamp),
+            State::Ready => self.ready.forget(slot, stamp),
             State::Blocked => self.blocked -= 1,
             State::Settling {
                 in_flight: false, ..
-            } => self.retries.live -= 1,
+            } => self.retries.forget(slot, stamp),
             _ if state.is_releasing() => self.releasing -= 1,
             _ => {}
         }
     }
 
     /// The per-state counts and timers of entering `state` with `stamp`.
-    #[inline]
+    #[inline(always)]
     fn enter_timers(&mut self, id: LeaseId, state: State, stamp: u32) {
         let now = self.now;
         match state {
@@ -560,10 +581,7 @@ impl<P> LeaseEngine<P> {
                 let due = now.saturating_add(self.durations.max_processing_time);
                 self.deadlines.push(due, id.slot, stamp);
             }
-            State::Waiting => {
-                let due = now.saturating_add(self.repoll_delay(id));
-                self.repolls.push(due, id.slot, stamp);
-            }
+            State::Waiting => self.schedule_repoll(id, stamp),
             State::Ready => self.ready.push(now, id.slot, stamp),
             State::Blocked => self.blocked += 1,
             State::Settling {
@@ -575,6 +593,12 @@ impl<P> LeaseEngine<P> {
             _ if state.is_releasing() => self.releasing += 1,
             _ => {}
         }
+    }
+
+    #[inline(never)]
+    fn schedule_repoll(&mut self, id: LeaseId, stamp: u32) {
+        let due = self.now.saturating_add(self.repoll_delay(id));
+        self.repolls.push(due, id.slot, stamp);
     }
 
     /// `repoll_interval`, except a delivery's first re-poll, which is shortened by a random
@@ -591,10 +615,11 @@ impl<P> LeaseEngine<P> {
     }
 
     /// Removes a lease and what it carries beside the slab.
+    #[inline]
     fn remove(&mut self, id: LeaseId) {
-        if let Some(lease) = self.leases.remove(id) {
-            self.leave(lease.state, lease.epoch);
-            if lease.state.has_extra() {
+        if let Some((state, epoch, stamp)) = self.leases.remove(id) {
+            self.leave(state, epoch, id.slot, stamp);
+            if state.has_extra() {
                 self.extras.remove(&id.slot);
             }
         }

@@ -334,7 +334,7 @@ impl<P> LeaseEngine<P> {
             return None;
         }
         // A lease dropped after its Done (lost, expired) is not acked. The collecting vector
-        // keeps its capacity; the effect gets one of exactly the right size.
+        // keeps its capacity; the effect gets a vector of its own.
         let leases = &self.leases;
         let still_acking = |id: &LeaseId| {
             leases.get(*id).is_some_and(|l| {
@@ -345,14 +345,14 @@ impl<P> LeaseEngine<P> {
                     }
             })
         };
-        let count = self.acks.iter().filter(|id| still_acking(id)).count();
-        let batch = (count > 0).then(|| {
-            let mut batch = Vec::with_capacity(count);
-            batch.extend(self.acks.iter().copied().filter(still_acking));
-            Effect::Ack { leases: batch }
-        });
+        let mut batch = Vec::with_capacity(self.acks.len());
+        for id in &self.acks {
+            if still_acking(id) {
+                batch.push(*id);
+            }
+        }
         self.acks.clear();
-        batch
+        (!batch.is_empty()).then_some(Effect::Ack { leases: batch })
     }
 
     /// The lease is no longer ours (lost or expired): never act on it again. A running
