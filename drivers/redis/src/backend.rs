@@ -54,6 +54,9 @@ pub struct RedisBackend {
     cursor: Mutex<String>,
     /// Reclaims and new entries take turns going first.
     reclaim_turn: AtomicBool,
+    /// The last fetch found entries idle long enough to be reclaimed: the next one runs the
+    /// fetch script, which shares the fetch between reclaims and new entries.
+    reclaims_seen: AtomicBool,
     last_reap: Mutex<Option<Instant>>,
 }
 
@@ -100,6 +103,7 @@ impl RedisBackend {
             blocking,
             cursor: Mutex::new("0-0".into()),
             reclaim_turn: AtomicBool::new(true),
+            reclaims_seen: AtomicBool::new(true),
             last_reap: Mutex::new(None),
         };
         backend.ensure_group().await?;
@@ -177,6 +181,65 @@ impl RedisBackend {
             .ok_or_else(|| BackendError::fatal("unexpected reply from the fetch script"))?;
         *self.cursor.lock().unwrap_or_else(|e| e.into_inner()) = next_cursor;
         Ok((entries, last))
+    }
+
+    /// New entries only, in one round trip and without a script (a script's reply goes
+    /// through Lua tables twice, which cost more than the read itself): `XPENDING … IDLE`
+    /// (is anything reclaimable?) pipelined with `XREADGROUP … >`. Entries without the
+    /// payload field are dead-lettered and left out, as the fetch script does.
+    async fn read_new(&self, max: usize) -> BackendResult<(Vec<Fetched<Bytes>>, bool)> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("XPENDING")
+            .arg(&self.config.stream)
+            .arg(&self.config.group)
+            .arg("IDLE")
+            .arg(millis(self.config.claim_timeout))
+            .arg("-")
+            .arg("+")
+            .arg(1)
+            .cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(&self.config.group)
+            .arg(&self.consumer)
+            .arg("COUNT")
+            .arg(max)
+            .arg("STREAMS")
+            .arg(&self.config.stream)
+            .arg(">");
+        let (idle, read): (Value, Value) = pipe
+            .query_async(&mut self.commands.clone())
+            .await
+            .map_err(|e| error("fetch", e))?;
+        let reclaimable = matches!(&idle, Value::Array(rows) if !rows.is_empty());
+        let mut fetched = Vec::new();
+        for (id, payload) in parse_read(read, self.config.field.as_bytes())
+            .ok_or_else(|| BackendError::fatal("unexpected reply from XREADGROUP"))?
+        {
+            let lease = LeaseRef {
+                id: id.into(),
+                fence: Fence(1),
+            };
+            match payload {
+                Some(payload) => fetched.push(Fetched {
+                    id: lease.id,
+                    payload,
+                    delivery_count: 1,
+                    fence: lease.fence,
+                }),
+                None => {
+                    // Never deliverable. Should this fail, the entry stays pending with us
+                    // and the fetch script dead-letters it when it is reclaimed.
+                    let reason = format!("entry has no field \"{}\"", self.config.field);
+                    if let Err(e) = self
+                        .fenced_one(&DEAD_LETTER, "dead-letter", &lease, &[reason])
+                        .await
+                    {
+                        tracing::warn!(id = %lease.id, %e, "dead-lettering an entry failed");
+                    }
+                }
+            }
+        }
+        Ok((fetched, reclaimable))
     }
 
     /// Waits (on the dedicated connection) until the stream has an entry after `last`, or
@@ -333,9 +396,37 @@ impl Backend for RedisBackend {
             return Ok(Vec::new());
         }
         self.reap_consumers().await;
-        let (batch, last) = self.fetch_once(max).await?;
+        let mut batch = Vec::new();
+        // While nothing is reclaimable, new entries come without a script. The script runs
+        // when that read finds reclaimable entries (for the slots left, at once, else in the
+        // next fetch: reclaims wait at most one fetch), as long as it keeps reclaiming (it
+        // shares each fetch between reclaims and new entries), and to learn where to wait.
+        if !self.reclaims_seen.load(Ordering::Relaxed) {
+            match self.read_new(max).await {
+                Ok((read, reclaimable)) => {
+                    self.reclaims_seen.store(reclaimable, Ordering::Relaxed);
+                    if !read.is_empty() && (read.len() == max || !reclaimable) {
+                        return Ok(read);
+                    }
+                    batch = read;
+                }
+                // The script reports errors, and recreates a vanished group.
+                Err(e) => {
+                    tracing::debug!(%e, "fetch without a script failed; trying the script");
+                }
+            }
+        }
+        let (more, last) = self.fetch_once(max - batch.len()).await?;
+        // Reclaimed entries have been delivered before (count > 1): while the script finds
+        // some there may be more, and it keeps sharing fetches between both kinds.
+        let reclaimed = more.iter().any(|fetched| fetched.delivery_count > 1);
+        self.reclaims_seen.store(reclaimed, Ordering::Relaxed);
+        batch.extend(more);
+        if !batch.is_empty() {
+            return Ok(batch);
+        }
         match last {
-            Some(last) if batch.is_empty() && !wait.is_zero() => {
+            Some(last) if !wait.is_zero() => {
                 self.wait_for_new(&last, wait).await?;
                 Ok(self.fetch_once(max).await?.0)
             }
@@ -488,6 +579,65 @@ fn as_string(value: Value) -> Option<String> {
         Value::SimpleString(s) => Some(s),
         _ => None,
     }
+}
+
+/// `(id, payload)` of each entry of an `XREADGROUP` reply for one stream (RESP2 arrays or
+/// RESP3 maps; nil when there is nothing); the payload is `None` if the entry lacks `field`.
+fn parse_read(reply: Value, field: &[u8]) -> Option<Vec<(String, Option<Bytes>)>> {
+    let entries = match reply {
+        Value::Nil => return Some(Vec::new()),
+        Value::Array(streams) => match streams.into_iter().next() {
+            Some(Value::Array(pair)) => pair.into_iter().nth(1)?,
+            Some(_) => return None,
+            None => return Some(Vec::new()),
+        },
+        Value::Map(streams) => match streams.into_iter().next() {
+            Some((_, entries)) => entries,
+            None => return Some(Vec::new()),
+        },
+        _ => return None,
+    };
+    let Value::Array(entries) = entries else {
+        return None;
+    };
+    let mut out = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let Value::Array(parts) = entry else {
+            return None;
+        };
+        let mut parts = parts.into_iter();
+        let id = as_string(parts.next()?)?;
+        let payload = match parts.next()? {
+            Value::Array(fields) => {
+                let mut fields = fields.into_iter();
+                let mut payload = None;
+                while let (Some(name), Some(value)) = (fields.next(), fields.next()) {
+                    if matches!(&name, Value::BulkString(name) if name.as_slice() == field) {
+                        if let Value::BulkString(value) = value {
+                            payload = Some(Bytes::from(value));
+                        }
+                        break;
+                    }
+                }
+                payload
+            }
+            Value::Map(fields) => {
+                fields
+                    .into_iter()
+                    .find_map(|(name, value)| match (name, value) {
+                        (Value::BulkString(name), Value::BulkString(value))
+                            if name.as_slice() == field =>
+                        {
+                            Some(Bytes::from(value))
+                        }
+                        _ => None,
+                    })
+            }
+            _ => None,
+        };
+        out.push((id, payload));
+    }
+    Some(out)
 }
 
 /// `{cursor, {id, count, payload, ...}, last-delivered-id or nil}`.

@@ -4,32 +4,68 @@
 -- by id. Returns 1 (acked) / 0 (lost) per id.
 --
 -- Deleting: XDEL finds each id by walking its stream node from the node's start, about a
--- node's length (100 entries) of work per id. Acks mostly cover the head of the stream (its
--- oldest live entries); those go with one exact XTRIM MINID, which drops whole nodes. It
--- removes exactly the acked ids that are the stream's first live entries, nothing else; the
--- rest go by XDEL.
+-- node's length (100 entries) of work per id. But every entry this group was given (all up to
+-- its last-delivered id) that is pending for no one any more has been acked or dead-lettered,
+-- and both delete it: so the entries below the group's oldest pending one go with one exact
+-- XTRIM MINID, which drops whole nodes. Only ids acked while an older entry is still pending
+-- go by XDEL. (Like XDEL itself, this assumes the stream is consumed by this one group.)
 local stream, group, consumer = KEYS[1], ARGV[1], ARGV[2]
+
+-- a < b for entry ids `ms-seq` (decimal, no leading zeros), compared as numbers.
+local function before(a, b)
+  local ams, aseq = string.match(a, '^(%d+)-(%d+)$')
+  local bms, bseq = string.match(b, '^(%d+)-(%d+)$')
+  if #ams ~= #bms then return #ams < #bms end
+  if ams ~= bms then return ams < bms end
+  if #aseq ~= #bseq then return #aseq < #bseq end
+  return aseq < bseq
+end
+
+-- The id right after `id` (seq + 1, in decimal digits: exact beyond 2^53).
+local function after(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  local digits = {string.byte(seq, 1, -1)}
+  local i = #digits
+  while i > 0 and digits[i] == 57 do
+    digits[i] = 48
+    i = i - 1
+  end
+  if i == 0 then table.insert(digits, 1, 49) else digits[i] = digits[i] + 1 end
+  return ms .. '-' .. string.char(unpack(digits))
+end
+
+local function last_delivered()
+  for _, info in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+    local name, id
+    for i = 1, #info, 2 do
+      if info[i] == 'name' then name = info[i + 1] end
+      if info[i] == 'last-delivered-id' then id = info[i + 1] end
+    end
+    if name == group then return id end
+  end
+end
+
 local ids, flags = held(stream, group, consumer)
 if #ids > 0 then
   redis.call('XACK', stream, group, unpack(ids))
-  local first = 0
-  local head = redis.call('XRANGE', stream, '-', '+', 'COUNT', 1)
-  if head[1] and head[1][1] == ids[1] then
-    -- The live entries from the stream's start that are acked here: ids[1 .. first].
-    head = redis.call('XRANGE', stream, '-', '+', 'COUNT', #ids + 1)
-    while first < #ids and head[first + 1] and head[first + 1][1] == ids[first + 1] do
-      first = first + 1
-    end
-    if head[first + 1] then
-      -- Entries below the next live one are exactly ids[1 .. first].
-      redis.call('XTRIM', stream, 'MINID', '=', head[first + 1][1])
-    else
-      -- ids[1 .. first] are all the stream holds.
-      redis.call('XTRIM', stream, 'MAXLEN', '=', 0)
+  local summary = redis.call('XPENDING', stream, group)
+  local below
+  if summary[1] > 0 then
+    below = summary[2]
+  else
+    -- Nothing pending: everything delivered is done. (The largest id there is, 2^64-1 - 2^64-1,
+    -- has no successor; then the trim stops just below it and XDEL takes it.)
+    local last = last_delivered()
+    if last and last ~= '18446744073709551615-18446744073709551615' then
+      below = after(last)
     end
   end
-  if first < #ids then
-    redis.call('XDEL', stream, unpack(ids, first + 1))
+  if below then redis.call('XTRIM', stream, 'MINID', '=', below) end
+  -- ids ascend: those at or above `below` are a suffix.
+  local first = #ids + 1
+  while first > 1 and not (below and before(ids[first - 1], below)) do
+    first = first - 1
   end
+  if first <= #ids then redis.call('XDEL', stream, unpack(ids, first)) end
 end
 return flags
