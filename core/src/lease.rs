@@ -141,6 +141,8 @@ struct Slot<P> {
     /// Bumped on every state change and removal of the slot's lease, never reset: a timer entry
     /// carrying an older stamp is stale.
     stamp: u32,
+    /// The message index hash of the slot's lease, so removing it hashes nothing.
+    hash: u64,
     lease: Option<Lease<P>>,
 }
 
@@ -220,6 +222,7 @@ impl<P> LeaseTable<P> {
             Some(slot) => {
                 let entry = &mut self.slots[slot as usize];
                 entry.lease = Some(lease);
+                entry.hash = hash;
                 let id = LeaseId {
                     slot,
                     generation: entry.generation,
@@ -235,6 +238,7 @@ impl<P> LeaseTable<P> {
                 self.slots.push(Slot {
                     generation: 0,
                     stamp: 0,
+                    hash,
                     lease: Some(lease),
                 });
                 let id = LeaseId {
@@ -245,11 +249,8 @@ impl<P> LeaseTable<P> {
             }
         };
         let slots = &self.slots;
-        let hasher = &self.hasher;
-        self.index.insert_unique(hash, id, |other| {
-            let lease = slots[other.slot as usize].lease.as_ref().expect("indexed");
-            hasher.hash_one((lease.source, &lease.id))
-        });
+        self.index
+            .insert_unique(hash, id, |other| slots[other.slot as usize].hash);
         (id, stamp)
     }
 
@@ -269,8 +270,10 @@ impl<P> LeaseTable<P> {
 
     /// Removes a lease from the message index (it stays in the slab, e.g. as an orphan).
     pub(crate) fn unindex(&mut self, id: LeaseId) {
-        let Some(lease) = self.get(id) else { return };
-        let hash = self.hash(lease.source, &lease.id);
+        if self.get(id).is_none() {
+            return;
+        }
+        let hash = self.slots[id.slot as usize].hash;
         if let Ok(entry) = self.index.find_entry(hash, |other| *other == id) {
             entry.remove();
         }
@@ -287,8 +290,8 @@ impl<P> LeaseTable<P> {
         let stamp = slot.stamp;
         slot.generation = slot.generation.wrapping_add(1);
         slot.stamp = stamp.wrapping_add(1);
+        let hash = slot.hash;
         self.free.push(id.slot);
-        let hash = self.hash(lease.source, &lease.id);
         if let Ok(entry) = self.index.find_entry(hash, |other| *other == id) {
             entry.remove();
         }

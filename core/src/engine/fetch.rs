@@ -222,7 +222,7 @@ impl<P> LeaseEngine<P> {
     /// Stores a new lease in `state`: blocked (until an orphan of its message reports, or
     /// before it is handed back), or running its first invocation. `hash` is its message's
     /// index hash.
-    #[inline]
+    #[inline(always)]
     fn create(
         &mut self,
         hash: u64,

@@ -209,6 +209,7 @@ impl<P> LeaseEngine<P> {
     }
 
     /// Settles a held lease with `op`: keeps what the operation carries and sends it.
+    #[inline]
     pub(super) fn settle(&mut self, id: LeaseId, op: Settle) {
         let op = match op {
             Settle::Ack => Op::Ack,
@@ -228,26 +229,13 @@ impl<P> LeaseEngine<P> {
     /// sent as one batch when effects are polled.
     pub(super) fn send_settle(&mut self, id: LeaseId, op: Op) {
         let sent_seq = self.next_seq();
-        let effect = match op {
-            Op::Ack => {
-                self.acks.push(id);
-                None
+        match op {
+            Op::Ack => self.acks.push(id),
+            Op::Release | Op::DeadLetter => {
+                let effect = self.settle_effect(id, op);
+                self.effects.push_back(effect);
             }
-            Op::Release => match self.extras.get(&id.slot) {
-                Some(Extra::Release(delay)) => Some(Effect::Release {
-                    lease: id,
-                    delay: *delay,
-                }),
-                other => unreachable!("a release carries its delay, found {other:?}"),
-            },
-            Op::DeadLetter => match self.extras.get(&id.slot) {
-                Some(Extra::DeadLetter(reason)) => Some(Effect::DeadLetter {
-                    lease: id,
-                    reason: (**reason).clone(),
-                }),
-                other => unreachable!("a dead letter carries its reason, found {other:?}"),
-            },
-        };
+        }
         self.leases.get_mut(id).expect("held").sent_seq = sent_seq;
         self.set_state(
             id,
@@ -256,8 +244,21 @@ impl<P> LeaseEngine<P> {
                 in_flight: true,
             },
         );
-        if let Some(effect) = effect {
-            self.effects.push_back(effect);
+    }
+
+    /// The `Release` or `DeadLetter` effect for a lease, from what it carries beside the slab.
+    #[inline(never)]
+    fn settle_effect(&self, id: LeaseId, op: Op) -> Effect {
+        match (op, self.extras.get(&id.slot)) {
+            (Op::Release, Some(Extra::Release(delay))) => Effect::Release {
+                lease: id,
+                delay: *delay,
+            },
+            (Op::DeadLetter, Some(Extra::DeadLetter(reason))) => Effect::DeadLetter {
+                lease: id,
+                reason: (**reason).clone(),
+            },
+            (op, extra) => unreachable!("{op:?} without what it carries (found {extra:?})"),
         }
     }
 
