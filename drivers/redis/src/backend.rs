@@ -307,20 +307,20 @@ impl RedisBackend {
             let (Some((low, _)), Some((high, _))) = (chunk.first(), chunk.last()) else {
                 continue;
             };
-            let mut invocation = script.prepare_invoke();
-            invocation
-                .key(&self.config.stream)
+            // EVALSHA built as one command: its arguments go into one buffer (a script
+            // invocation would allocate each of them, two per lease, then copy them).
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(script.get_hash())
+                .arg(1)
+                .arg(&self.config.stream)
                 .arg(&self.config.group)
                 .arg(&self.consumer)
                 .arg(low.to_string())
                 .arg(high.to_string());
             for &(_, i) in chunk {
-                invocation.arg(leases[i].id.as_str()).arg(leases[i].fence.0);
+                cmd.arg(leases[i].id.as_str()).arg(leases[i].fence.0);
             }
-            match invocation
-                .invoke_async::<Vec<i64>>(&mut self.commands.clone())
-                .await
-            {
+            match self.evalsha::<Vec<i64>>(script, &cmd).await {
                 Ok(flags) if flags.len() == chunk.len() => {
                     for (&(_, i), flag) in chunk.iter().zip(flags) {
                         results[i] = flag == 1;
@@ -336,6 +336,23 @@ impl RedisBackend {
             }
         }
         Ok(results)
+    }
+
+    /// Runs an `EVALSHA` of `script`; loads the script first if the server does not know it
+    /// (a restarted server, a new connection to another one).
+    async fn evalsha<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        cmd: &redis::Cmd,
+    ) -> Result<T, RedisError> {
+        let mut con = self.commands.clone();
+        match cmd.query_async(&mut con).await {
+            Err(e) if e.code() == Some("NOSCRIPT") => {
+                script.load_async(&mut con).await?;
+                cmd.query_async(&mut con).await
+            }
+            other => other,
+        }
     }
 
     async fn fenced_one(

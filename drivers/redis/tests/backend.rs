@@ -495,3 +495,25 @@ async fn idle_consumers_without_pending_entries_are_reaped_never_ones_with_pendi
     assert!(left.contains(&"holder".to_string()), "{left:?}");
     assert_eq!(reaper.pending().await.unwrap(), 1);
 }
+
+/// Renews and acks still work after the server forgot its scripts (a restart, a failover).
+#[tokio::test]
+async fn batch_scripts_are_reloaded_when_the_server_forgot_them() {
+    let server = server();
+    let a = consumer(&server, "a").await;
+    a.publish(Bytes::from_static(b"x")).await.unwrap();
+    let batch = a.fetch(1, Duration::ZERO).await.unwrap();
+    let leases: Vec<_> = batch.iter().map(lease).collect();
+    let flush = || async {
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut redis(&server).await)
+            .await
+            .unwrap();
+    };
+    flush().await;
+    assert_eq!(a.renew(&leases).await.unwrap(), [RenewResult::Kept]);
+    flush().await;
+    assert_eq!(a.ack(&leases).await.unwrap(), [SettleResult::Ok]);
+    assert_eq!(a.stream_len().await.unwrap(), 0);
+}
