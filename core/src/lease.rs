@@ -217,6 +217,7 @@ impl<P> LeaseTable<P> {
 
     /// Stores a lease whose index hash is `hash` and indexes it by message; returns its id and
     /// its slot's stamp.
+    #[inline]
     pub(crate) fn insert(&mut self, hash: u64, lease: Lease<P>) -> (LeaseId, u32) {
         let (id, stamp) = match self.free.pop() {
             Some(slot) => {
@@ -281,6 +282,7 @@ impl<P> LeaseTable<P> {
 
     /// Removes (and drops) a lease entirely; its id is never valid again. Returns its state,
     /// its epoch and the stamp its slot had.
+    #[inline]
     pub(crate) fn remove(&mut self, id: LeaseId) -> Option<(State, u64, u32)> {
         let slot = self
             .slots

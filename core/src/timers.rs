@@ -212,6 +212,7 @@ pub(crate) struct Epochs {
 
 impl Epochs {
     /// Opens a pinned epoch for an operation sent at `sent_at` (not before the previous one).
+    #[inline]
     pub(crate) fn open(&mut self, sent_at: Tick) -> u64 {
         let epoch = Epoch {
             sent_at,
@@ -230,6 +231,7 @@ impl Epochs {
         &mut self.entries[(epoch - self.base) as usize]
     }
 
+    #[inline]
     pub(crate) fn unpin(&mut self, epoch: u64) {
         self.get_mut(epoch).pinned = false;
         self.prune();

@@ -532,6 +532,7 @@ impl<P> LeaseEngine<P> {
     }
 
     /// A lease in `slot` with `stamp` leaves `state` for good (it is removed).
+    #[inline(always)]
     fn leave(&mut self, state: State, epoch: u64, slot: u32, stamp: u32) {
         if state.is_held() {
             self.held -= 1;
@@ -544,6 +545,7 @@ impl<P> LeaseEngine<P> {
     }
 
     /// A new lease enters `state`.
+    #[inline(always)]
     fn enter(&mut self, id: LeaseId, state: State, epoch: u64, stamp: u32) {
         if state.is_held() {
             self.held += 1;
@@ -615,7 +617,7 @@ impl<P> LeaseEngine<P> {
     }
 
     /// Removes a lease and what it carries beside the slab.
-    #[inline]
+    #[inline(always)]
     fn remove(&mut self, id: LeaseId) {
         if let Some((state, epoch, stamp)) = self.leases.remove(id) {
             self.leave(state, epoch, id.slot, stamp);

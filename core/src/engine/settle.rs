@@ -209,7 +209,7 @@ impl<P> LeaseEngine<P> {
     }
 
     /// Settles a held lease with `op`: keeps what the operation carries and sends it.
-    #[inline]
+    #[inline(always)]
     pub(super) fn settle(&mut self, id: LeaseId, op: Settle) {
         let op = match op {
             Settle::Ack => Op::Ack,
@@ -227,6 +227,7 @@ impl<P> LeaseEngine<P> {
 
     /// Sends (or re-sends) the settle operation `op` for a held lease. Acks are collected and
     /// sent as one batch when effects are polled.
+    #[inline(always)]
     pub(super) fn send_settle(&mut self, id: LeaseId, op: Op) {
         let sent_seq = self.next_seq();
         match op {
