@@ -74,7 +74,9 @@ pub(crate) enum Event<P> {
     Fetched(SourceId, BackendResult<Vec<Fetched<P>>>),
     Outcome(InvocationId, Outcome),
     Renewed(RenewId, BackendResult<Vec<(LeaseId, RenewResult)>>),
-    Acked(SourceId, Vec<(LeaseId, SettleResult)>),
+    /// The leases of an ack call, and the backend's answer per lease (`None`: the call
+    /// failed).
+    Acked(SourceId, Vec<LeaseId>, Option<Vec<SettleResult>>),
     Released(LeaseId, SettleResult),
     DeadLettered(LeaseId, SettleResult),
     Shutdown(Duration, Option<oneshot::Sender<ShutdownReport>>),
@@ -328,8 +330,15 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
                 tracing::warn!(%error, "renew failed");
                 self.engine.handle_renew_failed(now, batch);
             }
-            Event::Acked(source, results) => {
-                self.engine.handle_acked(now, results);
+            Event::Acked(source, leases, results) => {
+                match results {
+                    Some(results) => self
+                        .engine
+                        .handle_acked(now, leases.into_iter().zip(results)),
+                    None => self
+                        .engine
+                        .handle_acked(now, leases.into_iter().map(|id| (id, SettleResult::Failed))),
+                }
                 // The stream's ack call is back: send what came due meanwhile as one batch.
                 let waiting = &mut self.acks_waiting[usize::from(source.0)];
                 match waiting.take() {
@@ -580,25 +589,28 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
         }
     }
 
-    /// One ack call for `leases` of `source`; marks the stream's ack call in flight.
-    fn send_acks(&mut self, source: SourceId, leases: Vec<LeaseId>) {
-        let Some((_, ids, refs)) = self.by_source(leases).into_iter().next() else {
+    /// One ack call for `leases` of `source`; marks the stream's ack call in flight. Leases
+    /// the engine no longer knows are left out.
+    fn send_acks(&mut self, source: SourceId, mut leases: Vec<LeaseId>) {
+        let mut refs = Vec::with_capacity(leases.len());
+        leases.retain(|&id| match self.engine.lease(id) {
+            Some(lease) if lease.source() == source => {
+                refs.push(LeaseRef {
+                    id: lease.message_id().clone(),
+                    fence: lease.fence(),
+                });
+                true
+            }
+            _ => false,
+        });
+        if leases.is_empty() {
             self.acks_waiting[usize::from(source.0)] = None;
             return;
-        };
+        }
         self.acks_waiting[usize::from(source.0)].get_or_insert_with(Vec::new);
         let backend = self.backend(source);
         self.call(async move { backend.ack(&refs).await }, move |result| {
-            Event::Acked(
-                source,
-                match result {
-                    Ok(results) => ids.into_iter().zip(results).collect(),
-                    Err(_) => ids
-                        .into_iter()
-                        .map(|id| (id, SettleResult::Failed))
-                        .collect(),
-                },
-            )
+            Event::Acked(source, leases, result.ok())
         });
     }
 
