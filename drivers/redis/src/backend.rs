@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use leasehold_core::{
-    Backend, BackendError, BackendResult, DeadLetterReason, Fence, Fetched, LeaseRef, MessageId,
-    RenewResult, SettleResult,
+    Backend, BackendError, BackendResult, DeadLetterReason, ErrorKind, Fence, Fetched, LeaseRef,
+    MessageId, RenewResult, SettleResult,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{RedisError, Script, Value};
+use redis::{AsyncConnectionConfig, RedisError, Script, Value};
 
 use crate::config::{unique_consumer_name, RedisConfig};
 
@@ -79,6 +79,22 @@ impl RedisBackend {
             .map_err(|e| BackendError::fatal(e.to_string()))?;
         let client = redis::Client::open(config.url.as_str())
             .map_err(|e| BackendError::fatal(format!("bad Redis URL: {e}")).with_source(e))?;
+        // One plain connection first: a wrong password, an unknown user or a bad TLS setup
+        // fails here at once, where the managers below would retry it for seconds. A
+        // transient failure (server not up yet) is left to their retries.
+        let probe = client
+            .get_multiplexed_async_connection_with_config(
+                &AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(config.command_timeout))
+                    .set_response_timeout(Some(config.command_timeout)),
+            )
+            .await;
+        if let Err(e) = probe {
+            let e = error("connect", e);
+            if e.kind() == ErrorKind::Fatal {
+                return Err(e);
+            }
+        }
         let reconnect = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.command_timeout))
             .set_max_delay(Duration::from_secs(2));
