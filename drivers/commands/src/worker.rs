@@ -14,7 +14,7 @@ use leasehold_worker::{Json, Runtime, ShutdownReport, Worker, WorkerBuilder, Wor
 use crate::dispatch::{CommandStats, Dispatcher, Entry};
 use crate::handler::{CommandHandler, ErasedHandler, Typed};
 use crate::signal::Signal;
-use crate::store::{CommandStore, StoreError};
+use crate::store::{CancelFeed, CommandStore, StoreError};
 
 /// The stream's name inside the worker (logs and dead letters).
 const STREAM: &str = "commands";
@@ -169,10 +169,20 @@ impl<R: Runtime, S: CommandStore> CommandWorkerBuilder<R, S> {
                 async move { dispatcher.handle(delivery).await }
             })
             .start()?;
+        // Subscribed before start returns, so a cancel made after it is heard; if the store
+        // cannot subscribe now, the watcher keeps trying (and status checks catch cancels).
+        let feed = match self.store.cancels().await {
+            Ok(feed) => Some(feed),
+            Err(error) => {
+                tracing::warn!("cannot subscribe to cancels: {error}; retrying");
+                None
+            }
+        };
         let stop = Arc::new(Signal::default());
         self.runtime.spawn(Box::pin(watch_cancels(
             self.runtime.clone(),
             Arc::clone(&dispatcher),
+            feed,
             Arc::clone(&stop),
         )));
         Ok(CommandWorker {
@@ -183,35 +193,37 @@ impl<R: Runtime, S: CommandStore> CommandWorkerBuilder<R, S> {
     }
 }
 
-/// Forwards cancel announcements to running handlers until `stop` fires.
+/// Forwards cancel announcements to running handlers until `stop` fires, subscribing again
+/// whenever the feed fails or ends.
 async fn watch_cancels<R: Runtime, S: CommandStore>(
     runtime: R,
     dispatcher: Arc<Dispatcher<S>>,
+    mut feed: Option<CancelFeed>,
     stop: Arc<Signal>,
 ) {
-    while !stop.is_fired() {
-        let subscribed = {
-            let subscribe = pin!(dispatcher.store.cancels());
-            match future::select(subscribe, pin!(stop.fired())).await {
-                Either::Left((subscribed, _)) => subscribed,
-                Either::Right(_) => return,
-            }
-        };
-        match subscribed {
-            Ok(mut feed) => loop {
-                match future::select(feed.next(), pin!(stop.fired())).await {
+    loop {
+        if let Some(mut live) = feed.take() {
+            loop {
+                match future::select(live.next(), pin!(stop.fired())).await {
                     Either::Left((Some(id), _)) => dispatcher.signal_cancel(&id),
                     Either::Left((None, _)) => break,
                     Either::Right(_) => return,
                 }
-            },
-            Err(error) => tracing::warn!("cannot subscribe to cancels: {error}; retrying"),
+            }
         }
         let resume = runtime.now() + RESUBSCRIBE;
         if let Either::Right(_) =
             future::select(pin!(runtime.sleep_until(resume)), pin!(stop.fired())).await
         {
             return;
+        }
+        let subscribe = pin!(dispatcher.store.cancels());
+        match future::select(subscribe, pin!(stop.fired())).await {
+            Either::Left((Ok(live), _)) => feed = Some(live),
+            Either::Left((Err(error), _)) => {
+                tracing::warn!("cannot subscribe to cancels: {error}; retrying");
+            }
+            Either::Right(_) => return,
         }
     }
 }

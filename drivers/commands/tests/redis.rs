@@ -207,3 +207,66 @@ async fn keys_are_hash_tagged_and_the_ttl_is_refreshed_by_writes() {
     let bad = RedisCommandStore::connect(RedisStoreConfig::new(fixture.server.url(), "a{b}")).await;
     assert!(bad.unwrap_err().to_string().contains("braces"));
 }
+
+/// Redis restarts (AOF on) while commands run: the stores and workers reconnect, every command
+/// ends SUCCEEDED, none executed twice, and the cancel feed comes back (a cancel after the
+/// restart still reaches a running handler).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_survive_a_redis_restart() {
+    use std::sync::Arc;
+
+    use leasehold_commands::{Command, CommandStore, Status, StopReason};
+
+    let fixture = Redis {
+        server: RedisServer::builder()
+            .aof(true)
+            .start()
+            .unwrap_or_else(|e| panic!("cannot start redis-server: {e}")),
+    };
+    let queue = common::queue(&fixture).await;
+    let calls = common::Calls::default();
+    let stubborn = common::Stubborn {
+        calls: calls.clone(),
+        stops: Arc::default(),
+        block_in_check: false,
+    };
+    let stops = stubborn.stops.clone();
+    let worker = common::builder::<Redis>(&queue)
+        .handler("polled", common::Polled(calls.clone()))
+        .handler("stubborn", stubborn)
+        .start()
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..50 {
+        let command = Command::new("polled", 20u32).unwrap();
+        ids.push(queue.submit(command).await.unwrap().state.id);
+    }
+    common::eventually("all RUNNING", || calls.total("execute") == 50).await;
+    fixture.server.restart().expect("restart redis-server");
+    for id in &ids {
+        let state = queue.wait(id, common::PATIENCE).await.unwrap();
+        assert_eq!(state.status, Status::Succeeded, "{id}");
+        assert_eq!(calls.get(id, "execute"), 1, "{id} executed twice");
+    }
+    // The cancel feed resubscribed: a cancel reaches a handler running now.
+    queue
+        .submit(Command::new("stubborn", ()).unwrap().with_id("late"))
+        .await
+        .unwrap();
+    common::eventually("execute running", || calls.get("late", "execute") == 1).await;
+    assert!(queue.cancel("late").await.unwrap());
+    // Announcements are best effort and the feed may still be resubscribing: repeat the
+    // announcement (as a missed one would be made up by a status check) until it is heard.
+    let start = std::time::Instant::now();
+    while stops.lock().unwrap().first() != Some(&StopReason::Cancelled) {
+        assert!(
+            start.elapsed() < common::PATIENCE,
+            "the cancel feed never came back"
+        );
+        queue.store().announce_cancel("late").await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    common::wait_pending_zero(&fixture).await;
+    worker.shutdown(std::time::Duration::from_secs(2)).await;
+}
