@@ -276,7 +276,8 @@ impl<P> LeaseEngine<P> {
         }
         if let Some(shutdown) = self.shutdown {
             if !shutdown.cancelled_running {
-                // Kept as given: it is the earliest timer only while it is still ahead.
+                // The deadline is compared as the caller's `Instant`, which may lie outside the
+                // ticks' range (before the engine was created, say).
                 let others = any.then(|| self.instant(next));
                 return Some(others.map_or(shutdown.deadline, |o| o.min(shutdown.deadline)));
             }
