@@ -135,7 +135,7 @@ impl CommandStore for MemoryCommandStore {
 
     async fn consumer(&self, claim_timeout: Duration) -> Result<MemoryBackend, StoreError> {
         if claim_timeout != self.stream.claim_timeout() {
-            return Err(StoreError::new(format!(
+            return Err(StoreError::fatal(format!(
                 "the worker's claim timeout is {claim_timeout:?} but the memory stream's is \
                  {:?}; build the stream with StreamConfig::new({claim_timeout:?})",
                 self.stream.claim_timeout()
@@ -148,7 +148,7 @@ impl CommandStore for MemoryCommandStore {
         };
         self.stream
             .consumer(&name)
-            .map_err(|e| StoreError::new(format!("consumer {name}")).with_source(e))
+            .map_err(|e| StoreError::fatal(format!("consumer {name}")).with_source(e))
     }
 }
 

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use leasehold_redis::{RedisBackend, RedisConfig};
+use leasehold_redis::{backend_error as redis_error, RedisBackend, RedisConfig};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Script;
 
@@ -68,16 +68,16 @@ impl RedisStoreConfig {
 
     fn validate(&self) -> Result<(), StoreError> {
         if self.queue.is_empty() || self.queue.contains(['{', '}']) {
-            return Err(StoreError::new(format!(
+            return Err(StoreError::fatal(format!(
                 "queue name {:?} must be non-empty and free of braces (it is the keys' hash tag)",
                 self.queue
             )));
         }
         if self.group.is_empty() {
-            return Err(StoreError::new("group must not be empty"));
+            return Err(StoreError::fatal("group must not be empty"));
         }
         if self.ttl < Duration::from_millis(1) || self.command_timeout.is_zero() {
-            return Err(StoreError::new(
+            return Err(StoreError::fatal(
                 "ttl must be at least 1 ms and command_timeout greater than zero",
             ));
         }
@@ -104,10 +104,6 @@ impl std::fmt::Debug for RedisCommandStore {
             .field("queue", &self.config.queue)
             .finish_non_exhaustive()
     }
-}
-
-fn redis_error(what: &str, error: redis::RedisError) -> StoreError {
-    StoreError::new(format!("{what}: {error}")).with_source(error)
 }
 
 impl RedisCommandStore {
@@ -154,7 +150,7 @@ impl RedisCommandStore {
 
 fn decode(json: &str) -> Result<CommandState, StoreError> {
     serde_json::from_str(json)
-        .map_err(|e| StoreError::new("a stored state is not valid JSON").with_source(e))
+        .map_err(|e| StoreError::fatal("a stored state is not valid JSON").with_source(e))
 }
 
 impl CommandStore for RedisCommandStore {
@@ -177,7 +173,7 @@ impl CommandStore for RedisCommandStore {
         match (created, existing) {
             (1, _) => Ok(Submit::Created),
             (_, Some(json)) => Ok(Submit::Exists(Box::new(decode(&json)?))),
-            (_, None) => Err(StoreError::new("submit script: unexpected reply")),
+            (_, None) => Err(StoreError::fatal("submit script: unexpected reply")),
         }
     }
 
@@ -234,8 +230,6 @@ impl CommandStore for RedisCommandStore {
         let config = RedisConfig::new(&self.config.url, &self.stream, &self.config.group)
             .claim_timeout(claim_timeout)
             .command_timeout(self.config.command_timeout);
-        RedisBackend::connect(config)
-            .await
-            .map_err(|e| StoreError::new(format!("stream consumer: {e}")))
+        RedisBackend::connect(config).await
     }
 }

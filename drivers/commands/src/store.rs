@@ -8,32 +8,9 @@ use leasehold_core::Backend;
 
 use crate::state::CommandState;
 
-/// A store call that failed. Worth retrying: the worker retries with backoff, and a client
-/// sees it as [`QueueError::Store`](crate::QueueError::Store).
-#[derive(Debug, thiserror::Error)]
-#[error("command store: {message}")]
-pub struct StoreError {
-    message: String,
-    #[source]
-    source: Option<Box<dyn std::error::Error + Send + Sync>>,
-}
-
-impl StoreError {
-    /// An error with a message.
-    pub fn new(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    /// The error that caused it.
-    #[must_use]
-    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
-        self.source = Some(Box::new(source));
-        self
-    }
-}
+/// A store call that failed: the backend SPI's error, transient (worth retrying: the worker
+/// retries with backoff) or fatal (configuration, authentication, corrupt data).
+pub type StoreError = leasehold_core::BackendError;
 
 /// What an atomic submit did.
 #[derive(Debug, Clone, PartialEq)]

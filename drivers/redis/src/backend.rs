@@ -582,7 +582,10 @@ fn is_nogroup(e: &RedisError) -> bool {
 
 /// Transient (retry) for connection trouble and a busy or loading server; fatal otherwise
 /// (authentication, permissions, a key of the wrong type, a script error).
-fn error(what: &str, e: RedisError) -> BackendError {
+/// A Redis error as a [`BackendError`], with `what` failed as context: connection trouble,
+/// timeouts and a server that is loading, busy or failing over are transient; everything
+/// else (authentication, bad scripts or arguments) is fatal.
+pub fn error(what: &str, e: RedisError) -> BackendError {
     let transient = e.is_io_error()
         || e.is_timeout()
         || e.is_connection_dropped()
