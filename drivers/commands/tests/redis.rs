@@ -213,8 +213,6 @@ async fn keys_are_hash_tagged_and_the_ttl_is_refreshed_by_writes() {
 /// restart still reaches a running handler).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_survive_a_redis_restart() {
-    use std::sync::Arc;
-
     use leasehold_commands::{Command, CommandStore, Status, StopReason};
 
     let fixture = Redis {
@@ -227,8 +225,7 @@ async fn commands_survive_a_redis_restart() {
     let calls = common::Calls::default();
     let stubborn = common::Stubborn {
         calls: calls.clone(),
-        stops: Arc::default(),
-        block_in_check: false,
+        ..common::Stubborn::new(false)
     };
     let stops = stubborn.stops.clone();
     let worker = common::builder::<Redis>(&queue)

@@ -2,7 +2,6 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{Calls, Polled, Stubborn, CLAIM, PATIENCE, STATUS};
@@ -29,8 +28,7 @@ async fn polled_commands_and_a_cancel<S: CommandStore>(store: S) {
     let calls = Calls::default();
     let stubborn = Stubborn {
         calls: calls.clone(),
-        stops: Arc::default(),
-        block_in_check: false,
+        ..Stubborn::new(false)
     };
     let worker = queue
         .worker()

@@ -213,6 +213,15 @@ pub struct Stubborn {
 }
 
 impl Stubborn {
+    /// Blocks in `execute`, or (`block_in_check`) in `check_status` after a quick `execute`.
+    pub fn new(block_in_check: bool) -> Self {
+        Self {
+            calls: Calls::default(),
+            stops: Arc::default(),
+            block_in_check,
+        }
+    }
+
     async fn block(&self, ctx: &CommandContext, what: &'static str) -> Step<u64> {
         self.calls.record(ctx.id(), what);
         let reason = ctx.stopped().await;
@@ -546,11 +555,7 @@ pub async fn submit_is_idempotent<F: Fixture>(fixture: F) {
 /// signal, `on_cancel` stops the work, and the entry is acked.
 pub async fn cancel_during_execute_stays_cancelled<F: Fixture>(fixture: F) {
     let queue = queue(&fixture).await;
-    let stubborn = Stubborn {
-        calls: Calls::default(),
-        stops: Arc::default(),
-        block_in_check: false,
-    };
+    let stubborn = Stubborn::new(false);
     let (calls, stops) = (stubborn.calls.clone(), stubborn.stops.clone());
     let worker = builder::<F>(&queue)
         .handler("stubborn", stubborn)
@@ -594,11 +599,7 @@ pub async fn cancel_during_execute_stays_cancelled<F: Fixture>(fixture: F) {
 /// acked at its next check.
 pub async fn cancel_reaches_running_commands<F: Fixture>(fixture: F) {
     let queue = queue(&fixture).await;
-    let stubborn = Stubborn {
-        calls: Calls::default(),
-        stops: Arc::default(),
-        block_in_check: true,
-    };
+    let stubborn = Stubborn::new(true);
     let (calls, stops) = (stubborn.calls.clone(), stubborn.stops.clone());
     let forever = Calls::default();
     let worker = builder::<F>(&queue)
