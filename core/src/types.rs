@@ -1,6 +1,7 @@
 //! The vocabulary shared by the engine, drivers and backends: ids, deliveries, outcomes, results.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Index of a source (a stream and consumer group) served by one engine. Sources share the
@@ -11,8 +12,9 @@ pub struct SourceId(pub u16);
 /// A message's id in its backend, e.g. a Redis stream entry id `1700000000000-0`.
 ///
 /// Two deliveries with equal ids on one source are the same message; equal payloads are not.
+/// Shared, not copied: the engine, the handler and the ack each hold one without an allocation.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct MessageId(Box<str>);
+pub struct MessageId(Arc<str>);
 
 impl MessageId {
     /// The id as text.
@@ -41,13 +43,13 @@ impl From<&str> for MessageId {
 
 impl From<String> for MessageId {
     fn from(id: String) -> Self {
-        Self(id.into_boxed_str())
+        Self(id.into())
     }
 }
 
 impl From<u64> for MessageId {
     fn from(id: u64) -> Self {
-        Self(id.to_string().into_boxed_str())
+        Self(id.to_string().into())
     }
 }
 

@@ -9,7 +9,6 @@ use leasehold_core::MessageId;
 use crate::backend::MemoryBackend;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{MemoryError, StreamConfig};
-use crate::id;
 use crate::inspect::{DeadLetter, PendingInfo};
 use crate::store::Store;
 use crate::sync::{lock, Arc, Mutex, MutexGuard};
@@ -77,9 +76,9 @@ impl MemoryStream {
     /// Appends a message and returns its id (`"0-1"`, `"0-2"`, …). Equal payloads are distinct
     /// messages. Wakes fetches waiting for messages.
     pub fn publish(&self, payload: impl Into<Bytes>) -> MessageId {
-        let seq = self.store().publish(payload.into());
+        let id = self.store().publish(payload.into());
         self.wake();
-        id::format(seq)
+        id
     }
 
     /// Messages in the stream, pending ones included (Redis `XLEN`).

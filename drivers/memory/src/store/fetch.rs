@@ -5,10 +5,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use leasehold_core::{Fence, Fetched};
+use leasehold_core::{Fence, Fetched, MessageId};
 
 use super::{Entry, Pending, Store};
-use crate::id;
 
 impl Store {
     /// Up to `max` deliveries for `consumer`: reclaimed entries (XAUTOCLAIM from the cursor)
@@ -60,6 +59,7 @@ impl Store {
         let until = self.lease_end(now, self.claim_timeout);
         for &seq in &due {
             let Some(Entry {
+                id,
                 payload,
                 pending: Some(pending),
             }) = self.entries.get_mut(&seq)
@@ -71,7 +71,7 @@ impl Store {
             pending.delivery_count = pending.delivery_count.saturating_add(1);
             pending.claimable_at = until;
             self.due.insert((until, seq));
-            out.push(delivery(seq, payload, pending.delivery_count));
+            out.push(delivery(id, payload, pending.delivery_count));
         }
         if let Some(&last) = due.last() {
             self.cursor = last + 1;
@@ -103,16 +103,15 @@ impl Store {
             });
             self.pending += 1;
             self.due.insert((until, seq));
-            let payload = &entry.payload;
             self.last_delivered = seq;
-            out.push(delivery(seq, payload, 1));
+            out.push(delivery(&entry.id, &entry.payload, 1));
         }
     }
 }
 
-fn delivery(seq: u64, payload: &Bytes, delivery_count: u32) -> Fetched<Bytes> {
+fn delivery(id: &MessageId, payload: &Bytes, delivery_count: u32) -> Fetched<Bytes> {
     Fetched {
-        id: id::format(seq),
+        id: id.clone(),
         payload: payload.clone(),
         delivery_count,
         fence: Fence(u64::from(delivery_count)),

@@ -30,6 +30,8 @@ struct Pending {
 /// map for both: a delivery or an ack touches one tree node, not two).
 #[derive(Debug)]
 struct Entry {
+    /// Its id, formatted once at publish: every delivery shares it.
+    id: MessageId,
     payload: Bytes,
     pending: Option<Pending>,
 }
@@ -95,17 +97,19 @@ impl Store {
         self.consumers.remove(name);
     }
 
-    /// XADD: appends an entry and returns its sequence number.
-    pub(crate) fn publish(&mut self, payload: Bytes) -> u64 {
+    /// XADD: appends an entry and returns its id.
+    pub(crate) fn publish(&mut self, payload: Bytes) -> MessageId {
         self.last_seq += 1;
+        let id = id::format(self.last_seq);
         self.entries.insert(
             self.last_seq,
             Entry {
+                id: id.clone(),
                 payload,
                 pending: None,
             },
         );
-        self.last_seq
+        id
     }
 
     /// Resets the idle time of each lease `consumer` holds with that fence (owner-checked
@@ -184,13 +188,13 @@ impl Store {
         let Some(seq) = self.held(consumer, lease) else {
             return SettleResult::Lost;
         };
-        let Some((payload, pending)) = self.remove(seq) else {
+        let Some((original_id, payload, pending)) = self.remove(seq) else {
             return SettleResult::Lost;
         };
         let delivery_count = pending.delivery_count;
         self.dead.push(DeadLetter {
             id: id::format(self.dead.len() as u64 + 1),
-            original_id: id::format(seq),
+            original_id,
             payload,
             reason,
             delivery_count,
@@ -264,17 +268,21 @@ impl Store {
         }
     }
 
-    /// Drops a pending entry from the PEL and the stream; returns its payload and PEL row.
-    fn remove(&mut self, seq: u64) -> Option<(Bytes, Pending)> {
+    /// Drops a pending entry from the PEL and the stream; returns its id, payload and PEL row.
+    fn remove(&mut self, seq: u64) -> Option<(MessageId, Bytes, Pending)> {
         let btree_map::Entry::Occupied(entry) = self.entries.entry(seq) else {
             return None;
         };
         entry.get().pending.as_ref()?;
-        let Entry { payload, pending } = entry.remove();
+        let Entry {
+            id,
+            payload,
+            pending,
+        } = entry.remove();
         let pending = pending.expect("checked above");
         self.pending -= 1;
         self.due.remove(&(pending.claimable_at, seq));
-        Some((payload, pending))
+        Some((id, payload, pending))
     }
 
     /// `now + after`. Both are bounded (`after` ≤ the validated claim timeout), so this only
