@@ -49,6 +49,7 @@ impl Default for RetryPolicy {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     concurrency: usize,
+    prefetch: usize,
     max_leases: usize,
     claim_timeout: Duration,
     heartbeat_interval: Option<Duration>,
@@ -69,6 +70,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             concurrency: 1,
+            prefetch: 0,
             max_leases: 1000,
             claim_timeout: Duration::from_secs(60),
             heartbeat_interval: None,
@@ -104,6 +106,12 @@ impl Config {
     setters! {
         /// Max handler invocations running at once (default 1).
         concurrency: usize => concurrency = std::convert::identity;
+        /// Messages fetched ahead of free invocation slots (default 0). They are held (leased
+        /// and heartbeated) and start the moment a slot frees, so handling never waits for a
+        /// fetch round trip; the next fetch can go out while every slot is busy. Bounded in
+        /// effect by `max_leases`. Keep it 0 for long jobs: a prefetched message waits here
+        /// while an idle replica could have run it.
+        prefetch: usize => prefetch = std::convert::identity;
         /// Max leases held at once: running, waiting for a re-poll, or being settled (default 1000).
         max_leases: usize => max_leases = std::convert::identity;
         /// A lease not renewed for this long may be taken by another replica (default 60 s).
@@ -220,6 +228,7 @@ impl Config {
         }
         Ok(Settings {
             concurrency: self.concurrency,
+            prefetch: self.prefetch,
             max_leases: self.max_leases,
             claim_timeout: self.claim_timeout,
             heartbeat_interval,
@@ -243,6 +252,8 @@ impl Config {
 pub struct Settings {
     /// See [`Config::concurrency`].
     pub concurrency: usize,
+    /// See [`Config::prefetch`].
+    pub prefetch: usize,
     /// See [`Config::max_leases`].
     pub max_leases: usize,
     /// See [`Config::claim_timeout`].

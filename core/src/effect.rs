@@ -20,7 +20,7 @@ pub enum Effect {
     Fetch {
         /// The source to fetch from.
         source: SourceId,
-        /// The most messages the engine can start now.
+        /// The most messages the engine can take: free slots, plus `prefetch` room.
         max: usize,
         /// How long the backend may wait for new entries.
         wait: Duration,

@@ -17,7 +17,8 @@
 //! embedded in any executor.
 //!
 //! What it guarantees, whatever the order of inputs:
-//! 1. running invocations ≤ `concurrency`, held leases ≤ `max_leases`, and no fetch while full;
+//! 1. running invocations ≤ `concurrency`, held leases ≤ `max_leases`, and no fetch while full
+//!    (slots and `prefetch` room);
 //! 2. at most one invocation per message at a time, also when a held message is delivered again;
 //! 3. an ack only after `Done`, never for a lease lost or expired locally (fencing);
 //! 4. every held lease is in a renew at least every `heartbeat_interval`;

@@ -1259,13 +1259,101 @@ fn rule10_backpressure_bounds_runs_fetches_and_leases() {
     assert!(e.running() <= 2);
 }
 
+/// Rule 10 with `prefetch`: a fetch may bring that many messages beyond the free slots; they
+/// are held (renewed, released at shutdown) without running, start the moment a slot frees
+/// (no fetch round trip in between), and the next fetch goes out while every slot is busy.
+/// Running never exceeds `concurrency`.
+#[test]
+fn rule10_prefetched_messages_wait_held_and_start_when_a_slot_frees() {
+    let t0 = Instant::now();
+    let cfg = config().concurrency(2).prefetch(2).max_leases(10);
+    let mut e = engine(&cfg, t0);
+    assert_eq!(
+        drain(&mut e),
+        vec![fetch(4, ms(1000))],
+        "slots + prefetch room"
+    );
+    e.handle_fetched(t0 + ms(10), S0, vec![msg(1), msg(2), msg(3), msg(4)]);
+    let fx = drain(&mut e);
+    let [(ia, a), (ib, b)] = runs(&fx)[..] else {
+        panic!("two runs expected: {fx:?}")
+    };
+    assert_eq!(
+        fx.len(),
+        2,
+        "no fetch: slots and prefetch room are full: {fx:?}"
+    );
+    assert_eq!((message_of(&e, a), message_of(&e, b)), (1.into(), 2.into()));
+    assert_eq!(
+        (e.running(), e.held()),
+        (2, 4),
+        "3 and 4 are held, not running"
+    );
+
+    // A slot frees: the first prefetched message starts in the same input, and a fetch for
+    // the one place of prefetch room that opened goes out with it.
+    e.handle_outcome(t0 + ms(20), ia, Outcome::Done);
+    let fx = drain(&mut e);
+    let (_, c) = one_run(&fx);
+    assert_eq!(message_of(&e, c), 3.into());
+    assert_eq!(e.lease(c).unwrap().attempt(), 1, "its first run");
+    assert_eq!(acks(&fx), vec![vec![a]]);
+    assert_eq!(fetches(&fx), vec![(S0, 1, Duration::ZERO)]);
+    assert_eq!(e.running(), 2);
+    e.handle_acked(t0 + ms(25), [(a, SettleResult::Ok)]);
+
+    // Another slot frees while that fetch is out: the second prefetched message starts at
+    // once (the fetch's one message fits in the prefetch room), and no second fetch goes out.
+    e.handle_outcome(t0 + ms(30), ib, Outcome::Done);
+    let fx = drain(&mut e);
+    let (_, d) = one_run(&fx);
+    assert_eq!(message_of(&e, d), 4.into());
+    assert!(
+        fetches(&fx).is_empty(),
+        "one fetch per source in flight: {fx:?}"
+    );
+    assert_eq!(acks(&fx), vec![vec![b]]);
+    e.handle_acked(t0 + ms(35), [(b, SettleResult::Ok)]);
+    e.handle_fetched(t0 + ms(40), S0, vec![msg(5)]);
+    assert!(
+        runs(&drain(&mut e)).is_empty(),
+        "both slots busy: message 5 waits"
+    );
+    assert_eq!((e.running(), e.held()), (2, 3));
+
+    // The waiting prefetched lease is renewed with the running ones.
+    e.handle_timeout(t0 + ms(1000));
+    let (_, renewed) = one_renew(&drain(&mut e));
+    assert_eq!(renewed.len(), 3);
+    let five = *renewed
+        .iter()
+        .find(|&&l| l != c && l != d)
+        .expect("a third lease");
+    assert_eq!(message_of(&e, five), 5.into());
+    assert_eq!(
+        e.lease(five).unwrap().attempt(),
+        0,
+        "prefetched, not run yet"
+    );
+
+    // Shutdown hands it back at once.
+    e.handle_shutdown(t0 + ms(1010), t0 + secs(30));
+    assert_eq!(releases(&drain(&mut e)), vec![(five, Duration::ZERO)]);
+}
+
 /// Rule 10 (whole engine): a seeded random driver never sees more runs outstanding than
 /// `concurrency`, more leases than `max_leases`, or two concurrent runs of one message.
 #[test]
 fn rule10_random_driver_never_exceeds_concurrency_or_runs_a_message_twice() {
     let t0 = Instant::now();
     for seed in 0..20 {
-        let cfg = config().concurrency(3).max_leases(5).seed(seed);
+        // Half the seeds prefetch: held, not running, messages must not break the bounds.
+        let prefetch = usize::try_from(seed % 2 * 2).unwrap();
+        let cfg = config()
+            .concurrency(3)
+            .prefetch(prefetch)
+            .max_leases(5)
+            .seed(seed);
         let mut sim = Sim::new(&cfg, 2, seed, t0);
         // Over-delivery is rule 11: the extras are held (being released) beyond max_leases.
         sim.overdeliver = false;
@@ -1604,7 +1692,13 @@ fn rule15_no_busy_loop_random_driver() {
     let t0 = Instant::now();
     let mut failures = Vec::new();
     for seed in 0..20 {
-        let cfg = config().concurrency(3).max_leases(5).seed(seed);
+        // Half the seeds prefetch: held, not running, messages must not break the bounds.
+        let prefetch = usize::try_from(seed % 2 * 2).unwrap();
+        let cfg = config()
+            .concurrency(3)
+            .prefetch(prefetch)
+            .max_leases(5)
+            .seed(seed);
         let mut sim = Sim::new(&cfg, 2, seed, t0);
         sim.run(1500);
         if let Some(first) = sim.busy_loops.first() {

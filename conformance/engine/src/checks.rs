@@ -160,12 +160,16 @@ impl Model {
     /// Invariant 1 and 2 on the state.
     fn check_capacity(&self, out: &mut Problems) {
         let (running, reserved, held) = (self.runs.len(), self.reserved(), self.held_counted());
-        let (concurrency, max_leases) = (self.cfg.concurrency, self.cfg.max_leases);
-        if running + reserved > concurrency {
+        let (capacity, max_leases) = (self.capacity(), self.cfg.max_leases);
+        if running > self.cfg.concurrency || running + reserved > capacity {
             problem(
                 out,
                 Rule::Capacity,
-                format!("{running} running + {reserved} reserved by fetches > concurrency {concurrency}"),
+                format!(
+                    "{running} running + {reserved} reserved by fetches > concurrency {} + \
+                     prefetch {}",
+                    self.cfg.concurrency, self.cfg.prefetch
+                ),
             );
         }
         if held + reserved > max_leases {
@@ -191,7 +195,7 @@ impl Model {
                 format!("two invocations of {:?}/{} running", pair[0].0, pair[0].1),
             );
         }
-        if self.shutdown.is_none() && running + reserved < concurrency {
+        if self.shutdown.is_none() && self.slot_free() {
             if let Some((tag, l)) = self.leases.iter().find(|(_, l)| l.state == MState::Ready) {
                 problem(
                     out,

@@ -26,8 +26,10 @@
 //!
 //! 1. **Capacity** ([`Rule::Capacity`]). At every `Run`: running ≤ `concurrency`. At every
 //!    `Fetch` and after every input: running + the `max` of every outstanding fetch ≤
-//!    `concurrency` (no fetch while no slot is free), and held leases + outstanding `max` ≤
-//!    `max_leases`. Overflow deliveries (beyond the fetch's `max`, unasked, or during shutdown)
+//!    `concurrency + prefetch` (no fetch while no slot or prefetch room is free), and held
+//!    leases + outstanding `max` ≤ `max_leases`. Deliveries within a fetch's `max` run in that
+//!    input while slots are free; the rest wait, ready, and a ready lease must start as soon
+//!    as running + (outstanding `max` − `prefetch`) < `concurrency`. Overflow deliveries (beyond the fetch's `max`, unasked, or during shutdown)
 //!    are excluded from the held count: the model requires their `Release { delay: 0 }` in the
 //!    same input and never lets them run.
 //! 2. **Serial** ([`Rule::Serial`]). At every `Run`, no other running invocation of the same

@@ -414,6 +414,8 @@ impl Model {
             // held or acted on (not even a held message's new fence is adopted).
             return;
         }
+        // Taken leases start while slots are free; the rest (prefetched) wait, ready.
+        let mut starting = 0;
         for message in batch {
             if let Some(tag) = self.held_of(source, &message.id) {
                 let lease = self.lease(tag);
@@ -455,6 +457,10 @@ impl Model {
                 if let MState::Orphan { successor, .. } = &mut self.lease(orphan).state {
                     *successor = Some(tag);
                 }
+            } else if self.runs.len() + starting < self.cfg.concurrency {
+                starting += 1;
+            } else {
+                self.lease(tag).state = MState::Ready;
             }
         }
     }
@@ -708,6 +714,17 @@ impl Model {
     /// Slots promised to outstanding fetches.
     pub(crate) fn reserved(&self) -> usize {
         self.fetches.iter().flatten().map(|(max, _)| max).sum()
+    }
+
+    /// Slots plus prefetch room: what running invocations and outstanding fetches may fill.
+    pub(crate) fn capacity(&self) -> usize {
+        self.cfg.concurrency + self.cfg.prefetch
+    }
+
+    /// Whether a ready lease must start: a slot is free beyond the part of the outstanding
+    /// fetches' reservation that the prefetch room does not cover.
+    pub(crate) fn slot_free(&self) -> bool {
+        self.runs.len() + self.reserved().saturating_sub(self.cfg.prefetch) < self.cfg.concurrency
     }
 
     /// Whether a heartbeat round has a chunk unanswered.

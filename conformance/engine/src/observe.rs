@@ -200,14 +200,16 @@ impl Model {
         }
         *slot = Some((max, self.now));
         let (running, reserved) = (self.runs.len(), self.reserved());
-        if running + reserved > self.cfg.concurrency {
+        if running + reserved > self.capacity() {
             problem(
                 out,
                 Rule::Capacity,
                 format!(
                     "Fetch {{ source {source}, max {max} }} while {running} run and fetches \
-                     reserve {reserved} slots of {}",
-                    self.cfg.concurrency
+                     reserve {reserved} slots of {} (concurrency {} + prefetch {})",
+                    self.capacity(),
+                    self.cfg.concurrency,
+                    self.cfg.prefetch
                 ),
             );
         }

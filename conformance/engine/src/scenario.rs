@@ -60,6 +60,8 @@ impl<'a> Arbitrary<'a> for Scenario {
 pub struct Setup {
     /// Invocations at once (1-4).
     pub concurrency: usize,
+    /// Messages fetched ahead of free slots (0, or 1-3).
+    pub prefetch: usize,
     /// Leases held at once (`concurrency..=concurrency + 3`).
     pub max_leases: usize,
     /// Sources served (1-3).
@@ -100,6 +102,7 @@ impl Default for Setup {
     fn default() -> Self {
         Self {
             concurrency: 2,
+            prefetch: 0,
             max_leases: 4,
             sources: 2,
             claim_ms: 60,
@@ -127,6 +130,7 @@ impl Setup {
         let ms = Duration::from_millis;
         let mut config = Config::default()
             .concurrency(self.concurrency)
+            .prefetch(self.prefetch)
             .max_leases(self.max_leases)
             .claim_timeout(ms(self.claim_ms))
             .poll_interval(ms(self.poll_ms))
@@ -196,6 +200,8 @@ impl<'a> Arbitrary<'a> for Setup {
             renew_batch_size: u.int_in_range(1..=3usize)?,
             fetch_backoff_max_ms: u.int_in_range(1..=100u64)?,
             seed: u64::arbitrary(u)?,
+            // Drawn last, so inputs from before this knob keep their meaning.
+            prefetch: *u.choose(&[0, 0, 1, 2, 3])?,
         })
     }
 }

@@ -85,6 +85,11 @@ impl<P> LeaseEngine<P> {
                         self.extras.insert(orphan.slot, Extra::Successor(id));
                     }
                 }
+                // Every slot busy: a prefetched message waits, ready, for the next free one.
+                None if self.running >= self.cfg.concurrency => {
+                    self.create(hash, source, message, epoch, State::Ready);
+                    self.renew_due = Some(renew_due);
+                }
                 // The common case: created running, its first run starts now.
                 None => {
                     let state = State::Running { cancelled: None };
@@ -123,12 +128,13 @@ impl<P> LeaseEngine<P> {
         self.finish();
     }
 
-    /// How many more messages a fetch may bring: free slots that are not promised to ready or
-    /// blocked re-runs or to outstanding fetches, within the lease budget.
+    /// How many more messages a fetch may bring: free slots (and prefetch room) that are not
+    /// promised to ready or blocked runs or to outstanding fetches, within the lease budget.
     pub(super) fn fetch_budget(&self) -> usize {
         let slots = self
             .cfg
             .concurrency
+            .saturating_add(self.cfg.prefetch)
             .saturating_sub(self.running + self.ready.live + self.blocked + self.reserved);
         let leases = self
             .cfg

@@ -466,7 +466,7 @@ impl<P> LeaseEngine<P> {
         if self.round.is_none() && self.renew_due.is_some_and(|due| due <= self.now) {
             self.heartbeat_due();
         }
-        if self.ready.front().is_some() && self.running + self.reserved < self.cfg.concurrency {
+        if self.ready.front().is_some() && self.slot_free() {
             self.start_ready();
         }
         let leases = &self.leases;
@@ -495,9 +495,16 @@ impl<P> LeaseEngine<P> {
         }
     }
 
-    /// Starts ready re-runs while invocation slots are free.
+    /// Whether a ready lease may start: a slot is free and not promised to an outstanding
+    /// fetch. Only the part of a fetch's reservation beyond the prefetch room is promised to
+    /// slots: what it brings beyond the free slots waits, ready, anyway.
+    fn slot_free(&self) -> bool {
+        self.running + self.reserved.saturating_sub(self.cfg.prefetch) < self.cfg.concurrency
+    }
+
+    /// Starts ready leases (re-runs, prefetched messages) while invocation slots are free.
     fn start_ready(&mut self) {
-        while self.running + self.reserved < self.cfg.concurrency {
+        while self.slot_free() {
             let Some(entry) = self.ready.front() else {
                 break;
             };
