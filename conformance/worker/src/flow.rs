@@ -117,6 +117,59 @@ pub async fn concurrency_limit_is_reached_and_never_exceeded<T: TestRuntime>(rt:
     assert_eq!(report.acked, MESSAGES as u64);
 }
 
+/// With `prefetch`, that many messages beyond the busy slots are leased and wait in the worker
+/// (no fetch round trip when a slot frees), yet no more than N handlers ever run at once and
+/// each message runs once.
+pub async fn prefetched_messages_wait_within_the_concurrency_limit<T: TestRuntime>(rt: T) {
+    const N: usize = 2;
+    const PREFETCH: usize = 3;
+    const MESSAGES: usize = 3 * (N + PREFETCH);
+    let stream = memory_stream(&rt.clock(), LONG_CLAIM);
+    for i in 0..MESSAGES {
+        publish(&stream, &format!("m{i}"));
+    }
+    let (rec, gate) = (Recorder::new(&rt), Gate::new());
+    let handler = {
+        let (rec, gate, rt) = (rec.clone(), gate.clone(), rt.clone());
+        move |d: Delivery<String>| {
+            let (rec, gate, rt) = (rec.clone(), gate.clone(), rt.clone());
+            async move {
+                let run = rec.enter(&d);
+                gate.wait().await;
+                rt.sleep(POLL).await;
+                run.returned();
+            }
+        }
+    };
+    let worker = builder(&rt, base_config().concurrency(N).prefetch(PREFETCH))
+        .stream("jobs", Probe::new(&stream, "w1").0, handler)
+        .start()
+        .expect("valid worker");
+
+    wait_until(&rt, "N handlers to run at once", || {
+        rec.running_total() == N
+    })
+    .await;
+    settle(&rt).await;
+    assert_eq!(
+        rec.running_total(),
+        N,
+        "prefetched messages do not run early"
+    );
+    assert_eq!(
+        stream.pending_len(),
+        N + PREFETCH,
+        "the running messages and the prefetched ones are leased"
+    );
+
+    gate.open();
+    wait_until(&rt, "every message to be acked", || stream.is_empty()).await;
+    let report = worker.shutdown(LONG_CLAIM).await;
+    assert_eq!(rec.max_running(), N, "the peak is exactly the limit");
+    assert_eq!(rec.runs().len(), MESSAGES, "each message ran once");
+    assert_eq!(report.acked, MESSAGES as u64);
+}
+
 /// The default concurrency (1) runs handlers strictly one at a time: each ends before the next
 /// starts.
 pub async fn default_concurrency_runs_one_at_a_time<T: TestRuntime>(rt: T) {

@@ -115,6 +115,7 @@ macro_rules! worker_suite {
         $crate::worker_suite!(@tests ($make) ($block_on) [
             slow_stream_does_not_block_fast_stream,
             concurrency_limit_is_reached_and_never_exceeded,
+            prefetched_messages_wait_within_the_concurrency_limit,
             default_concurrency_runs_one_at_a_time,
             pending_message_is_repolled_serially_without_holding_a_slot,
             pending_on_one_stream_does_not_block_another,
