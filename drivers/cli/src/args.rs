@@ -192,6 +192,15 @@ pub struct BenchRedisArgs {
         value_parser = value_parser!(u32).range(1..=1_000_000)
     )]
     pub concurrency: Vec<u32>,
+    /// Prefetch settings (messages fetched ahead of free handler slots), comma-separated:
+    /// every leasehold variant runs once per value.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "0,1000",
+        value_parser = value_parser!(u32).range(0..=1_000_000)
+    )]
+    pub prefetch: Vec<u32>,
     /// Worker threads of the tokio runtime (default: one per core).
     #[arg(long, value_parser = value_parser!(u16).range(1..=1024))]
     pub threads: Option<u16>,
@@ -207,6 +216,7 @@ impl BenchRedisArgs {
             messages: self.messages as usize,
             rounds: self.rounds.into(),
             concurrency: self.concurrency.iter().map(|&c| c as usize).collect(),
+            prefetch: self.prefetch.iter().map(|&p| p as usize).collect(),
             threads: self.threads.map(usize::from),
             progress: !self.no_progress,
         }
@@ -270,6 +280,10 @@ mod tests {
             &["leasehold", "bench", "--rounds", "0"],
             &["leasehold", "bench-redis", "--concurrency", "0"],
             &["leasehold", "bench-redis", "--messages", "0"],
+            &["leasehold", "bench-redis", "--prefetch", "-1"],
+            &["leasehold", "bench-redis", "--prefetch", "0,lots"],
+            &["leasehold", "bench-redis", "--prefetch", "2000000"],
+            &["leasehold", "bench-redis", "--prefetch", ""],
             &["leasehold", "frobnicate"],
         ] {
             assert!(Cli::try_parse_from(argv).is_err(), "{argv:?} parsed");
@@ -279,5 +293,24 @@ mod tests {
             panic!("bench expected")
         };
         assert_eq!(args.options().concurrency, [1, 64]);
+    }
+
+    #[test]
+    fn bench_redis_prefetch() {
+        let options = |argv: &[&str]| {
+            let cli = Cli::try_parse_from(argv).unwrap();
+            let Command::BenchRedis(args) = cli.command else {
+                panic!("bench-redis expected")
+            };
+            args.options()
+        };
+        assert_eq!(options(&["leasehold", "bench-redis"]).prefetch, [0, 1000]);
+        let parsed = options(&["leasehold", "bench-redis", "--prefetch", "0,50"]);
+        assert_eq!(parsed.prefetch, [0, 50]);
+        assert_eq!(parsed.concurrency, [1, 100, 1000]);
+        assert_eq!(
+            options(&["leasehold", "bench-redis", "--prefetch=7"]).prefetch,
+            [7]
+        );
     }
 }

@@ -3,21 +3,27 @@
 //!
 //! Each round publishes its messages to a **new stream key** (pipelined `XADD … data <payload>`,
 //! before the clock starts), so every consumer group starts fresh. Rounds are interleaved (raw,
-//! leasehold at each concurrency, leasehold with a 10 ms handler, heartbeat tick, raw, …); one
-//! unmeasured warm-up pass goes first, and the table gives the medians.
+//! leasehold at each concurrency and prefetch, leasehold with a 10 ms handler at each prefetch,
+//! heartbeat tick, raw, …); one unmeasured warm-up pass goes first, and the table gives the
+//! medians.
 //!
 //! - **raw**: one multiplexed connection of the same `redis` crate, on the same tokio runtime:
 //!   `XREADGROUP GROUP g c COUNT 100 STREAMS s >`, an inline no-op handler, then the `XACK` of
 //!   that batch pipelined with the next read (one round trip per 100 messages).
 //! - **leasehold**: one tokio worker over a [`RedisBackend`] (fenced fetch, ack and renew
-//!   scripts; claim timeout 30 s, heartbeats on), no-op handler, at each concurrency. The clock
-//!   stops when the backend has acked the last message.
-//! - **10 ms**: the same with `tokio::time::sleep(10 ms)` as the handler at concurrency 1000
-//!   (ideal: 1000 / 10 ms = 100 000 msg/s).
+//!   scripts; claim timeout 30 s, heartbeats on), no-op handler, at each concurrency and each
+//!   prefetch (`Config::prefetch`: messages fetched ahead of free invocation slots; `max_leases`
+//!   is concurrency + prefetch, at least 1000). The clock stops when the backend has acked the
+//!   last message.
+//! - **10 ms**: the same with `tokio::time::sleep(10 ms)` as the handler at concurrency 1000,
+//!   at each prefetch (ideal: 1000 / 10 ms = 100 000 msg/s).
 //! - **heartbeat**: one [`RedisBackend::renew`](leasehold_tokio::core::Backend::renew) call over
 //!   10 000 held leases (10 script calls of 1000 ids).
 //! - **RSS**: resident set size of this process before a worker starts, and while it holds 1000
-//!   handlers in flight (they wait until the reading is taken).
+//!   handlers in flight (they wait until the reading is taken; prefetch 0).
+//! - **CPU per message**: the redis-server's `used_cpu_user + used_cpu_sys` (`INFO cpu`) and
+//!   this process's CPU time (every thread's `/proc/self/task/*/schedstat`), after minus before
+//!   each round, divided by its messages: which side is the limit.
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -69,6 +75,9 @@ pub struct RedisBenchOptions {
     pub rounds: usize,
     /// The no-op worker's concurrency settings.
     pub concurrency: Vec<usize>,
+    /// `Config::prefetch` settings: every leasehold variant (no-op at each concurrency, and the
+    /// 10 ms handler) runs once per value.
+    pub prefetch: Vec<usize>,
     /// Worker threads of the tokio runtime (`None`: one per core).
     pub threads: Option<usize>,
     /// Show a progress spinner (on stderr, only when it is a terminal).
@@ -81,6 +90,7 @@ impl Default for RedisBenchOptions {
             messages: 20_000,
             rounds: 5,
             concurrency: vec![1, 100, 1000],
+            prefetch: vec![0, 1000],
             threads: None,
             progress: false,
         }
@@ -126,6 +136,12 @@ pub struct Variant {
     pub commands: Vec<CommandsPerMessage>,
     /// Backend calls, one per measured round (empty for the raw loop).
     pub calls: Vec<Calls>,
+    /// The redis-server's CPU time per message in µs (`INFO cpu`), one per measured round where
+    /// it could be read.
+    pub server_cpu_us: Vec<f64>,
+    /// This process's CPU time per message in µs (all threads), one per measured round where it
+    /// could be read (Linux only).
+    pub client_cpu_us: Vec<f64>,
 }
 
 impl Variant {
@@ -143,6 +159,25 @@ impl Variant {
 
     fn commands_median(&self, pick: fn(&CommandsPerMessage) -> f64) -> f64 {
         median(&self.commands.iter().map(pick).collect::<Vec<_>>())
+    }
+
+    /// Median redis-server CPU µs per message (`None`: never readable).
+    pub fn server_cpu_median(&self) -> Option<f64> {
+        (!self.server_cpu_us.is_empty()).then(|| median(&self.server_cpu_us))
+    }
+
+    /// Median client (this process) CPU µs per message (`None`: never readable).
+    pub fn client_cpu_median(&self) -> Option<f64> {
+        (!self.client_cpu_us.is_empty()).then(|| median(&self.client_cpu_us))
+    }
+
+    /// Records one measured round.
+    fn record(&mut self, messages: usize, took: Duration, cost: RoundCost, calls: Option<Calls>) {
+        self.rates.push(rate(messages, took));
+        self.commands.push(cost.commands);
+        self.server_cpu_us.extend(cost.server_cpu_us);
+        self.client_cpu_us.extend(cost.client_cpu_us);
+        self.calls.extend(calls);
     }
 }
 
@@ -173,10 +208,11 @@ pub struct RedisBenchReport {
     pub threads: usize,
     /// The raw loop.
     pub raw: Variant,
-    /// leasehold, no-op handler, one per concurrency setting (in the options' order).
-    pub no_op: Vec<(usize, Variant)>,
-    /// leasehold, 10 ms handler at concurrency 1000.
-    pub slow: Variant,
+    /// leasehold, no-op handler, keyed by `(concurrency, prefetch)`: one per combination (the
+    /// options' concurrency order, each with the prefetch settings in their order).
+    pub no_op: Vec<((usize, usize), Variant)>,
+    /// leasehold, 10 ms handler at concurrency 1000, keyed by prefetch (in the options' order).
+    pub slow: Vec<(usize, Variant)>,
     /// Milliseconds of one renew over [`HELD_LEASES`] leases, one per timed call.
     pub renew_ms: Vec<f64>,
     /// Script calls (EVALSHA) per renew tick, one per measured round.
@@ -189,15 +225,19 @@ pub struct RedisBenchReport {
 }
 
 impl RedisBenchReport {
-    /// leasehold no-op at `concurrency` / raw, of the medians.
-    pub fn ratio(&self, concurrency: usize) -> Option<f64> {
-        let (_, variant) = self.no_op.iter().find(|(c, _)| *c == concurrency)?;
+    /// leasehold no-op at `concurrency` and `prefetch` / raw, of the medians.
+    pub fn ratio(&self, concurrency: usize, prefetch: usize) -> Option<f64> {
+        let (_, variant) = self
+            .no_op
+            .iter()
+            .find(|(key, _)| *key == (concurrency, prefetch))?;
         Some(variant.median() / self.raw.median().max(f64::MIN_POSITIVE))
     }
 
-    /// The 10 ms handler's throughput / 100 000 msg/s.
-    pub fn slow_ratio(&self) -> f64 {
-        self.slow.median() / ideal_slow_rate()
+    /// The 10 ms handler's throughput at `prefetch` / 100 000 msg/s.
+    pub fn slow_ratio(&self, prefetch: usize) -> Option<f64> {
+        let (_, variant) = self.slow.iter().find(|(p, _)| *p == prefetch)?;
+        Some(variant.median() / ideal_slow_rate())
     }
 }
 
@@ -229,13 +269,15 @@ impl fmt::Display for RedisBenchReport {
         writeln!(
             f,
             "| variant | msg/s (median) | ratio | target | EVALSHA/msg | XREADGROUP/msg¹ | \
-             XACK/msg¹ | XREAD/msg | commands/msg¹ |"
+             XACK/msg¹ | XREAD/msg | commands/msg¹ | server CPU µs/msg² | client CPU µs/msg² |"
         )?;
-        writeln!(f, "|---|---:|---:|---|---:|---:|---:|---:|---:|")?;
+        writeln!(f, "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")?;
+        let cpu =
+            |value: Option<f64>| value.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.2}"));
         let row = |f: &mut fmt::Formatter<'_>, v: &Variant, ratio: &str, target: &str| {
             writeln!(
                 f,
-                "| {} | {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |",
+                "| {} | {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {} |",
                 v.name,
                 grouped(v.median()),
                 ratio,
@@ -245,11 +287,13 @@ impl fmt::Display for RedisBenchReport {
                 v.commands_median(|c| c.xack),
                 v.commands_median(|c| c.xread),
                 v.commands_median(|c| c.total),
+                cpu(v.server_cpu_median()),
+                cpu(v.client_cpu_median()),
             )
         };
         row(f, &self.raw, "1.00", "")?;
-        for (concurrency, variant) in &self.no_op {
-            let ratio = self.ratio(*concurrency).unwrap_or(0.0);
+        for ((concurrency, prefetch), variant) in &self.no_op {
+            let ratio = self.ratio(*concurrency, *prefetch).unwrap_or(0.0);
             let target = if *concurrency == 100 {
                 format!("≥ {TARGET_NO_OP} × raw: {}", verdict(ratio >= TARGET_NO_OP))
             } else {
@@ -257,17 +301,19 @@ impl fmt::Display for RedisBenchReport {
             };
             row(f, variant, &format!("{ratio:.2} × raw"), &target)?;
         }
-        let slow = self.slow_ratio();
-        row(
-            f,
-            &self.slow,
-            &format!("{slow:.2} × ideal"),
-            &format!(
-                "≥ {TARGET_SLOW} × {} msg/s: {}",
-                grouped(ideal_slow_rate()),
-                verdict(slow >= TARGET_SLOW)
-            ),
-        )?;
+        for (prefetch, variant) in &self.slow {
+            let slow = self.slow_ratio(*prefetch).unwrap_or(0.0);
+            row(
+                f,
+                variant,
+                &format!("{slow:.2} × ideal"),
+                &format!(
+                    "≥ {TARGET_SLOW} × {} msg/s: {}",
+                    grouped(ideal_slow_rate()),
+                    verdict(slow >= TARGET_SLOW)
+                ),
+            )?;
+        }
         writeln!(f)?;
         writeln!(
             f,
@@ -294,7 +340,17 @@ impl fmt::Display for RedisBenchReport {
         )?;
         writeln!(f)?;
         writeln!(f, "backend calls per leasehold round (mean of the rounds):")?;
-        for variant in self.no_op.iter().map(|(_, v)| v).chain([&self.slow]) {
+        let leasehold = || {
+            self.no_op
+                .iter()
+                .map(|(_, v)| v)
+                .chain(self.slow.iter().map(|(_, v)| v))
+        };
+        let width = leasehold()
+            .map(|v| v.name.chars().count())
+            .max()
+            .unwrap_or(0);
+        for variant in leasehold() {
             let n = variant.calls.len().max(1) as f64;
             let sum =
                 |pick: fn(&Calls) -> usize| variant.calls.iter().map(pick).sum::<usize>() as f64;
@@ -302,8 +358,8 @@ impl fmt::Display for RedisBenchReport {
                 (sum(|c| c.fetches), sum(|c| c.fetched), sum(|c| c.acks));
             writeln!(
                 f,
-                "  {:<26} {:>7.0} fetches ({:.1} messages each), {:>7.0} acks ({:.1} messages \
-                 each), {:.0} renews",
+                "  {:<width$} {:>7.0} fetches ({:.1} messages each), {:>7.0} acks ({:.1} \
+                 messages each), {:.0} renews",
                 variant.name,
                 fetches / n,
                 fetched / fetches.max(1.0),
@@ -321,8 +377,14 @@ impl fmt::Display for RedisBenchReport {
              calls, after minus before the round (worker start and shutdown included); ¹ Redis \
              also counts the commands a script runs, so for leasehold these include the \
              XREADGROUP/XACK inside the fetch and ack scripts. Round trips: EVALSHA + XREAD \
-             (leasehold), XREADGROUP (raw: the XACK rides in the same pipeline).",
-            CLAIM_TIMEOUT.as_secs()
+             (leasehold), XREADGROUP (raw: the XACK rides in the same pipeline).\n² CPU time \
+             per message over the same span: server = the bench's redis-server, INFO cpu \
+             used_cpu_user + used_cpu_sys; client = this process, every thread's \
+             /proc/self/task/*/schedstat (n/a where unreadable). CPU µs/msg × msg/s / 1e6 = \
+             cores kept busy: near 1 for the server (it executes commands on one thread) means \
+             the server is the limit; the client has {} runtime threads.",
+            CLAIM_TIMEOUT.as_secs(),
+            self.threads
         )
     }
 }
@@ -358,8 +420,15 @@ pub fn run(options: &RedisBenchOptions) -> Result<RedisBenchReport, CliError> {
             "--concurrency takes one or more values, each at least 1".into(),
         ));
     }
+    if options.prefetch.is_empty() {
+        return Err(CliError::Invalid(
+            "--prefetch takes one or more values (0: no prefetch)".into(),
+        ));
+    }
     for &concurrency in options.concurrency.iter().chain([&SLOW_CONCURRENCY]) {
-        worker_config(concurrency).validate()?;
+        for &prefetch in &options.prefetch {
+            worker_config(concurrency, prefetch).validate()?;
+        }
     }
     let server = RedisServer::start().map_err(|e| CliError::Redis(e.to_string()))?;
     let url = server.url();
@@ -381,12 +450,24 @@ pub fn run(options: &RedisBenchOptions) -> Result<RedisBenchReport, CliError> {
     let rss = runtime.block_on(rss_round(rt.clone(), &url))?;
 
     let mut raw = Variant::new("raw XREADGROUP loop");
-    let mut no_op: Vec<(usize, Variant)> = options
+    let mut no_op: Vec<((usize, usize), Variant)> = options
         .concurrency
         .iter()
-        .map(|&c| (c, Variant::new(format!("leasehold no-op, c={c}"))))
+        .flat_map(|&c| {
+            options.prefetch.iter().map(move |&p| {
+                let name = format!("leasehold no-op, c={c}, prefetch {p}");
+                ((c, p), Variant::new(name))
+            })
+        })
         .collect();
-    let mut slow = Variant::new(format!("leasehold 10 ms, c={SLOW_CONCURRENCY}"));
+    let mut slow: Vec<(usize, Variant)> = options
+        .prefetch
+        .iter()
+        .map(|&p| {
+            let name = format!("leasehold 10 ms, c={SLOW_CONCURRENCY}, prefetch {p}");
+            (p, Variant::new(name))
+        })
+        .collect();
     let mut renew_ms = Vec::new();
     let mut renew_scripts = Vec::new();
     let mut key = 0usize;
@@ -399,49 +480,49 @@ pub fn run(options: &RedisBenchOptions) -> Result<RedisBenchReport, CliError> {
         bar.set_message(format!("round {round} of {}: raw", options.rounds));
         let stream = next_key("raw");
         runtime.block_on(publish(&url, &stream, options.messages))?;
-        let before = commandstats(&server)?;
+        let probe = Probe::start(&server)?;
         let took = runtime.block_on(raw_round(&url, &stream, options.messages))?;
-        let commands = commands_delta(&before, &commandstats(&server)?, options.messages);
+        let cost = probe.stop(&server, options.messages)?;
         if measured {
-            raw.rates.push(rate(options.messages, took));
-            raw.commands.push(commands);
+            raw.record(options.messages, took, cost, None);
         }
-        for (concurrency, variant) in no_op.iter_mut() {
+        for ((concurrency, prefetch), variant) in no_op.iter_mut() {
             bar.set_message(format!(
-                "round {round} of {}: no-op c={concurrency}",
+                "round {round} of {}: no-op c={concurrency}, prefetch {prefetch}",
                 options.rounds
             ));
             let stream = next_key("noop");
-            let (took, calls, commands) = leasehold_measured(
+            let (took, calls, cost) = leasehold_measured(
                 &runtime,
                 &server,
                 &rt,
                 &stream,
                 options.messages,
-                *concurrency,
+                worker_config(*concurrency, *prefetch),
                 Handler::NoOp,
             )?;
             if measured {
-                variant.rates.push(rate(options.messages, took));
-                variant.commands.push(commands);
-                variant.calls.push(calls);
+                variant.record(options.messages, took, cost, Some(calls));
             }
         }
-        bar.set_message(format!("round {round} of {}: 10 ms", options.rounds));
-        let stream = next_key("slow");
-        let (took, calls, commands) = leasehold_measured(
-            &runtime,
-            &server,
-            &rt,
-            &stream,
-            options.messages,
-            SLOW_CONCURRENCY,
-            Handler::Sleep(SLOW_HANDLER),
-        )?;
-        if measured {
-            slow.rates.push(rate(options.messages, took));
-            slow.commands.push(commands);
-            slow.calls.push(calls);
+        for (prefetch, variant) in slow.iter_mut() {
+            bar.set_message(format!(
+                "round {round} of {}: 10 ms, prefetch {prefetch}",
+                options.rounds
+            ));
+            let stream = next_key("slow");
+            let (took, calls, cost) = leasehold_measured(
+                &runtime,
+                &server,
+                &rt,
+                &stream,
+                options.messages,
+                worker_config(SLOW_CONCURRENCY, *prefetch),
+                Handler::Sleep(SLOW_HANDLER),
+            )?;
+            if measured {
+                variant.record(options.messages, took, cost, Some(calls));
+            }
         }
         bar.set_message(format!("round {round} of {}: heartbeat", options.rounds));
         let stream = next_key("renew");
@@ -478,12 +559,14 @@ fn rate(messages: usize, took: Duration) -> f64 {
     messages as f64 / took.as_secs_f64().max(1e-9)
 }
 
-/// The defaults, except the concurrency under test, `max_leases` (not below it), the claim
-/// timeout, and a short poll interval (the last fetch of a round waits that long).
-fn worker_config(concurrency: usize) -> Config {
+/// The defaults, except the concurrency and prefetch under test, `max_leases` (room for both,
+/// at least the default 1000), the claim timeout, and a short poll interval (the last fetch of a
+/// round waits that long).
+fn worker_config(concurrency: usize, prefetch: usize) -> Config {
     Config::default()
         .concurrency(concurrency)
-        .max_leases(concurrency.max(1000))
+        .prefetch(prefetch)
+        .max_leases(concurrency.saturating_add(prefetch).max(1000))
         .claim_timeout(CLAIM_TIMEOUT)
         .poll_interval(Duration::from_millis(50))
 }
@@ -621,30 +704,31 @@ fn entries(reply: Value) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
     out
 }
 
-/// Publishes, snapshots `INFO commandstats`, runs one leasehold round, snapshots again.
+/// Publishes, snapshots `INFO commandstats` and CPU times, runs one leasehold round, snapshots
+/// again.
 fn leasehold_measured(
     runtime: &tokio::runtime::Runtime,
     server: &RedisServer,
     rt: &TokioRuntime,
     stream: &str,
     messages: usize,
-    concurrency: usize,
+    config: Config,
     handler: Handler,
-) -> Result<(Duration, Calls, CommandsPerMessage), CliError> {
+) -> Result<(Duration, Calls, RoundCost), CliError> {
     let url = server.url();
     runtime.block_on(publish(&url, stream, messages))?;
-    let before = commandstats(server)?;
+    let probe = Probe::start(server)?;
     let (took, calls) = runtime.block_on(leasehold_round(
         rt.clone(),
         &url,
         stream,
         messages,
-        concurrency,
+        config,
         handler,
         |_| async {},
     ))?;
-    let commands = commands_delta(&before, &commandstats(server)?, messages);
-    Ok((took, calls, commands))
+    let cost = probe.stop(server, messages)?;
+    Ok((took, calls, cost))
 }
 
 /// One worker over a pre-published stream; the clock runs from the worker's start to the last
@@ -654,7 +738,7 @@ async fn leasehold_round<F, Fut>(
     url: &str,
     stream: &str,
     messages: usize,
-    concurrency: usize,
+    config: Config,
     handler: Handler,
     during: F,
 ) -> Result<(Duration, Calls), CliError>
@@ -682,7 +766,7 @@ where
     let run = handler.clone();
     let start = Instant::now();
     let worker = WorkerBuilder::new(rt)
-        .config(worker_config(concurrency))
+        .config(config)
         .stream_with_codec(stream, backend, Raw, move |delivery: Delivery<Vec<u8>>| {
             let run = run.clone();
             async move {
@@ -744,7 +828,7 @@ async fn rss_round(rt: TokioRuntime, url: &str) -> Result<RssReading, CliError> 
         url,
         stream,
         RSS_IN_FLIGHT,
-        RSS_IN_FLIGHT,
+        worker_config(RSS_IN_FLIGHT, 0),
         Handler::Hold(hold.clone()),
         move |_| async move {
             hold.all_in.notified().await;
@@ -826,6 +910,87 @@ async fn renew_all(held: &HeldLeases) -> Result<Duration, CliError> {
     Ok(took)
 }
 
+/// What one round cost, per message.
+#[derive(Debug, Clone, Copy, Default)]
+struct RoundCost {
+    commands: CommandsPerMessage,
+    /// The redis-server's CPU µs per message (`None`: `INFO cpu` unreadable).
+    server_cpu_us: Option<f64>,
+    /// This process's CPU µs per message (`None`: not Linux, or a thread ended mid-round).
+    client_cpu_us: Option<f64>,
+}
+
+/// The snapshots taken before a round: commandstats, server CPU, this process's CPU.
+struct Probe {
+    commands: CommandStats,
+    server_cpu: Option<f64>,
+    client_cpu: Option<Duration>,
+}
+
+impl Probe {
+    /// Snapshots, innermost last: the INFO calls' own cost stays (almost) out of the CPU deltas,
+    /// and `INFO cpu` out of the commandstats delta.
+    fn start(server: &RedisServer) -> Result<Self, CliError> {
+        let server_cpu = server_cpu_secs(server);
+        let commands = commandstats(server)?;
+        let client_cpu = cpu_time();
+        Ok(Self {
+            commands,
+            server_cpu,
+            client_cpu,
+        })
+    }
+
+    /// Snapshots again (in reverse order) and takes the deltas over `messages`.
+    fn stop(self, server: &RedisServer, messages: usize) -> Result<RoundCost, CliError> {
+        let client_cpu = cpu_time();
+        let commands = commandstats(server)?;
+        let server_cpu = server_cpu_secs(server);
+        let per = messages.max(1) as f64;
+        let server_cpu_us = match (self.server_cpu, server_cpu) {
+            (Some(before), Some(after)) if after >= before => Some((after - before) * 1e6 / per),
+            _ => None,
+        };
+        let client_cpu_us = match (self.client_cpu, client_cpu) {
+            (Some(before), Some(after)) => after
+                .checked_sub(before)
+                .map(|d| d.as_secs_f64() * 1e6 / per),
+            _ => None,
+        };
+        Ok(RoundCost {
+            commands: commands_delta(&self.commands, &commands, messages),
+            server_cpu_us,
+            client_cpu_us,
+        })
+    }
+}
+
+/// The redis-server's `used_cpu_user + used_cpu_sys` in seconds (`INFO cpu`).
+fn server_cpu_secs(server: &RedisServer) -> Option<f64> {
+    let reply = server.command(["INFO", "cpu"]).ok()?;
+    let text = reply.as_str()?;
+    let field = |name: &str| -> Option<f64> {
+        let value: f64 = field_of(text, name)?.parse().ok()?;
+        value.is_finite().then_some(value)
+    };
+    Some(field("used_cpu_user")? + field("used_cpu_sys")?)
+}
+
+/// CPU time used so far by every thread of this process (Linux: the first field of
+/// `/proc/self/task/*/schedstat`, in nanoseconds); `None` elsewhere. (A thread that ended since
+/// the last reading takes its time with it, so a delta can come out negative: `None` then.)
+fn cpu_time() -> Option<Duration> {
+    let mut total = 0u64;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let path = task.ok()?.path().join("schedstat");
+        // A thread may end between listing and reading: it no longer runs, skip it.
+        if let Ok(text) = std::fs::read_to_string(path) {
+            total += text.split_whitespace().next()?.parse::<u64>().ok()?;
+        }
+    }
+    Some(Duration::from_nanos(total))
+}
+
 /// `cmdstat_<name>` → calls, from `INFO commandstats`.
 type CommandStats = Vec<(String, u64)>;
 
@@ -873,8 +1038,13 @@ fn commands_delta(
 
 fn info_field(server: &RedisServer, section: &str, field: &str) -> Option<String> {
     let reply = server.command(["INFO", section]).ok()?;
-    reply.as_str()?.lines().find_map(|line| {
+    field_of(reply.as_str()?, field).map(str::to_owned)
+}
+
+/// `field`'s value in an `INFO` reply (`field:value` lines).
+fn field_of<'a>(info: &'a str, field: &str) -> Option<&'a str> {
+    info.lines().find_map(|line| {
         let value = line.strip_prefix(field)?.strip_prefix(':')?;
-        Some(value.trim().to_owned())
+        Some(value.trim())
     })
 }

@@ -1,8 +1,30 @@
 //! `leasehold bench-redis` runs end to end on a small count against its own redis-server, and
 //! every round processes every message. (Its figures are not asserted: they are for people.)
 
-use leasehold_cli::bench_redis::{self, RedisBenchOptions};
+use leasehold_cli::bench_redis::{self, RedisBenchOptions, Variant};
 use leasehold_cli::CliError;
+
+/// Every CPU figure present is finite and not negative; the server's is always readable.
+fn assert_cpu(variant: &Variant) {
+    for &us in variant.server_cpu_us.iter().chain(&variant.client_cpu_us) {
+        assert!(us.is_finite() && us >= 0.0, "{variant:?}");
+    }
+    assert!(
+        variant.server_cpu_us.len() <= variant.rates.len(),
+        "{variant:?}"
+    );
+    assert!(
+        variant.client_cpu_us.len() <= variant.rates.len(),
+        "{variant:?}"
+    );
+    assert!(
+        variant.server_cpu_median().is_some(),
+        "INFO cpu is read every round: {variant:?}"
+    );
+    if cfg!(target_os = "linux") {
+        assert!(variant.client_cpu_median().is_some(), "{variant:?}");
+    }
+}
 
 #[test]
 fn bench_redis_runs_one_small_round() {
@@ -10,20 +32,46 @@ fn bench_redis_runs_one_small_round() {
         messages: 200,
         rounds: 1,
         concurrency: vec![1, 100],
+        prefetch: vec![0, 50],
         threads: None,
         progress: false,
     };
     let report = bench_redis::run(&options).expect("the redis bench runs");
     assert_eq!(report.raw.rates.len(), 1);
-    assert_eq!(report.no_op.len(), 2);
-    for (_, variant) in &report.no_op {
+    assert!(report.raw.calls.is_empty());
+    assert_cpu(&report.raw);
+    let keys: Vec<(usize, usize)> = report.no_op.iter().map(|(key, _)| *key).collect();
+    assert_eq!(keys, [(1, 0), (1, 50), (100, 0), (100, 50)]);
+    for ((concurrency, prefetch), variant) in &report.no_op {
+        assert_eq!(
+            variant.name,
+            format!("leasehold no-op, c={concurrency}, prefetch {prefetch}")
+        );
+        assert_eq!(variant.rates.len(), 1);
+        assert_eq!(variant.calls.len(), 1);
+        for calls in &variant.calls {
+            assert_eq!(calls.fetched, 200, "each message fetched once: {calls:?}");
+        }
+        assert_cpu(variant);
+        assert!(report
+            .ratio(*concurrency, *prefetch)
+            .is_some_and(|r| r > 0.0));
+    }
+    assert_eq!(report.ratio(100, 1000), None);
+    let prefetches: Vec<usize> = report.slow.iter().map(|(p, _)| *p).collect();
+    assert_eq!(prefetches, [0, 50]);
+    for (prefetch, variant) in &report.slow {
+        assert_eq!(
+            variant.name,
+            format!("leasehold 10 ms, c=1000, prefetch {prefetch}")
+        );
         assert_eq!(variant.rates.len(), 1);
         for calls in &variant.calls {
             assert_eq!(calls.fetched, 200, "each message fetched once: {calls:?}");
         }
+        assert_cpu(variant);
+        assert!(report.slow_ratio(*prefetch).is_some_and(|r| r > 0.0));
     }
-    assert_eq!(report.slow.rates.len(), 1);
-    assert!(report.ratio(100).is_some_and(|r| r > 0.0));
     // 10 000 leases, 1000 ids per script: 10 script calls per heartbeat tick.
     assert!(!report.renew_ms.is_empty());
     assert!(
@@ -33,7 +81,35 @@ fn bench_redis_runs_one_small_round() {
     assert!(report.rss.during_kb > 0, "{report:?}");
     let table = report.to_string();
     assert!(table.contains("raw XREADGROUP loop"), "{table}");
-    assert!(table.contains("leasehold no-op, c=100"), "{table}");
+    assert!(table.contains("server CPU µs/msg"), "{table}");
+    assert!(table.contains("client CPU µs/msg"), "{table}");
+    let leasehold = report.no_op.iter().map(|(_, v)| v);
+    for variant in leasehold.chain(report.slow.iter().map(|(_, v)| v)) {
+        let row = table
+            .lines()
+            .find(|line| line.starts_with(&format!("| {} |", variant.name)))
+            .unwrap_or_else(|| panic!("no row for {}: {table}", variant.name));
+        assert_eq!(row.matches('|').count(), 12, "11 columns: {row}");
+    }
+    // The target verdict on every c=100 row, the 10 ms verdict on every 10 ms row.
+    let verdicts = |prefix: &str, target: &str| {
+        table
+            .lines()
+            .filter(|line| line.starts_with(prefix))
+            .filter(|line| line.contains(target))
+            .count()
+    };
+    assert_eq!(
+        verdicts("| leasehold no-op, c=100,", "≥ 0.7 × raw"),
+        2,
+        "{table}"
+    );
+    assert_eq!(
+        verdicts("| leasehold no-op, c=1,", "≥ 0.7 × raw"),
+        0,
+        "{table}"
+    );
+    assert_eq!(verdicts("| leasehold 10 ms,", "≥ 0.8 ×"), 2, "{table}");
 }
 
 #[test]
@@ -49,6 +125,10 @@ fn bench_redis_rejects_bad_options() {
         },
         RedisBenchOptions {
             concurrency: vec![8, 0],
+            ..RedisBenchOptions::default()
+        },
+        RedisBenchOptions {
+            prefetch: vec![],
             ..RedisBenchOptions::default()
         },
         RedisBenchOptions {
