@@ -50,6 +50,7 @@ impl Default for RetryPolicy {
 pub struct Config {
     concurrency: usize,
     prefetch: usize,
+    fetch_batch_size: usize,
     max_leases: usize,
     claim_timeout: Duration,
     heartbeat_interval: Option<Duration>,
@@ -71,6 +72,7 @@ impl Default for Config {
         Self {
             concurrency: 1,
             prefetch: 0,
+            fetch_batch_size: 500,
             max_leases: 1000,
             claim_timeout: Duration::from_secs(60),
             heartbeat_interval: None,
@@ -112,6 +114,11 @@ impl Config {
         /// effect by `max_leases`. Keep it 0 for long jobs: a prefetched message waits here
         /// while an idle replica could have run it.
         prefetch: usize => prefetch = std::convert::identity;
+        /// Largest number of messages one fetch asks for (default 500, like Kafka's
+        /// `max.poll.records`). Room beyond it is fetched by the next fetch, which goes out as
+        /// soon as this one is answered, while its messages are being handled: with `prefetch`
+        /// well above it, fetching and handling overlap. Also bounds one reply's size.
+        fetch_batch_size: usize => fetch_batch_size = std::convert::identity;
         /// Max leases held at once: running, waiting for a re-poll, or being settled (default 1000).
         max_leases: usize => max_leases = std::convert::identity;
         /// A lease not renewed for this long may be taken by another replica (default 60 s).
@@ -159,6 +166,9 @@ impl Config {
         }
         if self.renew_batch_size == 0 {
             return Err(E::ZeroRenewBatch);
+        }
+        if self.fetch_batch_size == 0 {
+            return Err(E::ZeroFetchBatch);
         }
         if self.max_deliveries == 0 {
             return Err(E::ZeroMaxDeliveries);
@@ -229,6 +239,7 @@ impl Config {
         Ok(Settings {
             concurrency: self.concurrency,
             prefetch: self.prefetch,
+            fetch_batch_size: self.fetch_batch_size,
             max_leases: self.max_leases,
             claim_timeout: self.claim_timeout,
             heartbeat_interval,
@@ -254,6 +265,8 @@ pub struct Settings {
     pub concurrency: usize,
     /// See [`Config::prefetch`].
     pub prefetch: usize,
+    /// See [`Config::fetch_batch_size`].
+    pub fetch_batch_size: usize,
     /// See [`Config::max_leases`].
     pub max_leases: usize,
     /// See [`Config::claim_timeout`].
@@ -312,6 +325,9 @@ pub enum ConfigError {
     /// `renew_batch_size` is 0.
     #[error("renew_batch_size must be at least 1")]
     ZeroRenewBatch,
+    /// `fetch_batch_size` is 0.
+    #[error("fetch_batch_size must be at least 1 (a fetch asks for at most that many messages)")]
+    ZeroFetchBatch,
     /// `max_deliveries` is 0.
     #[error("max_deliveries must be at least 1 (a message is delivered at least once)")]
     ZeroMaxDeliveries,

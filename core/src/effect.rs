@@ -20,7 +20,8 @@ pub enum Effect {
     Fetch {
         /// The source to fetch from.
         source: SourceId,
-        /// The most messages the engine can take: free slots, plus `prefetch` room.
+        /// The most messages the engine can take: free slots, plus `prefetch` room, at most
+        /// `fetch_batch_size`.
         max: usize,
         /// How long the backend may wait for new entries.
         wait: Duration,

@@ -125,6 +125,16 @@ fn zero_renew_batch_is_refused() {
     );
 }
 
+/// `ConfigError::ZeroFetchBatch`.
+#[test]
+fn zero_fetch_batch_is_refused() {
+    refused(
+        Config::default().fetch_batch_size(0),
+        ConfigError::ZeroFetchBatch,
+        &["fetch_batch_size", "at least 1"],
+    );
+}
+
 /// `ConfigError::ZeroMaxDeliveries`.
 #[test]
 fn zero_max_deliveries_is_refused() {

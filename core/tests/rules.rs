@@ -1341,6 +1341,42 @@ fn rule10_prefetched_messages_wait_held_and_start_when_a_slot_frees() {
     assert_eq!(releases(&drain(&mut e)), vec![(five, Duration::ZERO)]);
 }
 
+/// Rule 10 with `fetch_batch_size`: a fetch asks for at most that many messages; a full one is
+/// followed at once (no blocking wait) by a fetch for the room left, so with prefetch room the
+/// next batch is on its way while the last one is handled.
+#[test]
+fn rule10_fetches_are_capped_and_a_full_capped_fetch_is_followed_at_once() {
+    let t0 = Instant::now();
+    let cfg = config()
+        .concurrency(2)
+        .prefetch(4)
+        .fetch_batch_size(3)
+        .max_leases(10);
+    let mut e = engine(&cfg, t0);
+    assert_eq!(
+        drain(&mut e),
+        vec![fetch(3, ms(1000))],
+        "6 places, 3 per fetch"
+    );
+    e.handle_fetched(t0 + ms(10), S0, vec![msg(1), msg(2), msg(3)]);
+    let fx = drain(&mut e);
+    assert_eq!(runs(&fx).len(), 2);
+    assert_eq!(
+        fetches(&fx),
+        vec![(S0, 3, Duration::ZERO)],
+        "full: the rest at once"
+    );
+    e.handle_fetched(t0 + ms(20), S0, vec![msg(4), msg(5)]);
+    let fx = drain(&mut e);
+    assert!(runs(&fx).is_empty(), "slots busy: 4 and 5 wait, prefetched");
+    assert_eq!(
+        fetches(&fx),
+        vec![(S0, 1, ms(1000))],
+        "short: the last place, may block"
+    );
+    assert_eq!((e.running(), e.held()), (2, 5));
+}
+
 /// Rule 10 (whole engine): a seeded random driver never sees more runs outstanding than
 /// `concurrency`, more leases than `max_leases`, or two concurrent runs of one message.
 #[test]

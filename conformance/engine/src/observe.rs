@@ -199,6 +199,16 @@ impl Model {
             );
         }
         *slot = Some((max, self.now));
+        if max > self.cfg.fetch_batch_size {
+            problem(
+                out,
+                Rule::Capacity,
+                format!(
+                    "Fetch {{ source {source}, max {max} }} above fetch_batch_size {}",
+                    self.cfg.fetch_batch_size
+                ),
+            );
+        }
         let (running, reserved) = (self.runs.len(), self.reserved());
         if running + reserved > self.capacity() {
             problem(

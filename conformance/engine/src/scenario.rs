@@ -62,6 +62,8 @@ pub struct Setup {
     pub concurrency: usize,
     /// Messages fetched ahead of free slots (0, or 1-3).
     pub prefetch: usize,
+    /// Largest fetch (1-3, or 500: no cap at these sizes).
+    pub fetch_batch_size: usize,
     /// Leases held at once (`concurrency..=concurrency + 3`).
     pub max_leases: usize,
     /// Sources served (1-3).
@@ -103,6 +105,7 @@ impl Default for Setup {
         Self {
             concurrency: 2,
             prefetch: 0,
+            fetch_batch_size: 500,
             max_leases: 4,
             sources: 2,
             claim_ms: 60,
@@ -131,6 +134,7 @@ impl Setup {
         let mut config = Config::default()
             .concurrency(self.concurrency)
             .prefetch(self.prefetch)
+            .fetch_batch_size(self.fetch_batch_size)
             .max_leases(self.max_leases)
             .claim_timeout(ms(self.claim_ms))
             .poll_interval(ms(self.poll_ms))
@@ -202,6 +206,7 @@ impl<'a> Arbitrary<'a> for Setup {
             seed: u64::arbitrary(u)?,
             // Drawn last, so inputs from before this knob keep their meaning.
             prefetch: *u.choose(&[0, 0, 1, 2, 3])?,
+            fetch_batch_size: *u.choose(&[500, 500, 1, 2, 3])?,
         })
     }
 }

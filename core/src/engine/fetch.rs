@@ -143,7 +143,8 @@ impl<P> LeaseEngine<P> {
         slots.min(leases)
     }
 
-    /// Issues fetches for due sources, sharing the budget round-robin.
+    /// Issues fetches for due sources, sharing the budget round-robin, each for at most
+    /// `fetch_batch_size` messages.
     ///
     /// With one source its fetch is returned rather than queued (it is the next effect anyway);
     /// with several, they are queued.
@@ -155,6 +156,7 @@ impl<P> LeaseEngine<P> {
         if budget == 0 {
             return None;
         }
+        let batch = self.cfg.fetch_batch_size;
         let now = self.now;
         // Leave room for waiting re-runs: a fetch may block no longer than the next one is due.
         let until_repoll: Option<Tick> = (self.repolls.live > 0)
@@ -167,16 +169,13 @@ impl<P> LeaseEngine<P> {
                 return None;
             }
             let wait = until_repoll.map_or(src.wait, |until| src.wait.min(until));
+            let max = budget.min(batch);
             let epoch = self.epochs.open(now);
-            src.outstanding = Some(Outstanding {
-                max: budget,
-                epoch,
-                wait,
-            });
-            self.reserved += budget;
+            src.outstanding = Some(Outstanding { max, epoch, wait });
+            self.reserved += max;
             return Some(Effect::Fetch {
                 source: SourceId(0),
-                max: budget,
+                max,
                 wait: Duration::from_nanos(wait),
             });
         }
@@ -205,7 +204,7 @@ impl<P> LeaseEngine<P> {
             if !is_due(&self.sources[i]) {
                 continue;
             }
-            let max = budget.div_ceil(shares);
+            let max = budget.div_ceil(shares).min(self.cfg.fetch_batch_size);
             shares -= 1;
             budget -= max;
             let src = &mut self.sources[i];
