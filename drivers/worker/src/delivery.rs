@@ -8,21 +8,19 @@ use leasehold_core::{CancelReason, Fence, MessageId, Outcome};
 
 use crate::cancel::Cancellation;
 
-/// A clock readable from handler code: the runtime's `now`, so virtual time works too.
-pub(crate) type Clock = Arc<dyn Fn() -> Instant + Send + Sync>;
-
-/// What every invocation of one stream shares: one reference count per invocation.
-pub(crate) struct Scope {
+/// What every invocation of one stream shares (its handler's dispatcher implements it).
+pub(crate) trait StreamScope: Send + Sync {
     /// The stream's name.
-    pub(crate) stream: Arc<str>,
-    pub(crate) clock: Clock,
+    fn stream(&self) -> &str;
+    /// The runtime's clock, so virtual time works too.
+    fn now(&self) -> Instant;
     /// The instant lease validity is measured from (see [`Cancellation::valid_at`]).
-    pub(crate) base: Instant,
+    fn base(&self) -> Instant;
 }
 
 /// Everything about one invocation except the decoded message.
 pub(crate) struct Meta {
-    pub(crate) scope: Arc<Scope>,
+    pub(crate) scope: Arc<dyn StreamScope>,
     pub(crate) id: MessageId,
     pub(crate) delivery_count: u32,
     pub(crate) attempt: u32,
@@ -40,7 +38,7 @@ pub struct Delivery<M> {
 impl<M> std::fmt::Debug for Delivery<M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Delivery")
-            .field("stream", &self.meta.scope.stream)
+            .field("stream", &self.meta.scope.stream())
             .field("id", &self.meta.id)
             .field("delivery_count", &self.meta.delivery_count)
             .field("attempt", &self.meta.attempt)
@@ -65,7 +63,7 @@ impl<M> Delivery<M> {
 
     /// The stream it came from.
     pub fn stream(&self) -> &str {
-        &self.meta.scope.stream
+        self.meta.scope.stream()
     }
 
     /// The message's id in the backend.
@@ -106,7 +104,7 @@ impl<M> Delivery<M> {
     pub fn lease_valid(&self) -> bool {
         let scope = &self.meta.scope;
         let cancellation = &self.meta.cancellation;
-        !cancellation.is_cancelled() && cancellation.valid_at(scope.base, (scope.clock)())
+        !cancellation.is_cancelled() && cancellation.valid_at(scope.base(), scope.now())
     }
 }
 

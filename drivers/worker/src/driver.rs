@@ -4,7 +4,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::panic::AssertUnwindSafe;
 use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::task::Poll;
@@ -19,54 +18,17 @@ use leasehold_core::{
 };
 
 use crate::cancel::Cancellation;
-use crate::delivery::{Meta, Scope};
+use crate::dispatch::{Dispatch, Invocation};
 use crate::inbox::Inbox;
 use crate::runtime::Runtime;
 use crate::worker::ShutdownReport;
 
-/// A type-erased handler: given an invocation, spawns its task on the runtime (the task
-/// decodes the payload, runs the user's function and reports the outcome). Spawning happens
-/// inside, where the task's type is known, so it needs no box of its own.
-pub(crate) type ErasedHandler<R, P> = Arc<dyn Fn(&R, P, Meta, Report<R, P>) + Send + Sync>;
-
 /// One stream served by the worker.
-pub(crate) struct Stream<R, B: Backend> {
+pub(crate) struct Stream<B: Backend> {
     pub(crate) name: Arc<str>,
     pub(crate) backend: Arc<B>,
-    pub(crate) handler: ErasedHandler<R, B::Payload>,
-}
-
-/// What a handler task needs besides the handler: how to run it, and where its outcome goes.
-pub(crate) struct Report<R, P> {
-    rt: R,
-    inbox: Arc<Inbox<Event<P>>>,
-    invocation: InvocationId,
-    cancellation: Cancellation,
-    grace: Duration,
-}
-
-impl<R: Runtime, P: Send + 'static> Report<R, P> {
-    /// Spawns the invocation's task on `rt`: `start` decodes and calls the user's function.
-    pub(crate) fn spawn<F>(self, rt: &R, start: impl FnOnce() -> F + Send + 'static)
-    where
-        F: Future<Output = Outcome> + Send + 'static,
-    {
-        let Report {
-            rt: task_rt,
-            inbox,
-            invocation,
-            cancellation,
-            grace,
-        } = self;
-        // Built here, awaited in the task: the task future holds `start` once, inside it.
-        let run = invoke(task_rt, start, cancellation, grace);
-        let fut = async move {
-            let outcome = run.await;
-            // The driver may be gone after shutdown; then nobody needs the outcome.
-            let _ = inbox.send(Event::Outcome(invocation, outcome));
-        };
-        rt.spawn_unboxed(fut);
-    }
+    /// Starts its handler's tasks.
+    pub(crate) dispatch: Arc<dyn Dispatch<B::Payload>>,
 }
 
 /// Everything that reaches the driver: results of the tasks it spawned, and commands.
@@ -143,9 +105,7 @@ type Timer = (Instant, Pin<Box<dyn Future<Output = ()> + Send>>);
 pub(crate) struct Driver<R: Runtime, B: Backend> {
     rt: R,
     engine: LeaseEngine<B::Payload>,
-    streams: Arc<[Stream<R, B>]>,
-    /// Per stream: what its invocations share.
-    scopes: Vec<Arc<Scope>>,
+    streams: Vec<Stream<B>>,
     inbox: Arc<Inbox<Event<B::Payload>>>,
     /// Results of backend calls that completed in place: handled like posted events, without
     /// a trip through the inbox.
@@ -165,26 +125,16 @@ pub(crate) struct Driver<R: Runtime, B: Backend> {
 }
 
 impl<R: Runtime, B: Backend> Driver<R, B> {
+    /// A driver for `engine` over `streams`; `base` is the instant the handlers' lease
+    /// validity is measured from (their [`Env`](crate::dispatch::Env)'s).
     pub(crate) fn new(
         rt: R,
         engine: LeaseEngine<B::Payload>,
-        streams: Vec<Stream<R, B>>,
+        streams: Vec<Stream<B>>,
         inbox: Arc<Inbox<Event<B::Payload>>>,
         options: DriverOptions,
+        base: Instant,
     ) -> Self {
-        let clock_rt = rt.clone();
-        let clock: crate::delivery::Clock = Arc::new(move || clock_rt.now());
-        let base = rt.now();
-        let scopes = streams
-            .iter()
-            .map(|stream| {
-                Arc::new(Scope {
-                    stream: stream.name.clone(),
-                    clock: clock.clone(),
-                    base,
-                })
-            })
-            .collect();
         let fetch_abandon = std::iter::repeat_with(|| None)
             .take(streams.len())
             .collect();
@@ -194,8 +144,7 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
         Self {
             rt,
             engine,
-            streams: streams.into(),
-            scopes,
+            streams,
             inbox,
             ready: Vec::new(),
             invocations: Invocations::default(),
@@ -505,24 +454,17 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
         let source = usize::from(lease.source().0);
         let cancellation = Cancellation::new();
         cancellation.set_valid_until(self.base, self.engine.valid_until(lease_id));
-        let meta = Meta {
-            scope: self.scopes[source].clone(),
-            id: lease.message_id().clone(),
+        let handed = Invocation {
+            id: invocation,
+            message_id: lease.message_id().clone(),
             delivery_count: lease.delivery_count(),
             attempt: lease.attempt(),
             fence: lease.fence(),
             cancellation: cancellation.clone(),
         };
         let payload = lease.payload().clone();
-        let report = Report {
-            rt: self.rt.clone(),
-            inbox: self.inbox.clone(),
-            invocation,
-            cancellation: cancellation.clone(),
-            grace: self.options.cancel_grace,
-        };
         self.invocations.insert(invocation, cancellation);
-        (self.streams[source].handler)(&self.rt, payload, meta, report);
+        Arc::clone(&self.streams[source].dispatch).spawn(payload, handed);
     }
 
     fn renew(&mut self, batch: RenewId, leases: Vec<LeaseId>) {
@@ -631,80 +573,5 @@ impl<R: Runtime, B: Backend> Drop for Driver<R, B> {
         // Later posts fail (a worker handle then knows the driver is gone), and replies still
         // waiting in the inbox are dropped, which answers their callers.
         drop(self.inbox.close());
-    }
-}
-
-/// Runs one handler invocation: `start` decodes the payload and calls the user's function
-/// (a panic there or in the future counts as a failed attempt); honours cancellation with a
-/// grace period.
-async fn invoke<R: Runtime, F: Future<Output = Outcome>>(
-    rt: R,
-    start: impl FnOnce() -> F,
-    cancellation: Cancellation,
-    grace: Duration,
-) -> Outcome {
-    let future = match std::panic::catch_unwind(AssertUnwindSafe(start)) {
-        Ok(future) => future,
-        Err(panic) => return panicked(panic),
-    };
-    let mut future = pin!(AssertUnwindSafe(future).catch_unwind());
-    // Most handlers finish on their first poll: no need to listen for a cancel then.
-    let first = future.as_mut().now_or_never();
-    let result = match first {
-        Some(result) => result,
-        // Boxed: the wait (a cancel listener, a grace timer) would otherwise take room in
-        // every handler task, most of which never get here.
-        None => match Box::pin(wait_or_cancel(&rt, future, &cancellation, grace)).await {
-            Ok(result) => result,
-            Err(dropped) => return dropped,
-        },
-    };
-    // A cancel that won the race makes the result void, whatever it is.
-    if !cancellation.finish() {
-        let reason = cancellation.reason().expect("only a cancel beats finish");
-        return Outcome::Failed {
-            error: format!("cancelled ({reason:?}) before it finished"),
-        };
-    }
-    result.unwrap_or_else(panicked)
-}
-
-type Caught = std::thread::Result<Outcome>;
-
-/// Runs the handler to completion unless cancelled; a cancelled handler gets `grace` to stop on
-/// its own, then is dropped (`Err` carries the outcome to report for it).
-async fn wait_or_cancel<R: Runtime>(
-    rt: &R,
-    mut future: Pin<&mut impl Future<Output = Caught>>,
-    cancellation: &Cancellation,
-    grace: Duration,
-) -> Result<Caught, Outcome> {
-    Ok(
-        match select(future.as_mut(), pin!(cancellation.cancelled())).await {
-            Either::Left((result, _)) => result,
-            Either::Right((reason, _)) => {
-                // Give the handler a moment to notice the signal and stop on its own.
-                let grace_over = rt.sleep_until(rt.now() + grace);
-                match select(future, pin!(grace_over)).await {
-                    Either::Left((result, _)) => result,
-                    Either::Right(_) => {
-                        return Err(Outcome::Failed {
-                            error: format!("cancelled ({reason:?}) and dropped after {grace:?}"),
-                        })
-                    }
-                }
-            }
-        },
-    )
-}
-
-fn panicked(panic: Box<dyn std::any::Any + Send>) -> Outcome {
-    let message = panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-string panic payload".into());
-    Outcome::Failed {
-        error: format!("handler panicked: {message}"),
     }
 }

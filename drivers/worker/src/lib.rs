@@ -29,6 +29,8 @@ mod consume;
 #[cfg(not(loom))]
 mod delivery;
 #[cfg(not(loom))]
+mod dispatch;
+#[cfg(not(loom))]
 mod driver;
 #[cfg(not(loom))]
 mod inbox;

@@ -5,14 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::channel::oneshot;
-use futures::future::Either;
-use futures::FutureExt;
-use leasehold_core::{Backend, Config, ConfigError, LeaseEngine, Outcome, Stats};
+use leasehold_core::{Backend, Config, ConfigError, LeaseEngine, Stats};
 use serde::de::DeserializeOwned;
 
 use crate::codec::{Codec, Json};
-use crate::delivery::{Delivery, IntoOutcome, Meta};
-use crate::driver::{Driver, DriverOptions, ErasedHandler, Event, Report, Stream};
+use crate::delivery::{Delivery, IntoOutcome};
+use crate::dispatch::{Env, MakeDispatch};
+use crate::driver::{Driver, DriverOptions, Event, Stream};
 use crate::inbox::Inbox;
 use crate::runtime::Runtime;
 
@@ -81,12 +80,19 @@ impl From<Stats> for ShutdownReport {
     }
 }
 
+/// A stream added to the builder: its dispatcher is made at `start`, when the inbox exists.
+struct Added<R, B: Backend> {
+    name: Arc<str>,
+    backend: Arc<B>,
+    make: MakeDispatch<R, B::Payload>,
+}
+
 /// Builds a [`Worker`]: engine config, driver options, and one entry per stream.
 pub struct WorkerBuilder<R: Runtime, B: Backend> {
     runtime: R,
     config: Config,
     options: DriverOptions,
-    streams: Vec<Stream<R, B>>,
+    streams: Vec<Added<R, B>>,
 }
 
 impl<R: Runtime, B: Backend> WorkerBuilder<R, B>
@@ -156,29 +162,10 @@ where
         F: Future + Send + 'static,
         F::Output: IntoOutcome,
     {
-        // One allocation shared by every invocation; each task holds it only while it decodes
-        // the payload and calls the handler.
-        let shared = Arc::new((codec, handler));
-        let handler: ErasedHandler<R, B::Payload> = Arc::new(
-            move |rt: &R, payload: B::Payload, meta: Meta, report: Report<R, B::Payload>| {
-                let shared = shared.clone();
-                report.spawn(rt, move || {
-                    let (codec, handler) = &*shared;
-                    match codec.decode(payload.as_ref()) {
-                        Ok(message) => Either::Left(
-                            handler(Delivery::new(message, meta)).map(IntoOutcome::into_outcome),
-                        ),
-                        Err(error) => Either::Right(std::future::ready(Outcome::Reject {
-                            reason: format!("cannot decode payload: {error}"),
-                        })),
-                    }
-                });
-            },
-        );
-        self.streams.push(Stream {
+        self.streams.push(Added {
             name: name.into().into(),
             backend: Arc::new(backend),
-            handler,
+            make: crate::dispatch::make(codec, handler),
         });
         self
     }
@@ -215,12 +202,29 @@ where
         }
         let shutdown_grace = engine.settings().shutdown_grace;
         let inbox = Arc::new(Inbox::new());
+        let env = Env {
+            rt: self.runtime.clone(),
+            inbox: inbox.clone(),
+            base: self.runtime.now(),
+            grace: self.options.cancel_grace,
+        };
+        let base = env.base;
+        let streams = self
+            .streams
+            .into_iter()
+            .map(|added| Stream {
+                dispatch: (added.make)(env.clone(), added.name.clone()),
+                name: added.name,
+                backend: added.backend,
+            })
+            .collect();
         let driver = Driver::new(
             self.runtime.clone(),
             engine,
-            self.streams,
+            streams,
             inbox.clone(),
             self.options,
+            base,
         );
         self.runtime.spawn(Box::pin(driver.run()));
         Ok(Worker {

@@ -1,0 +1,251 @@
+//! Handler tasks: one per invocation. The task decodes the payload, calls the user's function,
+//! honours cancellation (with a grace period) and reports the outcome to the driver's inbox.
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::panic::AssertUnwindSafe;
+use std::pin::{pin, Pin};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::{select, Either};
+use futures::FutureExt;
+use leasehold_core::{Fence, InvocationId, MessageId, Outcome};
+
+use crate::cancel::Cancellation;
+use crate::codec::Codec;
+use crate::delivery::{Delivery, IntoOutcome, Meta, StreamScope};
+use crate::driver::Event;
+use crate::inbox::Inbox;
+use crate::runtime::Runtime;
+
+/// What every handler task of a worker needs besides its stream's handler.
+pub(crate) struct Env<R, P> {
+    pub(crate) rt: R,
+    /// Where outcomes go.
+    pub(crate) inbox: Arc<Inbox<Event<P>>>,
+    /// The instant lease validity is measured from (see [`Cancellation::valid_at`]).
+    pub(crate) base: Instant,
+    /// How long a cancelled handler may take to finish before its future is dropped.
+    pub(crate) grace: Duration,
+}
+
+impl<R: Clone, P> Clone for Env<R, P> {
+    fn clone(&self) -> Self {
+        Self {
+            rt: self.rt.clone(),
+            inbox: self.inbox.clone(),
+            base: self.base,
+            grace: self.grace,
+        }
+    }
+}
+
+/// One invocation, as the driver hands it over.
+pub(crate) struct Invocation {
+    pub(crate) id: InvocationId,
+    pub(crate) message_id: MessageId,
+    pub(crate) delivery_count: u32,
+    pub(crate) attempt: u32,
+    pub(crate) fence: Fence,
+    /// The signal the driver fires; it also carries the lease's validity.
+    pub(crate) cancellation: Cancellation,
+}
+
+/// A stream's handler with its types erased: starts invocation tasks.
+pub(crate) trait Dispatch<P>: Send + Sync {
+    /// Spawns the task of one invocation of this stream's handler.
+    fn spawn(self: Arc<Self>, payload: P, invocation: Invocation);
+}
+
+/// Builds a stream's dispatcher once the worker's environment exists (at `start`), given the
+/// stream's name.
+pub(crate) type MakeDispatch<R, P> =
+    Box<dyn FnOnce(Env<R, P>, Arc<str>) -> Arc<dyn Dispatch<P>> + Send>;
+
+/// The dispatcher of a stream served by `handler` over messages `codec` decodes.
+pub(crate) fn make<R, P, M, C, H, F>(codec: C, handler: H) -> MakeDispatch<R, P>
+where
+    R: Runtime,
+    P: AsRef<[u8]> + Send + 'static,
+    M: Send + 'static,
+    C: Codec<M>,
+    H: Fn(Delivery<M>) -> F + Send + Sync + 'static,
+    F: Future + Send + 'static,
+    F::Output: IntoOutcome,
+{
+    Box::new(move |env, stream| {
+        Arc::new(Typed {
+            env,
+            stream,
+            codec,
+            handler,
+            types: PhantomData,
+        })
+    })
+}
+
+/// A stream's typed handler and everything its tasks share, in one allocation: an invocation
+/// costs one reference count (cloned by the driver, dropped by the task, usually on another
+/// thread), not one per part.
+struct Typed<R, P, M, C, H, F> {
+    env: Env<R, P>,
+    stream: Arc<str>,
+    codec: C,
+    handler: H,
+    types: PhantomData<fn() -> (M, F)>,
+}
+
+impl<R, P, M, C, H, F> StreamScope for Typed<R, P, M, C, H, F>
+where
+    R: Runtime,
+    P: Send + 'static,
+    C: Send + Sync,
+    H: Send + Sync,
+{
+    fn stream(&self) -> &str {
+        &self.stream
+    }
+
+    fn now(&self) -> Instant {
+        self.env.rt.now()
+    }
+
+    fn base(&self) -> Instant {
+        self.env.base
+    }
+}
+
+impl<R, P, M, C, H, F> Dispatch<P> for Typed<R, P, M, C, H, F>
+where
+    R: Runtime,
+    P: AsRef<[u8]> + Send + 'static,
+    M: Send + 'static,
+    C: Codec<M>,
+    H: Fn(Delivery<M>) -> F + Send + Sync + 'static,
+    F: Future + Send + 'static,
+    F::Output: IntoOutcome,
+{
+    fn spawn(self: Arc<Self>, payload: P, invocation: Invocation) {
+        let task = Arc::clone(&self).run(payload, invocation);
+        self.env.rt.spawn_unboxed(task);
+    }
+}
+
+impl<R, P, M, C, H, F> Typed<R, P, M, C, H, F>
+where
+    R: Runtime,
+    P: AsRef<[u8]> + Send + 'static,
+    M: Send + 'static,
+    C: Codec<M>,
+    H: Fn(Delivery<M>) -> F + Send + Sync + 'static,
+    F: Future + Send + 'static,
+    F::Output: IntoOutcome,
+{
+    /// The task of one invocation.
+    async fn run(self: Arc<Self>, payload: P, invocation: Invocation) {
+        let Invocation {
+            id,
+            message_id,
+            delivery_count,
+            attempt,
+            fence,
+            cancellation,
+        } = invocation;
+        let meta = Meta {
+            scope: self.clone(),
+            id: message_id,
+            delivery_count,
+            attempt,
+            fence,
+            cancellation: cancellation.clone(),
+        };
+        let this = &*self;
+        let start = move || match this.codec.decode(payload.as_ref()) {
+            Ok(message) => Either::Left(
+                (this.handler)(Delivery::new(message, meta)).map(IntoOutcome::into_outcome),
+            ),
+            Err(error) => Either::Right(std::future::ready(Outcome::Reject {
+                reason: format!("cannot decode payload: {error}"),
+            })),
+        };
+        let outcome = invoke(&self.env.rt, start, cancellation, self.env.grace).await;
+        // The driver may be gone after shutdown; then nobody needs the outcome.
+        let _ = self.env.inbox.send(Event::Outcome(id, outcome));
+    }
+}
+
+/// Runs one handler invocation: `start` decodes the payload and calls the user's function
+/// (a panic there or in the future counts as a failed attempt); honours cancellation with a
+/// grace period.
+async fn invoke<R: Runtime, F: Future<Output = Outcome>>(
+    rt: &R,
+    start: impl FnOnce() -> F,
+    cancellation: Cancellation,
+    grace: Duration,
+) -> Outcome {
+    let future = match std::panic::catch_unwind(AssertUnwindSafe(start)) {
+        Ok(future) => future,
+        Err(panic) => return panicked(panic),
+    };
+    let mut future = pin!(AssertUnwindSafe(future).catch_unwind());
+    // Most handlers finish on their first poll: no need to listen for a cancel then.
+    let first = future.as_mut().now_or_never();
+    let result = match first {
+        Some(result) => result,
+        // Boxed: the wait (a cancel listener, a grace timer) would otherwise take room in
+        // every handler task, most of which never get here.
+        None => match Box::pin(wait_or_cancel(rt, future, &cancellation, grace)).await {
+            Ok(result) => result,
+            Err(dropped) => return dropped,
+        },
+    };
+    // A cancel that won the race makes the result void, whatever it is.
+    if !cancellation.finish() {
+        let reason = cancellation.reason().expect("only a cancel beats finish");
+        return Outcome::Failed {
+            error: format!("cancelled ({reason:?}) before it finished"),
+        };
+    }
+    result.unwrap_or_else(panicked)
+}
+
+type Caught = std::thread::Result<Outcome>;
+
+/// Runs the handler to completion unless cancelled; a cancelled handler gets `grace` to stop on
+/// its own, then is dropped (`Err` carries the outcome to report for it).
+async fn wait_or_cancel<R: Runtime>(
+    rt: &R,
+    mut future: Pin<&mut impl Future<Output = Caught>>,
+    cancellation: &Cancellation,
+    grace: Duration,
+) -> Result<Caught, Outcome> {
+    Ok(
+        match select(future.as_mut(), pin!(cancellation.cancelled())).await {
+            Either::Left((result, _)) => result,
+            Either::Right((reason, _)) => {
+                // Give the handler a moment to notice the signal and stop on its own.
+                let grace_over = rt.sleep_until(rt.now() + grace);
+                match select(future, pin!(grace_over)).await {
+                    Either::Left((result, _)) => result,
+                    Either::Right(_) => {
+                        return Err(Outcome::Failed {
+                            error: format!("cancelled ({reason:?}) and dropped after {grace:?}"),
+                        })
+                    }
+                }
+            }
+        },
+    )
+}
+
+fn panicked(panic: Box<dyn std::any::Any + Send>) -> Outcome {
+    let message = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".into());
+    Outcome::Failed {
+        error: format!("handler panicked: {message}"),
+    }
+}
