@@ -197,7 +197,7 @@ pub struct BenchRedisArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "0,1000",
+        default_value = "0,3000",
         value_parser = value_parser!(u32).range(0..=1_000_000)
     )]
     pub prefetch: Vec<u32>,
@@ -304,7 +304,7 @@ mod tests {
             };
             args.options()
         };
-        assert_eq!(options(&["leasehold", "bench-redis"]).prefetch, [0, 1000]);
+        assert_eq!(options(&["leasehold", "bench-redis"]).prefetch, [0, 3000]);
         let parsed = options(&["leasehold", "bench-redis", "--prefetch", "0,50"]);
         assert_eq!(parsed.prefetch, [0, 50]);
         assert_eq!(parsed.concurrency, [1, 100, 1000]);

@@ -90,7 +90,7 @@ impl Default for RedisBenchOptions {
             messages: 20_000,
             rounds: 5,
             concurrency: vec![1, 100, 1000],
-            prefetch: vec![0, 1000],
+            prefetch: vec![0, 3000],
             threads: None,
             progress: false,
         }
