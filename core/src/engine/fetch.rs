@@ -87,7 +87,7 @@ impl<P> LeaseEngine<P> {
                 }
                 // Every slot busy: a prefetched message waits, ready, for the next free one.
                 None if self.running >= self.cfg.concurrency => {
-                    self.create(hash, source, message, epoch, State::Ready);
+                    self.create_ready(hash, source, message, epoch);
                     self.renew_due = Some(renew_due);
                 }
                 // The common case: created running, its first run starts now.
@@ -254,6 +254,13 @@ impl<P> LeaseEngine<P> {
         );
         self.enter(id, state, epoch, stamp);
         id
+    }
+
+    /// [`create`](Self::create) in state ready (a prefetched message), kept out of line: the
+    /// common path of a delivery, created running, stays small.
+    #[inline(never)]
+    fn create_ready(&mut self, hash: u64, source: SourceId, message: Fetched<P>, epoch: u64) {
+        self.create(hash, source, message, epoch, State::Ready);
     }
 
     /// A held message was delivered again: adopt the newer delivery, start nothing.
