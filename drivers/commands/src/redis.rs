@@ -9,8 +9,10 @@
 use std::time::Duration;
 
 use futures::StreamExt;
+use leasehold_core::ErrorKind;
 use leasehold_redis::{backend_error as redis_error, RedisBackend, RedisConfig};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::AsyncConnectionConfig;
 use redis::Script;
 
 use crate::state::CommandState;
@@ -112,6 +114,22 @@ impl RedisCommandStore {
         config.validate()?;
         let client = redis::Client::open(config.url.as_str())
             .map_err(|e| redis_error("bad Redis URL", e))?;
+        // One plain connection first, as the backend does: a wrong password, an unknown user
+        // or a bad TLS setup fails here at once, where the manager would retry it for seconds.
+        // A transient failure (server not up yet) is left to the manager's retries.
+        let probe = client
+            .get_multiplexed_async_connection_with_config(
+                &AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(config.command_timeout))
+                    .set_response_timeout(Some(config.command_timeout)),
+            )
+            .await;
+        if let Err(e) = probe {
+            let e = redis_error("connect", e);
+            if e.kind() == ErrorKind::Fatal {
+                return Err(e);
+            }
+        }
         let conn = client
             .get_connection_manager_with_config(
                 ConnectionManagerConfig::new()

@@ -5,6 +5,7 @@ mod common;
 
 use common::Fixture;
 use leasehold_commands::{RedisCommandStore, RedisStoreConfig};
+use leasehold_core::ErrorKind;
 use leasehold_redis_harness::RedisServer;
 
 const QUEUE: &str = "cmds";
@@ -266,4 +267,29 @@ async fn commands_survive_a_redis_restart() {
     }
     common::wait_pending_zero(&fixture).await;
     worker.shutdown(std::time::Duration::from_secs(2)).await;
+}
+
+/// A wrong password is a fatal error from `connect` (retrying cannot help), and the right one
+/// connects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_is_a_fatal_connect_error() {
+    let server = RedisServer::builder()
+        .password("s3cret")
+        .start()
+        .unwrap_or_else(|e| panic!("cannot start redis-server: {e}"));
+    let port = server.port();
+    let wrong = format!("redis://:nope@127.0.0.1:{port}/");
+    let error = RedisCommandStore::connect(RedisStoreConfig::new(wrong, "q"))
+        .await
+        .err()
+        .expect("a wrong password must not connect");
+    assert_eq!(
+        error.kind(),
+        ErrorKind::Fatal,
+        "retrying will not help: {error}"
+    );
+    let right = format!("redis://:s3cret@127.0.0.1:{port}/");
+    RedisCommandStore::connect(RedisStoreConfig::new(right, "q"))
+        .await
+        .expect("the right password connects");
 }
