@@ -279,10 +279,9 @@ async fn a_wrong_password_is_a_fatal_connect_error() {
         .unwrap_or_else(|e| panic!("cannot start redis-server: {e}"));
     let port = server.port();
     let wrong = format!("redis://:nope@127.0.0.1:{port}/");
-    let error = RedisCommandStore::connect(RedisStoreConfig::new(wrong, "q"))
-        .await
-        .err()
-        .expect("a wrong password must not connect");
+    let Err(error) = RedisCommandStore::connect(RedisStoreConfig::new(wrong, "q")).await else {
+        panic!("a wrong password must not connect");
+    };
     assert_eq!(
         error.kind(),
         ErrorKind::Fatal,
