@@ -13,7 +13,9 @@ use crate::SimConfig;
 /// `busy(m) = (D + P(m)) · H(m)` and
 /// `gap(m) = claim_timeout + D · (2·poll_interval + 2·rtt + cancel_grace + claim_timeout)
 ///           + P(m) · (repoll_interval + H_max + rtt)`,
-/// where `D = max_deliveries + 1`, `P(m)` is how often `m`'s handler may answer `Pending`,
+/// where `D = max_deliveries + 1` (with `prefetch`, each delivery may also wait
+/// `ceil(max_leases / concurrency) · H_max` for a slot on its replica), `P(m)` is how often
+/// `m`'s handler may answer `Pending`,
 /// `H(m)` the longest one of its invocations can hold a slot, `H_max` the largest `H`, `rtt`
 /// twice the largest fault-free one-way latency and `slots = replicas × concurrency`.
 pub(crate) fn liveness_bound(
@@ -34,7 +36,13 @@ pub(crate) fn liveness_bound(
     // One delivery's waits: the next fetch (poll interval, plus a fetch blocking up to its
     // wait), request and answer of the fetch and of the settle call, the wind-down of a
     // cancelled invocation, and the release delay (the store caps it at the claim timeout).
-    let per_delivery = settings.poll_interval * 2 + rtt * 2 + cfg.cancel_grace + claim;
+    let mut per_delivery = settings.poll_interval * 2 + rtt * 2 + cfg.cancel_grace + claim;
+    if settings.prefetch > 0 {
+        // A prefetched delivery waits for a slot on its replica while another may have one
+        // free: behind at most `max_leases` held leases, `concurrency` at a time.
+        let rounds = settings.max_leases.div_ceil(settings.concurrency.max(1));
+        per_delivery += h_max * u32::try_from(rounds).unwrap_or(u32::MAX);
+    }
     // One re-poll's wait: the re-poll interval, a free slot on its replica, the answer.
     let per_pending = settings.repoll_interval + h_max + rtt;
     let mut busy_sum = Duration::ZERO;

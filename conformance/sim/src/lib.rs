@@ -102,7 +102,9 @@
 //! - *gap(m)*: its time outside a slot: one lapse of a stale lease (`claim_timeout`), per
 //!   delivery the next fetch (up to `poll_interval` plus a fetch blocking up to its wait, so 2 ×
 //!   `poll_interval`), two calls (`2·rtt`), an orphan's wind-down (`cancel_grace`) and the
-//!   release delay (at most `claim_timeout`: the store caps it there), and per `Pending` the
+//!   release delay (at most `claim_timeout`: the store caps it there), with `prefetch` a wait
+//!   for a slot on its replica (behind at most `max_leases` held leases: `ceil(max_leases /
+//!   concurrency) · H_max`), and per `Pending` the
 //!   re-poll interval plus waiting for a slot on its replica (`H_max`) and `rtt`.
 //! - At any instant after quiet either every slot is busy — total slot work `Σ busy(m)` drains at
 //!   `slots` per second — or some slot is free, and then every unfinished message is making
@@ -142,7 +144,8 @@ pub use store::{Flaw, StoreKind};
 
 /// Everything a simulation run is made of. Per seed, the engine's concurrency (1 ..=
 /// [`max_concurrency`](Self::max_concurrency)), `max_leases` (concurrency + 0..=3), heartbeat
-/// (claim timeout / 4, / 3 or × 2/5) and renew batch size (2, 3 or 1000) are drawn too.
+/// (claim timeout / 4, / 3 or × 2/5), renew batch size (2, 3 or 1000) and prefetch (0, 1 or 3)
+/// are drawn too.
 #[derive(Debug, Clone)]
 pub struct SimConfig {
     /// Replicas consuming the stream.

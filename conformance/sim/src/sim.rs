@@ -238,7 +238,9 @@ impl<'a> Sim<'a> {
             .max_deliveries(cfg.max_deliveries)
             .shutdown_grace(cfg.shutdown_grace)
             .renew_batch_size(*rng.pick(&[1000, 1000, 2, 3]))
-            .fetch_backoff_max(cfg.fetch_backoff_max);
+            .fetch_backoff_max(cfg.fetch_backoff_max)
+            // From a generator of its own, so the other draws of a seed stay what they were.
+            .prefetch(*Rng::new(mix(seed ^ 0x9e3f_e7c4_0b1d_2a55)).pick(&[0, 0, 1, 3]));
         let settings = engine_config
             .validate()
             .expect("the simulator's engine configuration is valid");
@@ -1560,8 +1562,10 @@ fn short(outcome: &Outcome) -> String {
 /// For the trace's header: the resolved engine settings of a seed.
 pub(crate) fn describe(settings: &Settings) -> String {
     format!(
-        "concurrency {}, max_leases {}, claim {:?}, heartbeat {:?}, margin {:?}, renew batch {}",
+        "concurrency {}, prefetch {}, max_leases {}, claim {:?}, heartbeat {:?}, margin {:?}, \
+         renew batch {}",
         settings.concurrency,
+        settings.prefetch,
         settings.max_leases,
         settings.claim_timeout,
         settings.heartbeat_interval,
