@@ -92,7 +92,8 @@ macro_rules! ensure {
 mod worker;
 pub use worker::{
     consume_compat, worker_backpressure_and_serial, worker_crash_failover,
-    worker_no_reclaim_of_live_work, worker_pending_repoll, worker_shutdown_hands_back,
+    worker_no_reclaim_of_live_work, worker_pending_repoll, worker_prefetch_hands_back,
+    worker_shutdown_hands_back,
 };
 
 fn lease<P>(message: &Fetched<P>) -> LeaseRef {
@@ -894,6 +895,7 @@ macro_rules! worker_suite {
             worker_crash_failover,
             worker_pending_repoll,
             worker_shutdown_hands_back,
+            worker_prefetch_hands_back,
             consume_compat
         );
     };

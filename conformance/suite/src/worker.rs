@@ -8,7 +8,7 @@ use std::time::Duration;
 use leasehold_core::Backend;
 use leasehold_tokio::{Config, Delivery, Json, Outcome, TokioRuntime, Worker, WorkerBuilder};
 
-use crate::{fetch, open, publish, stream_len, BackendFactory};
+use crate::{fetch, open, pending, publish, stream_len, BackendFactory};
 
 /// Cadence of empty fetches.
 const POLL: Duration = Duration::from_millis(25);
@@ -524,6 +524,63 @@ pub async fn worker_shutdown_hands_back<F: BackendFactory>(f: &F) {
         recorder.runs().len() == 1,
         "the message ran more than once"
     );
+}
+
+/// Prefetch hands back: with concurrency 1 and prefetch 3, the worker leases the running
+/// message and three more (the backend counts four pending while one has started); shutdown
+/// releases the prefetched ones at once, so every message is either acked by the worker or
+/// fetched by a fresh handle right after shutdown — none lost, none waiting out a claim
+/// timeout — and none ran twice.
+pub async fn worker_prefetch_hands_back<F: BackendFactory>(f: &F) {
+    const P: &str = "worker_prefetch_hands_back";
+    const MESSAGES: u64 = 4;
+    let (_, mut r) = open(f, 2).await;
+    let fresh = r.remove(1);
+    for i in 0..MESSAGES {
+        publish_n(&fresh, i).await;
+    }
+    let recorder = Recorder::default();
+    let worker = start::<F>(
+        config(f, 1).prefetch(3),
+        r.remove(0),
+        &recorder,
+        0,
+        Duration::from_millis(1500),
+        done,
+    );
+    wait_until(P, "one message running and all four leased", || async {
+        !recorder.runs().is_empty() && pending(&fresh).await == MESSAGES
+    })
+    .await;
+    ensure!(
+        P,
+        recorder.runs().len() == 1,
+        "{} handlers started with concurrency 1",
+        recorder.runs().len()
+    );
+    let report = worker.shutdown(Duration::from_secs(5)).await;
+    let back = fetch(&fresh, 10).await;
+    ensure!(
+        P,
+        report.acked + back.len() as u64 == MESSAGES,
+        "{} acked and {} fetched right after shutdown, of {MESSAGES}",
+        report.acked,
+        back.len()
+    );
+    let record = recorder.lock();
+    ensure!(P, record.max_same == 1, "a message ran twice at once");
+    let ran: Vec<u64> = record.runs.iter().map(|r| r.message).collect();
+    for message in &back {
+        let n: u64 = std::str::from_utf8(message.payload.as_ref())
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .expect("a published number");
+        ensure!(
+            P,
+            !ran.contains(&n),
+            "message {n} ran and was handed back (runs: {ran:?})"
+        );
+    }
 }
 
 /// `consume()` compatibility: `true` acks the message; `false` keeps it for the next
