@@ -7,7 +7,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use leasehold_core::{Fence, Fetched, MessageId};
 
-use super::{Entry, Pending, Store};
+use super::{standing, Entry, Pending, Store};
 
 impl Store {
     /// Up to `max` deliveries for `consumer`: reclaimed entries (XAUTOCLAIM from the cursor)
@@ -18,7 +18,12 @@ impl Store {
         consumer: &Arc<str>,
         max: usize,
     ) -> Vec<Fetched<Bytes>> {
-        let reclaimable = self.due.range(..=(now, u64::MAX)).take(max).count();
+        let due = if self.due.any_claimable(now, standing(&self.entries)) {
+            self.due.claimable(now, standing(&self.entries))
+        } else {
+            Vec::new()
+        };
+        let reclaimable = due.len().min(max);
         let fresh = self
             .entries
             .range(self.last_delivered + 1..)
@@ -30,29 +35,25 @@ impl Store {
             self.prefer_new = !self.prefer_new;
         }
         let mut out = Vec::with_capacity(reclaim + read);
-        self.reclaim(now, consumer, reclaim, &mut out);
+        self.reclaim(now, consumer, due, reclaim, &mut out);
         self.read_new(now, consumer, read, &mut out);
         out
     }
 
-    /// Takes up to `count` entries idle for the claim timeout, in id order from the cursor,
-    /// wrapping around: each scan resumes where the last one stopped, so none starves.
+    /// Takes up to `count` of the `due` entries (idle for the claim timeout, ascending), in id
+    /// order from the cursor, wrapping around: each scan resumes where the last one stopped,
+    /// so none starves.
     fn reclaim(
         &mut self,
         now: Instant,
         consumer: &Arc<str>,
+        mut due: Vec<u64>,
         count: usize,
         out: &mut Vec<Fetched<Bytes>>,
     ) {
         if count == 0 {
             return;
         }
-        let mut due: Vec<u64> = self
-            .due
-            .range(..=(now, u64::MAX))
-            .map(|&(_, seq)| seq)
-            .collect();
-        due.sort_unstable();
         let wrap = due.partition_point(|&seq| seq < self.cursor);
         due.rotate_left(wrap);
         due.truncate(count);
@@ -66,12 +67,10 @@ impl Store {
             else {
                 continue;
             };
-            self.due.remove(&(pending.claimable_at, seq));
             pending.owner = consumer.clone();
             pending.delivery_count = pending.delivery_count.saturating_add(1);
-            pending.claimable_at = until;
-            self.due.insert((until, seq));
             out.push(delivery(id, payload, pending.delivery_count));
+            self.set_claimable_at(seq, until);
         }
         if let Some(&last) = due.last() {
             self.cursor = last + 1;
@@ -96,13 +95,14 @@ impl Store {
             .take(count)
         {
             // Never delivered to the group, so it has no PEL row yet.
+            let place = self.due.insert(until, seq);
             entry.pending = Some(Pending {
                 owner: consumer.clone(),
                 delivery_count: 1,
                 claimable_at: until,
+                place,
             });
             self.pending += 1;
-            self.due.insert((until, seq));
             self.last_delivered = seq;
             out.push(delivery(&entry.id, &entry.payload, 1));
         }

@@ -3,9 +3,10 @@
 //! handles lock the store, read the clock and call in. Nothing here blocks, awaits or panics
 //! half-way through a change.
 
+mod due;
 mod fetch;
 
-use std::collections::{btree_map, BTreeMap, BTreeSet, HashSet};
+use std::collections::{btree_map, BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,6 +16,7 @@ use leasehold_core::{LeaseRef, MessageId, RenewResult, SettleResult};
 use crate::config::MemoryError;
 use crate::id;
 use crate::inspect::{DeadLetter, PendingInfo};
+use due::{Due, Place};
 
 /// One delivered, unacknowledged entry: an XPENDING row.
 #[derive(Debug)]
@@ -24,6 +26,8 @@ struct Pending {
     /// When the entry becomes claimable by anyone: last delivery/renew + claim timeout, or
     /// release time + delay. Idle time is `claim_timeout - (claimable_at - now)`.
     claimable_at: Instant,
+    /// Where `due` keeps its record.
+    place: Place,
 }
 
 /// One entry of the stream, with its PEL row while it is delivered and unacknowledged (one
@@ -34,6 +38,17 @@ struct Entry {
     id: MessageId,
     payload: Bytes,
     pending: Option<Pending>,
+}
+
+/// Whether a queued `due` record (claimable at `at`, row `seq`) still stands: the row exists
+/// and still has that time, with its record in the queue.
+fn standing(entries: &BTreeMap<u64, Entry>) -> impl Fn(Instant, u64) -> bool + '_ {
+    |at, seq| {
+        entries
+            .get(&seq)
+            .and_then(|e| e.pending.as_ref())
+            .is_some_and(|p| p.place == Place::Queue && p.claimable_at == at)
+    }
 }
 
 /// Whether `consumer` holds the entry with the lease's fence.
@@ -53,7 +68,7 @@ pub(crate) struct Store {
     /// Entries with a PEL row.
     pending: usize,
     /// The PEL ordered by `claimable_at`: finds what is reclaimable without a scan.
-    due: BTreeSet<(Instant, u64)>,
+    due: Due,
     /// Where the next reclaim continues (XAUTOCLAIM's cursor): the sequence after the last
     /// entry reclaimed.
     cursor: u64,
@@ -71,7 +86,7 @@ impl Store {
             last_seq: 0,
             last_delivered: 0,
             pending: 0,
-            due: BTreeSet::new(),
+            due: Due::default(),
             cursor: 0,
             prefer_new: false,
             consumers: HashSet::new(),
@@ -152,10 +167,11 @@ impl Store {
                 if !is_current(pending, consumer, lease) {
                     return SettleResult::Lost;
                 }
-                let claimable_at = pending.claimable_at;
+                let (claimable_at, place) = (pending.claimable_at, pending.place);
                 entry.remove();
                 self.pending -= 1;
-                self.due.remove(&(claimable_at, seq));
+                self.due
+                    .remove(claimable_at, seq, place, standing(&self.entries));
                 SettleResult::Ok
             })
             .collect()
@@ -204,8 +220,8 @@ impl Store {
     }
 
     /// When the next pending entry becomes claimable, if any is pending.
-    pub(crate) fn next_claimable(&self) -> Option<Instant> {
-        self.due.first().map(|&(at, _)| at)
+    pub(crate) fn next_claimable(&mut self) -> Option<Instant> {
+        self.due.first(standing(&self.entries))
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -261,11 +277,23 @@ impl Store {
     }
 
     fn set_claimable_at(&mut self, seq: u64, at: Instant) {
-        if let Some(pending) = self.entries.get_mut(&seq).and_then(|e| e.pending.as_mut()) {
-            self.due.remove(&(pending.claimable_at, seq));
-            pending.claimable_at = at;
-            self.due.insert((at, seq));
+        let Some(pending) = self.entries.get(&seq).and_then(|e| e.pending.as_ref()) else {
+            return;
+        };
+        let (old, place) = (pending.claimable_at, pending.place);
+        if place == Place::Queue && old == at {
+            return; // its record stands as it is
         }
+        // Moved first, so the old record no longer stands when `remove` may sweep.
+        let new_place = self.due.insert(at, seq);
+        let pending = self
+            .entries
+            .get_mut(&seq)
+            .and_then(|e| e.pending.as_mut())
+            .expect("checked above");
+        pending.claimable_at = at;
+        pending.place = new_place;
+        self.due.remove(old, seq, place, standing(&self.entries));
     }
 
     /// Drops a pending entry from the PEL and the stream; returns its id, payload and PEL row.
@@ -281,7 +309,12 @@ impl Store {
         } = entry.remove();
         let pending = pending.expect("checked above");
         self.pending -= 1;
-        self.due.remove(&(pending.claimable_at, seq));
+        self.due.remove(
+            pending.claimable_at,
+            seq,
+            pending.place,
+            standing(&self.entries),
+        );
         Some((id, payload, pending))
     }
 

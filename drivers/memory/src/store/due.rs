@@ -1,0 +1,218 @@
+//! The pending list ordered by when each row becomes claimable: what a fetch reclaims, and
+//! when a waiting fetch must look again.
+//!
+//! A delivery, a reclaim and a renew all set a row to `now + claim_timeout`, which never goes
+//! down as the clock moves on, so those rows are appended to a queue already in order, at O(1)
+//! per message instead of a tree insert and remove. A row acked, dead-lettered or moved since is
+//! left behind there (the store tells which records still stand) and skipped; the queue is swept
+//! when such records outnumber the standing ones. Anything out of order (a release's earlier
+//! time, a clock that went back) goes to an exact ordered set instead.
+
+use std::collections::{BTreeSet, HashSet, VecDeque};
+use std::time::Instant;
+
+/// Where a pending row's record is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// In the in-order queue (standing while the row still has that time and place).
+    Queue,
+    /// In the ordered set (removed exactly when the row changes).
+    Set,
+}
+
+/// Pending rows by the instant they become claimable.
+#[derive(Debug, Default)]
+pub(crate) struct Due {
+    /// Records in nondecreasing time order, some no longer standing.
+    queue: VecDeque<(Instant, u64)>,
+    /// Rows whose record is in `queue`.
+    in_queue: usize,
+    /// Records added out of order, all standing.
+    set: BTreeSet<(Instant, u64)>,
+}
+
+/// Records in the queue that may stand before a sweep.
+const SLACK: usize = 1024;
+
+impl Due {
+    /// Adds the row `seq`, claimable at `at`; returns where its record went.
+    pub(crate) fn insert(&mut self, at: Instant, seq: u64) -> Place {
+        if self.queue.back().is_none_or(|&(last, _)| last <= at) {
+            self.queue.push_back((at, seq));
+            self.in_queue += 1;
+            Place::Queue
+        } else {
+            self.set.insert((at, seq));
+            Place::Set
+        }
+    }
+
+    /// The row `seq` (claimable at `at`, its record in `place`) changed or went away. A queued
+    /// record is left for `standing` to skip.
+    pub(crate) fn remove(
+        &mut self,
+        at: Instant,
+        seq: u64,
+        place: Place,
+        standing: impl Fn(Instant, u64) -> bool,
+    ) {
+        match place {
+            Place::Set => {
+                self.set.remove(&(at, seq));
+            }
+            Place::Queue => {
+                self.in_queue -= 1;
+                if self.queue.len() > 2 * self.in_queue + SLACK {
+                    self.sweep(standing);
+                }
+            }
+        }
+    }
+
+    /// The earliest instant a row becomes claimable.
+    pub(crate) fn first(&mut self, standing: impl Fn(Instant, u64) -> bool) -> Option<Instant> {
+        self.trim_front(&standing);
+        let queued = self.queue.front().map(|&(at, _)| at);
+        let set = self.set.first().map(|&(at, _)| at);
+        match (queued, set) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The rows claimable at `now`, each once, in no particular order.
+    pub(crate) fn claimable(
+        &mut self,
+        now: Instant,
+        standing: impl Fn(Instant, u64) -> bool,
+    ) -> Vec<u64> {
+        self.trim_front(&standing);
+        let mut rows: Vec<u64> = self
+            .queue
+            .iter()
+            .take_while(|&&(at, _)| at <= now)
+            .filter(|&&(at, seq)| standing(at, seq))
+            .map(|&(_, seq)| seq)
+            .chain(self.set.range(..=(now, u64::MAX)).map(|&(_, seq)| seq))
+            .collect();
+        // A row moved out of the queue and back at the same instant has two records there.
+        rows.sort_unstable();
+        rows.dedup();
+        rows
+    }
+
+    /// Whether any row is claimable at `now`.
+    pub(crate) fn any_claimable(
+        &mut self,
+        now: Instant,
+        standing: impl Fn(Instant, u64) -> bool,
+    ) -> bool {
+        self.first(standing).is_some_and(|at| at <= now)
+    }
+
+    /// Drops records that no longer stand from the front of the queue.
+    fn trim_front(&mut self, standing: &impl Fn(Instant, u64) -> bool) {
+        while let Some(&(at, seq)) = self.queue.front() {
+            if standing(at, seq) {
+                break;
+            }
+            self.queue.pop_front();
+        }
+    }
+
+    /// Keeps only the standing records, once each (in order).
+    fn sweep(&mut self, standing: impl Fn(Instant, u64) -> bool) {
+        let mut seen = HashSet::with_capacity(self.in_queue);
+        self.queue
+            .retain(|&(at, seq)| standing(at, seq) && seen.insert(seq));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::time::Duration;
+
+    use super::*;
+
+    /// The rows' current times and places, as the store keeps them.
+    #[derive(Default)]
+    struct Rows(HashMap<u64, (Instant, Place)>);
+
+    impl Rows {
+        fn standing(&self) -> impl Fn(Instant, u64) -> bool + '_ {
+            |at, seq| self.0.get(&seq) == Some(&(at, Place::Queue))
+        }
+    }
+
+    fn set(due: &mut Due, rows: &mut Rows, seq: u64, at: Instant) {
+        if let Some((old, place)) = rows.0.remove(&seq) {
+            due.remove(old, seq, place, rows.standing());
+        }
+        let place = due.insert(at, seq);
+        rows.0.insert(seq, (at, place));
+    }
+
+    fn drop_row(due: &mut Due, rows: &mut Rows, seq: u64) {
+        let (at, place) = rows.0.remove(&seq).expect("a row");
+        due.remove(at, seq, place, rows.standing());
+    }
+
+    #[test]
+    fn finds_claimable_rows_in_order_and_out_of_order_alike() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let (mut due, mut rows) = (Due::default(), Rows::default());
+        set(&mut due, &mut rows, 1, ms(100));
+        set(&mut due, &mut rows, 2, ms(200));
+        set(&mut due, &mut rows, 3, ms(50)); // a release: out of order
+        assert_eq!(rows.0[&3].1, Place::Set);
+        assert_eq!(due.first(rows.standing()), Some(ms(50)));
+        assert_eq!(due.claimable(ms(40), rows.standing()), Vec::<u64>::new());
+        assert_eq!(due.claimable(ms(100), rows.standing()), [1, 3]);
+        assert!(due.any_claimable(ms(50), rows.standing()));
+        assert!(!due.any_claimable(ms(49), rows.standing()));
+
+        // Acked, renewed: the old records no longer count.
+        drop_row(&mut due, &mut rows, 3);
+        set(&mut due, &mut rows, 1, ms(300));
+        assert_eq!(due.first(rows.standing()), Some(ms(200)));
+        assert_eq!(due.claimable(ms(250), rows.standing()), [2]);
+        assert_eq!(due.claimable(ms(300), rows.standing()), [1, 2]);
+    }
+
+    #[test]
+    fn a_row_back_at_its_old_instant_is_found_once() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let (mut due, mut rows) = (Due::default(), Rows::default());
+        set(&mut due, &mut rows, 1, ms(100));
+        set(&mut due, &mut rows, 2, ms(100));
+        set(&mut due, &mut rows, 1, ms(10)); // released
+        set(&mut due, &mut rows, 1, ms(100)); // renewed at the same instant as before
+        assert_eq!(due.claimable(ms(100), rows.standing()), [1, 2]);
+    }
+
+    #[test]
+    fn records_left_behind_are_swept() {
+        let t0 = Instant::now();
+        let (mut due, mut rows) = (Due::default(), Rows::default());
+        for seq in 0..100_000u64 {
+            set(&mut due, &mut rows, seq, t0 + Duration::from_micros(seq));
+            if seq >= 10 {
+                drop_row(&mut due, &mut rows, seq - 10);
+            }
+        }
+        assert_eq!(due.in_queue, 10);
+        assert!(
+            due.queue.len() <= 2 * 10 + SLACK + 1,
+            "{} records kept for 10 rows",
+            due.queue.len()
+        );
+        let now = t0 + Duration::from_secs(1);
+        assert_eq!(
+            due.claimable(now, rows.standing()),
+            (99_990..100_000).collect::<Vec<_>>()
+        );
+    }
+}
