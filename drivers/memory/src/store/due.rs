@@ -37,7 +37,7 @@ const SLACK: usize = 1024;
 impl Due {
     /// Adds the row `seq`, claimable at `at`; returns where its record went.
     pub(crate) fn insert(&mut self, at: Instant, seq: u64) -> Place {
-        if self.queue.back().is_none_or(|&(last, _)| last <= at) {
+        if self.queue.back().map_or(true, |&(last, _)| last <= at) {
             self.queue.push_back((at, seq));
             self.in_queue += 1;
             Place::Queue
