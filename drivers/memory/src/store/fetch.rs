@@ -24,11 +24,18 @@ impl Store {
             Vec::new()
         };
         let reclaimable = due.len().min(max);
-        let fresh = self
-            .entries
-            .range(self.last_delivered + 1..)
-            .take(max)
-            .count();
+        // Only pending entries are ever removed, so every entry after the last delivered one
+        // is still there: no need to count them.
+        let fresh = usize::try_from(self.last_seq - self.last_delivered)
+            .unwrap_or(usize::MAX)
+            .min(max);
+        debug_assert_eq!(
+            fresh,
+            self.entries
+                .range(self.last_delivered + 1..)
+                .take(max)
+                .count()
+        );
         let (reclaim, read) = split(max, reclaimable, fresh, self.prefer_new);
         if reclaimable > 0 && fresh > 0 && max % 2 == 1 {
             // The odd slot was contested: the other kind gets it next time.
