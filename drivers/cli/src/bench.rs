@@ -22,7 +22,7 @@ use leasehold_tokio::{Config, Delivery, Raw, TokioRuntime, WorkerBuilder};
 use tokio::sync::Notify;
 
 use crate::counting::{AckCounter, CallCounts, Counting};
-use crate::stats::{grouped, median};
+use crate::stats::{cpu_time, grouped, median};
 use crate::CliError;
 
 /// What to measure.
@@ -355,21 +355,6 @@ impl Stopwatch {
         };
         Round { wall, cpu, calls }
     }
-}
-
-/// CPU time used so far by every thread of this process (Linux: the first field of
-/// `/proc/self/task/*/schedstat`, in nanoseconds); `None` elsewhere. CPU time per message is
-/// steadier than throughput on a machine shared with other work.
-fn cpu_time() -> Option<Duration> {
-    let mut total = 0u64;
-    for task in std::fs::read_dir("/proc/self/task").ok()? {
-        let path = task.ok()?.path().join("schedstat");
-        // A thread may end between listing and reading: it no longer runs, skip it.
-        if let Ok(text) = std::fs::read_to_string(path) {
-            total += text.split_whitespace().next()?.parse::<u64>().ok()?;
-        }
-    }
-    Some(Duration::from_nanos(total))
 }
 
 fn progress_bar(options: &BenchOptions) -> ProgressBar {

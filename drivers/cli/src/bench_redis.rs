@@ -39,7 +39,7 @@ use redis::Value;
 use tokio::sync::Notify;
 
 use crate::counting::{AckCounter, CallCounts, Counting};
-use crate::stats::{grouped, median};
+use crate::stats::{cpu_time, grouped, median};
 use crate::CliError;
 
 /// The consumer group of every round.
@@ -974,21 +974,6 @@ fn server_cpu_secs(server: &RedisServer) -> Option<f64> {
         value.is_finite().then_some(value)
     };
     Some(field("used_cpu_user")? + field("used_cpu_sys")?)
-}
-
-/// CPU time used so far by every thread of this process (Linux: the first field of
-/// `/proc/self/task/*/schedstat`, in nanoseconds); `None` elsewhere. (A thread that ended since
-/// the last reading takes its time with it, so a delta can come out negative: `None` then.)
-fn cpu_time() -> Option<Duration> {
-    let mut total = 0u64;
-    for task in std::fs::read_dir("/proc/self/task").ok()? {
-        let path = task.ok()?.path().join("schedstat");
-        // A thread may end between listing and reading: it no longer runs, skip it.
-        if let Ok(text) = std::fs::read_to_string(path) {
-            total += text.split_whitespace().next()?.parse::<u64>().ok()?;
-        }
-    }
-    Some(Duration::from_nanos(total))
 }
 
 /// `cmdstat_<name>` → calls, from `INFO commandstats`.

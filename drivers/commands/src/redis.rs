@@ -9,10 +9,8 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use leasehold_core::ErrorKind;
-use leasehold_redis::{backend_error as redis_error, RedisBackend, RedisConfig};
+use leasehold_redis::{backend_error as redis_error, check_credentials, RedisBackend, RedisConfig};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::AsyncConnectionConfig;
 use redis::Script;
 
 use crate::state::CommandState;
@@ -114,22 +112,8 @@ impl RedisCommandStore {
         config.validate()?;
         let client = redis::Client::open(config.url.as_str())
             .map_err(|e| redis_error("bad Redis URL", e))?;
-        // One plain connection first, as the backend does: a wrong password, an unknown user
-        // or a bad TLS setup fails here at once, where the manager would retry it for seconds.
-        // A transient failure (server not up yet) is left to the manager's retries.
-        let probe = client
-            .get_multiplexed_async_connection_with_config(
-                &AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(config.command_timeout))
-                    .set_response_timeout(Some(config.command_timeout)),
-            )
-            .await;
-        if let Err(e) = probe {
-            let e = redis_error("connect", e);
-            if e.kind() == ErrorKind::Fatal {
-                return Err(e);
-            }
-        }
+        // Fails at once on a wrong password or a bad TLS setup, as the backend does.
+        check_credentials(&client, config.command_timeout).await?;
         let conn = client
             .get_connection_manager_with_config(
                 ConnectionManagerConfig::new()

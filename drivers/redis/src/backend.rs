@@ -70,6 +70,30 @@ impl std::fmt::Debug for RedisBackend {
     }
 }
 
+/// Opens one plain connection to `client`'s server: a wrong password, an unknown user or a
+/// bad TLS setup is a fatal error here, at once, where a connection manager would retry it for
+/// seconds. A transient failure (the server not up yet) passes: the manager's retries handle it.
+pub async fn check_credentials(client: &redis::Client, timeout: Duration) -> BackendResult<()> {
+    let probe = client
+        .get_multiplexed_async_connection_with_config(
+            &AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(timeout))
+                .set_response_timeout(Some(timeout)),
+        )
+        .await;
+    match probe {
+        Err(e) => {
+            let e = error("connect", e);
+            if e.kind() == ErrorKind::Fatal {
+                Err(e)
+            } else {
+                Ok(())
+            }
+        }
+        Ok(_) => Ok(()),
+    }
+}
+
 impl RedisBackend {
     /// Connects, and creates the stream and group if they do not exist (the group starts at
     /// the stream's beginning, so existing entries are consumed as they are).
@@ -79,22 +103,7 @@ impl RedisBackend {
             .map_err(|e| BackendError::fatal(e.to_string()))?;
         let client = redis::Client::open(config.url.as_str())
             .map_err(|e| BackendError::fatal(format!("bad Redis URL: {e}")).with_source(e))?;
-        // One plain connection first: a wrong password, an unknown user or a bad TLS setup
-        // fails here at once, where the managers below would retry it for seconds. A
-        // transient failure (server not up yet) is left to their retries.
-        let probe = client
-            .get_multiplexed_async_connection_with_config(
-                &AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(config.command_timeout))
-                    .set_response_timeout(Some(config.command_timeout)),
-            )
-            .await;
-        if let Err(e) = probe {
-            let e = error("connect", e);
-            if e.kind() == ErrorKind::Fatal {
-                return Err(e);
-            }
-        }
+        check_credentials(&client, config.command_timeout).await?;
         let reconnect = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.command_timeout))
             .set_max_delay(Duration::from_secs(2));

@@ -31,5 +31,5 @@
 mod backend;
 mod config;
 
-pub use backend::{error as backend_error, RedisBackend};
+pub use backend::{check_credentials, error as backend_error, RedisBackend};
 pub use config::{RedisConfig, RedisConfigError};
