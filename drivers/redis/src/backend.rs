@@ -15,26 +15,24 @@ use redis::{AsyncConnectionConfig, RedisError, Script, Value};
 
 use crate::config::{unique_consumer_name, RedisConfig};
 
-static FETCH: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/fetch.lua")));
-/// Batch scripts share the one-`XPENDING` fence check.
-macro_rules! batch_script {
-    ($file:literal) => {
-        LazyLock::new(|| {
-            Script::new(concat!(
-                include_str!("lua/fenced_batch.lua"),
-                include_str!($file)
-            ))
-        })
+/// A script made of shared Lua helpers followed by its own file.
+macro_rules! script {
+    ($($file:literal),+) => {
+        LazyLock::new(|| Script::new(concat!($(include_str!($file)),+)))
     };
 }
 
-static RENEW: LazyLock<Script> = batch_script!("lua/renew.lua");
-static ACK: LazyLock<Script> = batch_script!("lua/ack.lua");
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/release.lua")));
-static DEAD_LETTER: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/dead_letter.lua")));
-static REAP: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/reap_consumers.lua")));
+static FETCH: LazyLock<Script> = script!("lua/last_delivered.lua", "lua/fetch.lua");
+/// Batch scripts share the one-`XPENDING` fence check.
+static RENEW: LazyLock<Script> = script!("lua/fenced_batch.lua", "lua/renew.lua");
+static ACK: LazyLock<Script> = script!(
+    "lua/fenced_batch.lua",
+    "lua/last_delivered.lua",
+    "lua/ack.lua"
+);
+static RELEASE: LazyLock<Script> = script!("lua/release.lua");
+static DEAD_LETTER: LazyLock<Script> = script!("lua/dead_letter.lua");
+static REAP: LazyLock<Script> = script!("lua/reap_consumers.lua");
 
 /// Most ids per script call: keeps each script short so Redis stays responsive.
 const SCRIPT_BATCH: usize = 1000;

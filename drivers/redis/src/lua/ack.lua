@@ -34,17 +34,6 @@ local function after(id)
   return ms .. '-' .. string.char(unpack(digits))
 end
 
-local function last_delivered()
-  for _, info in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
-    local name, id
-    for i = 1, #info, 2 do
-      if info[i] == 'name' then name = info[i + 1] end
-      if info[i] == 'last-delivered-id' then id = info[i + 1] end
-    end
-    if name == group then return id end
-  end
-end
-
 local ids, flags = held(stream, group, consumer)
 if #ids > 0 then
   redis.call('XACK', stream, group, unpack(ids))
@@ -55,7 +44,7 @@ if #ids > 0 then
   else
     -- Nothing pending: everything delivered is done. (The largest id there is, 2^64-1 - 2^64-1,
     -- has no successor; then the trim stops just below it and XDEL takes it.)
-    local last = last_delivered()
+    local last = last_delivered(stream, group)
     if last and last ~= '18446744073709551615-18446744073709551615' then
       below = after(last)
     end

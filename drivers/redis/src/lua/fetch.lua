@@ -70,14 +70,5 @@ else
 end
 
 local last = false
-if taken == 0 then
-  for _, info in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
-    local name, id
-    for i = 1, #info, 2 do
-      if info[i] == 'name' then name = info[i + 1] end
-      if info[i] == 'last-delivered-id' then id = info[i + 1] end
-    end
-    if name == group then last = id end
-  end
-end
+if taken == 0 then last = last_delivered(stream, group) or false end
 return {cursor, out, last}
