@@ -486,39 +486,27 @@ pub fn run(options: &RedisBenchOptions) -> Result<RedisBenchReport, CliError> {
         if measured {
             raw.record(options.messages, took, cost, None);
         }
-        for ((concurrency, prefetch), variant) in no_op.iter_mut() {
+        let leasehold_variants = no_op
+            .iter_mut()
+            .map(|((c, p), v)| (v, worker_config(*c, *p), Handler::NoOp))
+            .chain(slow.iter_mut().map(|(p, v)| {
+                let config = worker_config(SLOW_CONCURRENCY, *p);
+                (v, config, Handler::Sleep(SLOW_HANDLER))
+            }));
+        for (variant, config, handler) in leasehold_variants {
             bar.set_message(format!(
-                "round {round} of {}: no-op c={concurrency}, prefetch {prefetch}",
-                options.rounds
+                "round {round} of {}: {}",
+                options.rounds, variant.name
             ));
-            let stream = next_key("noop");
+            let stream = next_key("leasehold");
             let (took, calls, cost) = leasehold_measured(
                 &runtime,
                 &server,
                 &rt,
                 &stream,
                 options.messages,
-                worker_config(*concurrency, *prefetch),
-                Handler::NoOp,
-            )?;
-            if measured {
-                variant.record(options.messages, took, cost, Some(calls));
-            }
-        }
-        for (prefetch, variant) in slow.iter_mut() {
-            bar.set_message(format!(
-                "round {round} of {}: 10 ms, prefetch {prefetch}",
-                options.rounds
-            ));
-            let stream = next_key("slow");
-            let (took, calls, cost) = leasehold_measured(
-                &runtime,
-                &server,
-                &rt,
-                &stream,
-                options.messages,
-                worker_config(SLOW_CONCURRENCY, *prefetch),
-                Handler::Sleep(SLOW_HANDLER),
+                config,
+                handler,
             )?;
             if measured {
                 variant.record(options.messages, took, cost, Some(calls));
