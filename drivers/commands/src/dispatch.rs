@@ -196,6 +196,13 @@ impl<S: CommandStore> Dispatcher<S> {
             Phase::Execute => &self.counters.executed,
             Phase::CheckStatus => &self.counters.checked,
         });
+        // A replica that stalled since the delivery (a slow load, a paused process) may have
+        // lost the lease, and a peer may be running this command: check right before the
+        // handler's side effect, as every handler should (the compare-and-set only decides
+        // which state write wins, not whether `execute` runs twice).
+        if !delivery.lease_valid() {
+            return Ok(Outcome::Pending);
+        }
         let started = unix_millis();
         let result = handler.call(phase, ctx.clone(), state.params.clone()).await;
         let mut next = state.next();
