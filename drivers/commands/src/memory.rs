@@ -1,6 +1,7 @@
 //! The in-process store: states in a map next to a [`MemoryStream`], one lock for both.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -30,7 +31,6 @@ struct Inner {
     states: HashMap<String, (CommandState, Instant)>,
     cancel_feeds: Vec<mpsc::UnboundedSender<String>>,
     submits: u64,
-    consumers: u64,
 }
 
 impl std::fmt::Debug for MemoryCommandStore {
@@ -141,11 +141,10 @@ impl CommandStore for MemoryCommandStore {
                 self.stream.claim_timeout()
             )));
         }
-        let name = {
-            let mut inner = self.lock();
-            inner.consumers += 1;
-            format!("commands-{}", inner.consumers)
-        };
+        // Numbered process-wide: several stores may share one stream, and names identify
+        // lease owners.
+        static CONSUMERS: AtomicU64 = AtomicU64::new(0);
+        let name = format!("commands-{}", CONSUMERS.fetch_add(1, Ordering::Relaxed) + 1);
         self.stream
             .consumer(&name)
             .map_err(|e| StoreError::fatal(format!("consumer {name}")).with_source(e))
@@ -167,6 +166,19 @@ mod tests {
 
     fn state(id: &str) -> CommandState {
         CommandState::submitted(id.into(), "kind".into(), serde_json::Value::Null)
+    }
+
+    #[test]
+    fn two_stores_on_one_stream_get_consumers_of_their_own() {
+        let stream = MemoryStream::new(StreamConfig::default()).unwrap();
+        let claim = stream.claim_timeout();
+        let (a, b) = (
+            MemoryCommandStore::new(stream.clone()),
+            MemoryCommandStore::new(stream),
+        );
+        let first = block_on(a.consumer(claim)).expect("a consumer");
+        let second = block_on(b.consumer(claim)).expect("another store, another consumer name");
+        assert_ne!(first.name(), second.name());
     }
 
     #[test]
