@@ -436,19 +436,19 @@ impl Backend for RedisBackend {
             return Ok(Vec::new());
         }
         self.reap_consumers().await;
-        let mut batch = Vec::new();
-        // While nothing is reclaimable, new entries come without a script. The script runs
-        // when that read finds reclaimable entries (for the slots left, at once, else in the
-        // next fetch: reclaims wait at most one fetch), as long as it keeps reclaiming (it
-        // shares each fetch between reclaims and new entries), and to learn where to wait.
+        // While nothing is reclaimable, new entries come without a script. When that read
+        // finds reclaimable entries, the next fetch runs the script (the engine fetches again
+        // at once after a short fetch, so reclaims wait at most one fetch), and so does every
+        // fetch while the script keeps reclaiming (it shares each fetch between reclaims and
+        // new entries) or to learn where to wait. Entries in hand are returned at once, never
+        // held across another call that could fail or be dropped.
         if !self.reclaims_seen.load(Ordering::Relaxed) {
             match self.read_new(max).await {
                 Ok((read, reclaimable)) => {
                     self.reclaims_seen.store(reclaimable, Ordering::Relaxed);
-                    if !read.is_empty() && (read.len() == max || !reclaimable) {
+                    if !read.is_empty() {
                         return Ok(read);
                     }
-                    batch = read;
                 }
                 // The script reports errors, and recreates a vanished group.
                 Err(e) => {
@@ -456,12 +456,11 @@ impl Backend for RedisBackend {
                 }
             }
         }
-        let (more, last) = self.fetch_once(max - batch.len()).await?;
+        let (batch, last) = self.fetch_once(max).await?;
         // Reclaimed entries have been delivered before (count > 1): while the script finds
         // some there may be more, and it keeps sharing fetches between both kinds.
-        let reclaimed = more.iter().any(|fetched| fetched.delivery_count > 1);
+        let reclaimed = batch.iter().any(|fetched| fetched.delivery_count > 1);
         self.reclaims_seen.store(reclaimed, Ordering::Relaxed);
-        batch.extend(more);
         if !batch.is_empty() {
             return Ok(batch);
         }
