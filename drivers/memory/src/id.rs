@@ -3,25 +3,9 @@
 
 use leasehold_core::MessageId;
 
-/// The id of the entry with sequence number `seq`. Written by hand: every fetched message
-/// gets one, and the formatting machinery cost more than the rest of a fetch per message.
+/// The id of the entry with sequence number `seq` (made once, at publish).
 pub(crate) fn format(seq: u64) -> MessageId {
-    // "0-" and at most 20 digits.
-    let mut buf = [0u8; 22];
-    let mut at = buf.len();
-    let mut n = seq;
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    at -= 2;
-    buf[at..at + 2].copy_from_slice(b"0-");
-    let text = std::str::from_utf8(&buf[at..]).expect("ASCII digits");
-    MessageId::from(text)
+    MessageId::from(std::format!("0-{seq}"))
 }
 
 /// The sequence number of `id`, if it is an id this store could have issued (canonical form

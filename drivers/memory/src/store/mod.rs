@@ -248,9 +248,8 @@ impl Store {
 
     pub(crate) fn pending_entries(&self, now: Instant) -> Vec<(MessageId, PendingInfo)> {
         self.entries
-            .iter()
-            .filter_map(|(&seq, entry)| Some((seq, entry.pending.as_ref()?)))
-            .map(|(seq, p)| (id::format(seq), self.info(now, p)))
+            .values()
+            .filter_map(|entry| Some((entry.id.clone(), self.info(now, entry.pending.as_ref()?))))
             .collect()
     }
 
