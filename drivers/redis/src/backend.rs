@@ -48,11 +48,11 @@ pub struct RedisBackend {
     commands: ConnectionManager,
     /// Only the blocking `XREAD … BLOCK`, so a waiting fetch never delays a heartbeat.
     blocking: ConnectionManager,
-    /// The `XAUTOCLAIM` cursor, carried between fetches so every lapsed entry is reached.
+    /// The `XAUTOCLAIM` cursor, carried between fetches so lapsed entries are reclaimed in turn.
     cursor: Mutex<String>,
     /// Reclaims and new entries take turns going first.
     reclaim_turn: AtomicBool,
-    /// The last fetch found entries idle long enough to be reclaimed: the next one runs the
+    /// The last fetch saw entries idle long enough to be reclaimed: the next one runs the
     /// fetch script, which shares the fetch between reclaims and new entries.
     reclaims_seen: AtomicBool,
     last_reap: Mutex<Option<Instant>>,
@@ -166,7 +166,9 @@ impl RedisBackend {
 
     /// One non-blocking fetch script; also returns the group's last-delivered id when it
     /// found nothing, to wait for entries after it.
-    async fn fetch_once(&self, max: usize) -> BackendResult<(Vec<Fetched<Bytes>>, Option<String>)> {
+    /// One run of the fetch script: the entries it took, whether anything was reclaimable, and
+    /// where to wait when it took nothing.
+    async fn fetch_once(&self, max: usize) -> BackendResult<ScriptFetch> {
         // Reclaims and new entries take turns going first; the first takes at most half (all,
         // when max is 1) and the other the rest, so a backlog of either never starves the other.
         let reclaim_first = self.reclaim_turn.fetch_xor(true, Ordering::Relaxed);
@@ -200,10 +202,14 @@ impl RedisBackend {
             }
             other => other.map_err(|e| error("fetch", e))?,
         };
-        let (next_cursor, entries, last) = parse_fetch(reply)
+        let mut fetched = parse_fetch(reply)
             .ok_or_else(|| BackendError::fatal("unexpected reply from the fetch script"))?;
-        *self.cursor.lock().unwrap_or_else(|e| e.into_inner()) = next_cursor;
-        Ok((entries, last))
+        *self.cursor.lock().unwrap_or_else(|e| e.into_inner()) =
+            std::mem::take(&mut fetched.cursor);
+        // While anything is reclaimable the next fetch runs the script again, to share it.
+        self.reclaims_seen
+            .store(fetched.reclaimable, Ordering::Relaxed);
+        Ok(fetched)
     }
 
     /// New entries only, in one round trip and without a script (a script's reply goes
@@ -439,9 +445,9 @@ impl Backend for RedisBackend {
         // While nothing is reclaimable, new entries come without a script. When that read
         // finds reclaimable entries, the next fetch runs the script (the engine fetches again
         // at once after a short fetch, so reclaims wait at most one fetch), and so does every
-        // fetch while the script keeps reclaiming (it shares each fetch between reclaims and
-        // new entries) or to learn where to wait. Entries in hand are returned at once, never
-        // held across another call that could fail or be dropped.
+        // fetch while the script sees reclaimable entries (it shares each fetch between
+        // reclaims and new entries) or to learn where to wait. Entries in hand are returned at
+        // once, never held across another call that could fail or be dropped.
         if !self.reclaims_seen.load(Ordering::Relaxed) {
             match self.read_new(max).await {
                 Ok((read, reclaimable)) => {
@@ -456,20 +462,16 @@ impl Backend for RedisBackend {
                 }
             }
         }
-        let (batch, last) = self.fetch_once(max).await?;
-        // Reclaimed entries have been delivered before (count > 1): while the script finds
-        // some there may be more, and it keeps sharing fetches between both kinds.
-        let reclaimed = batch.iter().any(|fetched| fetched.delivery_count > 1);
-        self.reclaims_seen.store(reclaimed, Ordering::Relaxed);
-        if !batch.is_empty() {
-            return Ok(batch);
+        let fetched = self.fetch_once(max).await?;
+        if !fetched.entries.is_empty() {
+            return Ok(fetched.entries);
         }
-        match last {
+        match fetched.last_delivered {
             Some(last) if !wait.is_zero() => {
                 self.wait_for_new(&last, wait).await?;
-                Ok(self.fetch_once(max).await?.0)
+                Ok(self.fetch_once(max).await?.entries)
             }
-            _ => Ok(batch),
+            _ => Ok(fetched.entries),
         }
     }
 
@@ -682,8 +684,19 @@ fn parse_read(reply: Value, field: &[u8]) -> Option<Vec<(String, Option<Bytes>)>
     Some(out)
 }
 
-/// `{cursor, {id, count, payload, ...}, last-delivered-id or nil}`.
-fn parse_fetch(reply: Value) -> Option<(String, Vec<Fetched<Bytes>>, Option<String>)> {
+/// What one run of the fetch script returned.
+struct ScriptFetch {
+    /// Where the next `XAUTOCLAIM` goes on.
+    cursor: String,
+    entries: Vec<Fetched<Bytes>>,
+    /// Some entry was idle long enough to be reclaimed when the script started.
+    reclaimable: bool,
+    /// The group's last-delivered id, when the script took nothing: where to wait for more.
+    last_delivered: Option<String>,
+}
+
+/// `{cursor, {id, count, payload, ...}, last-delivered-id or nil, 1 if reclaimable else 0}`.
+fn parse_fetch(reply: Value) -> Option<ScriptFetch> {
     let Value::Array(parts) = reply else {
         return None;
     };
@@ -692,7 +705,8 @@ fn parse_fetch(reply: Value) -> Option<(String, Vec<Fetched<Bytes>>, Option<Stri
     let Value::Array(flat) = parts.next()? else {
         return None;
     };
-    let last = parts.next().and_then(as_string);
+    let last = as_string(parts.next()?);
+    let reclaimable = as_u64(&parts.next()?)? == 1;
     let mut entries = Vec::with_capacity(flat.len() / 3);
     let mut flat = flat.into_iter();
     while let (Some(id), Some(count), Some(payload)) = (flat.next(), flat.next(), flat.next()) {
@@ -707,7 +721,12 @@ fn parse_fetch(reply: Value) -> Option<(String, Vec<Fetched<Bytes>>, Option<Stri
             fence: Fence(count),
         });
     }
-    Some((cursor, entries, last))
+    Some(ScriptFetch {
+        cursor,
+        entries,
+        reclaimable,
+        last_delivered: last,
+    })
 }
 
 #[cfg(test)]

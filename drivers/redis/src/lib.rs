@@ -17,7 +17,9 @@
 //!
 //! A fetch reads new entries with `XREADGROUP … >`, pipelined with an `XPENDING … IDLE` that
 //! tells whether any entry has lapsed. While some have, the fetch is one script: `XAUTOCLAIM`
-//! (min-idle = claim timeout, cursor carried between calls) and `XREADGROUP … >`, taking turns
+//! (min-idle = claim timeout, cursor carried between calls, moved up to the first lapsed
+//! entry that the script's `XPENDING … IDLE` finds, so its bounded scan is not spent on live
+//! entries ahead of it) and `XREADGROUP … >`, taking turns
 //! going first with at most half of `max`, the other kind taking the rest, so neither starves
 //! the other. Every delivery carries its delivery count, which is its fence. Entries without
 //! the payload field are dead-lettered on the spot. When nothing is there, the fetch waits on a

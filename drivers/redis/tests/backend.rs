@@ -517,3 +517,70 @@ async fn batch_scripts_are_reloaded_when_the_server_forgot_them() {
     assert_eq!(a.ack(&leases).await.unwrap(), [SettleResult::Ok]);
     assert_eq!(a.stream_len().await.unwrap(), 0);
 }
+
+/// The reclaim scan starts at the first lapsed entry, not at the 25 live ones ahead of it
+/// (`XAUTOCLAIM … COUNT 1` scans 10 at most, twice a fetch); the cursor is carried between
+/// fetches and compared with stream ids as numbers (`1-10` comes after `1-9`), so a lapsed
+/// entry behind it waits its turn.
+#[tokio::test]
+async fn reclaims_go_on_from_the_cursor_in_stream_id_order() {
+    let server = server();
+    let mut conn = redis(&server).await;
+    let (a, b) = (consumer(&server, "a").await, consumer(&server, "b").await);
+    let live: Vec<String> = (1..=25).map(|seq| format!("0-{seq}")).collect();
+    let lapsing = ["1-9", "1-10", "1-11", "2-0", "10-0"];
+    for id in live.iter().map(String::as_str).chain(lapsing) {
+        let _: String = redis::cmd("XADD")
+            .arg("jobs")
+            .arg(id)
+            .arg("data")
+            .arg(id)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("workers")
+        .arg("ghost")
+        .arg("STREAMS")
+        .arg("jobs")
+        .arg(">")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    tokio::time::sleep(CLAIM + Duration::from_millis(100)).await;
+    let renewed: Vec<String> = redis::cmd("XCLAIM")
+        .arg("jobs")
+        .arg("workers")
+        .arg("live")
+        .arg(0)
+        .arg(&live)
+        .arg("JUSTID")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(renewed, live);
+    let ids = |batch: &[Fetched<Bytes>]| batch.iter().map(|m| m.id.to_string()).collect::<Vec<_>>();
+
+    let first = a.fetch(1, Duration::ZERO).await.unwrap();
+    assert_eq!(ids(&first), ["1-9"]);
+    assert_eq!(
+        ids(&b.fetch(2, Duration::ZERO).await.unwrap()),
+        ["1-10", "1-11"]
+    );
+    // 1-9 lapses again, ahead of a's cursor: a goes on past b's live entries to 2-0 first.
+    assert_eq!(
+        a.release(&lease(&first[0]), Duration::ZERO).await.unwrap(),
+        SettleResult::Ok
+    );
+    assert_eq!(ids(&a.fetch(1, Duration::ZERO).await.unwrap()), ["2-0"]);
+    assert_eq!(ids(&a.fetch(1, Duration::ZERO).await.unwrap()), ["10-0"]);
+    // The scan reached the end; the next one starts over at the first lapsed entry.
+    let mut again = Vec::new();
+    for _ in 0..3 {
+        again.extend(ids(&a.fetch(1, Duration::ZERO).await.unwrap()));
+    }
+    assert_eq!(again, ["1-9"]);
+    assert_eq!(pending_of(&server, "1-9").await, Some(("a".into(), 3)));
+}

@@ -1,12 +1,13 @@
 -- Fetch for one consumer, atomically: reclaim lapsed entries (XAUTOCLAIM, cursor carried by the
--- caller) and read new ones (XREADGROUP >). The kind that goes first takes at most its share;
--- the other takes what is left; then the first may fill the rest, so neither starves the other
--- and a fetch returns whatever is available. Entries without the payload field can never be
+-- caller) and read new ones (XREADGROUP >). The kind that goes first takes at most its
+-- share; the other takes what is left; then the first may fill the rest, so neither starves the
+-- other and a fetch returns whatever is available. Entries without the payload field can never be
 -- processed: they go to the dead-letter stream at once.
 -- KEYS: stream, dead-letter stream
 -- ARGV: group, consumer, min-idle ms, cursor, first share, max, payload field,
 --       "1" if reclaims go first
--- Returns {cursor, {id, delivery count, payload, ...}, last-delivered-id or false}
+-- Returns {cursor, {id, delivery count, payload, ...}, last-delivered-id or false,
+--          1 if anything was reclaimable else 0}
 local stream, dead = KEYS[1], KEYS[2]
 local group, consumer, min_idle, cursor = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local share, max, field = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
@@ -14,11 +15,26 @@ local reclaim_first = ARGV[8] == '1'
 local out, taken = {}, 0
 
 -- XAUTOCLAIM checks that each pending entry it passes still exists in the stream (a walk of
--- the entry's stream node) before it looks at the idle time, so even a scan that claims
--- nothing costs about a node's length per pending entry. One XPENDING IDLE (idle times only)
--- tells first whether any entry of the group is idle long enough to be reclaimed.
-local reclaimable =
-  redis.call('XPENDING', stream, group, 'IDLE', min_idle, '-', '+', 1)[1] ~= nil
+-- the entry's stream node) before it looks at the idle time, and scans at most 10 × COUNT
+-- entries, so a scan from the start of the pending list spends itself on live entries ahead
+-- of the lapsed ones. One XPENDING IDLE (idle times only) finds the first lapsed entry, if
+-- any. The scan goes on from the cursor (so lapsed entries are reclaimed in turn), or from that
+-- first lapsed entry when the cursor is behind it: it never passes the live entries before it.
+local function id_before(a, b)
+  local a_ms, a_seq = string.match(a, '^(%d+)-(%d+)$')
+  local b_ms, b_seq = string.match(b, '^(%d+)-(%d+)$')
+  -- Decimal strings without leading zeros: shorter is smaller, else compare as text (exact
+  -- beyond the 2^53 a Lua number holds).
+  local function less(x, y) return #x < #y or (#x == #y and x < y) end
+  if a_ms ~= b_ms then return less(a_ms, b_ms) end
+  return less(a_seq, b_seq)
+end
+local first_idle = redis.call('XPENDING', stream, group, 'IDLE', min_idle, '-', '+', 1)[1]
+local reclaimable = first_idle ~= nil
+local start = false
+if reclaimable then
+  start = id_before(cursor, first_idle[1]) and first_idle[1] or cursor
+end
 
 local function take(id, fields, count)
   for i = 1, #fields, 2 do
@@ -37,9 +53,12 @@ local function take(id, fields, count)
 end
 
 local function reclaim(n)
-  if n <= 0 or not reclaimable then return end
-  local claimed = redis.call('XAUTOCLAIM', stream, group, consumer, min_idle, cursor, 'COUNT', n)
+  if n <= 0 or not start then return end
+  local claimed = redis.call('XAUTOCLAIM', stream, group, consumer, min_idle, start, 'COUNT', n)
+  -- Where the next call goes on; '0-0' when the scan reached the end of the pending list,
+  -- and the next fetch starts over from the first lapsed entry.
   cursor = claimed[1]
+  start = cursor ~= '0-0' and cursor
   for _, entry in ipairs(claimed[2]) do
     if entry[2] then
       local pending = redis.call('XPENDING', stream, group, entry[1], entry[1], 1, consumer)
@@ -71,4 +90,4 @@ end
 
 local last = false
 if taken == 0 then last = last_delivered(stream, group) or false end
-return {cursor, out, last}
+return {cursor, out, last, reclaimable and 1 or 0}

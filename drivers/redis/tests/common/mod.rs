@@ -1046,8 +1046,8 @@ pub async fn poison_message_is_dead_lettered_while_others_flow<T: TestRt>(rt: T)
 /// 200 entries delivered to a consumer that then vanished are all reclaimed, while new entries
 /// — some already there, some published during the reclaim — keep flowing, interleaved with
 /// the reclaims. No starvation: 100 entries of a live consumer (renewed throughout) sit ahead
-/// of the stale ones in the pending list, so a reclaim that restarted its `XAUTOCLAIM` scan
-/// from the start each time (instead of carrying the cursor) would never get past them.
+/// of the stale ones in the pending list: a reclaim that restarted its `XAUTOCLAIM` scan
+/// (10 × COUNT entries at most) from the start each time would spend it on them.
 pub async fn stale_entries_are_all_reclaimed_while_new_ones_flow<T: TestRt>(rt: T) {
     const LIVE: std::ops::Range<u64> = 0..100;
     const STALE: std::ops::Range<u64> = 100..300;
