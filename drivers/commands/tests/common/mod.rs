@@ -66,13 +66,21 @@ pub async fn queue<F: Fixture>(fixture: &F) -> Queue<F> {
 
 /// A worker builder with the test timings.
 pub fn builder<F: Fixture>(queue: &Queue<F>) -> CommandWorkerBuilder<TokioRuntime, F::Store> {
+    builder_with_claim::<F>(queue, CLAIM)
+}
+
+/// [`builder`] with another claim timeout.
+pub fn builder_with_claim<F: Fixture>(
+    queue: &Queue<F>,
+    claim: Duration,
+) -> CommandWorkerBuilder<TokioRuntime, F::Store> {
     queue
         .worker()
         .config(
             Config::default()
                 .concurrency(32)
                 .max_leases(2000)
-                .claim_timeout(CLAIM)
+                .claim_timeout(claim)
                 .poll_interval(Duration::from_millis(20))
                 .retry(leasehold_core::RetryPolicy {
                     initial: Duration::from_millis(10),
@@ -179,6 +187,31 @@ impl CommandHandler for Polled {
         } else {
             Step::Running
         })
+    }
+}
+
+/// [`Polled`] that never finishes: what a replica sees of a job that outlives it.
+pub struct NeverDone(pub Calls);
+
+impl CommandHandler for NeverDone {
+    type Params = u32;
+    type Output = String;
+
+    async fn execute(
+        &self,
+        ctx: CommandContext,
+        checks: u32,
+    ) -> Result<Step<String>, HandlerError> {
+        Polled(self.0.clone()).execute(ctx, checks).await
+    }
+
+    async fn check_status(
+        &self,
+        ctx: CommandContext,
+        _: u32,
+    ) -> Result<Step<String>, HandlerError> {
+        self.0.record(ctx.id(), "check");
+        Ok(Step::Running)
     }
 }
 
@@ -647,16 +680,17 @@ pub async fn cancel_reaches_running_commands<F: Fixture>(fixture: F) {
 pub async fn shutdown_hands_running_commands_over<F: Fixture>(fixture: F) {
     let queue = queue(&fixture).await;
     let calls = Calls::default();
+    // The first replica never finishes the job, however late its shutdown comes.
     let first = builder::<F>(&queue)
-        .handler("polled", Polled(calls.clone()))
+        .handler("polled", NeverDone(calls.clone()))
         .start()
         .await
         .unwrap();
     queue
-        .submit(command("polled", 4u32, "handover"))
+        .submit(command("polled", 2u32, "handover"))
         .await
         .unwrap();
-    eventually("checked once", || calls.get("handover", "check") >= 1).await;
+    eventually("checked twice", || calls.get("handover", "check") >= 2).await;
     stop(first).await;
     let second = builder::<F>(&queue)
         .handler("polled", Polled(calls.clone()))

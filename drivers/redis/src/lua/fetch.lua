@@ -20,20 +20,11 @@ local out, taken = {}, 0
 -- of the lapsed ones. One XPENDING IDLE (idle times only) finds the first lapsed entry, if
 -- any. The scan goes on from the cursor (so lapsed entries are reclaimed in turn), or from that
 -- first lapsed entry when the cursor is behind it: it never passes the live entries before it.
-local function id_before(a, b)
-  local a_ms, a_seq = string.match(a, '^(%d+)-(%d+)$')
-  local b_ms, b_seq = string.match(b, '^(%d+)-(%d+)$')
-  -- Decimal strings without leading zeros: shorter is smaller, else compare as text (exact
-  -- beyond the 2^53 a Lua number holds).
-  local function less(x, y) return #x < #y or (#x == #y and x < y) end
-  if a_ms ~= b_ms then return less(a_ms, b_ms) end
-  return less(a_seq, b_seq)
-end
 local first_idle = redis.call('XPENDING', stream, group, 'IDLE', min_idle, '-', '+', 1)[1]
 local reclaimable = first_idle ~= nil
 local start = false
 if reclaimable then
-  start = id_before(cursor, first_idle[1]) and first_idle[1] or cursor
+  start = before(cursor, first_idle[1]) and first_idle[1] or cursor
 end
 
 local function take(id, fields, count)
