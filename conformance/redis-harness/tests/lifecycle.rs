@@ -271,7 +271,7 @@ fn the_server_can_be_shared_across_threads() {
 #[test]
 fn restart_waits_for_a_busy_port_then_reports_it() {
     let server = RedisServer::builder()
-        .startup_timeout(Duration::from_millis(500))
+        .startup_timeout(Duration::from_secs(2))
         .start()
         .unwrap();
     server.kill().unwrap();

@@ -63,10 +63,12 @@ pub async fn redelivery_while_held_does_not_start_a_second_run<T: TestRuntime>(r
     assert_eq!((report.acked, report.lost), (1, 0));
 }
 
-/// Two workers on one stream, handlers running three times the claim timeout: heartbeats keep
-/// every lease, so each message runs exactly once and never on both workers at once.
+/// Two workers on one stream, handlers running twice the claim timeout: heartbeats keep every
+/// lease, so each message runs exactly once and never on both workers at once. (On real time a
+/// stall of the executor longer than 0.9 × claim − heartbeat would let a lease lapse: a 1 s
+/// claim tolerates about 0.57 s.)
 pub async fn long_handlers_are_not_run_twice_across_workers<T: TestRuntime>(rt: T) {
-    let claim = std::time::Duration::from_millis(500);
+    let claim = std::time::Duration::from_secs(1);
     let stream = memory_stream(&rt.clock(), claim);
     for i in 0..6 {
         publish(&stream, &format!("long-{i}"));
@@ -78,7 +80,7 @@ pub async fn long_handlers_are_not_run_twice_across_workers<T: TestRuntime>(rt: 
             let (rec, rt) = (rec.clone(), rt.clone());
             async move {
                 let run = rec.enter(&d);
-                rt.sleep(claim * 3).await;
+                rt.sleep(claim * 2).await;
                 run.returned();
             }
         }

@@ -1,26 +1,41 @@
 //! Worker-level scenarios (`common`) against a real, throwaway `redis-server`, on smol: workers
-//! run on smol's global executor; a crashing worker gets an executor of its own that stops
-//! being run under it.
+//! run on an executor shared by this binary's tests; a crashing worker gets an executor of its
+//! own that stops being run under it.
 
 mod common;
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use leasehold_smol::SmolRuntime;
 use smol::Executor;
 
-/// Workers run on smol's global executor; the Redis connections too (redis-rs picks smol
-/// outside a tokio runtime).
+/// Workers run on [`SHARED`]; the Redis connections on async-io's reactor (redis-rs picks
+/// smol outside a tokio runtime).
 #[derive(Clone)]
 struct Smol;
+
+/// The executor the tests' workers share, run by four threads: smol's global executor has one
+/// (unless `SMOL_THREADS` says otherwise), and tests run in parallel, so one test's busy moment
+/// would hold back another's heartbeats.
+static SHARED: LazyLock<Arc<Executor<'static>>> = LazyLock::new(|| {
+    let executor = Arc::new(Executor::new());
+    for n in 0..4 {
+        let runner = executor.clone();
+        std::thread::Builder::new()
+            .name(format!("shared-smol-{n}"))
+            .spawn(move || smol::block_on(runner.run(std::future::pending::<()>())))
+            .expect("start a thread of the shared executor");
+    }
+    executor
+});
 
 impl common::TestRt for Smol {
     type Runtime = SmolRuntime;
     type Isolated = IsolatedSmol;
 
     fn runtime(&self) -> SmolRuntime {
-        SmolRuntime::global()
+        SmolRuntime::with_executor(SHARED.clone())
     }
 
     fn unblock<T, F>(&self, f: F) -> impl Future<Output = T> + Send + 'static

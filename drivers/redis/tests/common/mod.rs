@@ -795,6 +795,13 @@ pub async fn takeover_is_not_stolen_back_and_cancels_the_handler<T: TestRt>(rt: 
         env.cmd(&["XCLAIM", STREAM, GROUP, "peer", "0", &id, "JUSTID"])
             .await;
     }
+    let stats = env
+        .wait_stats(&worker, "a learns of the loss", |s| {
+            s.lost == 1 && s.cancelled == 1
+        })
+        .await;
+    env.wait_until("a's handler sees the loss", || !reasons.all().is_empty())
+        .await;
     assert_eq!(
         reasons.all(),
         [CancelReason::LeaseLost],
@@ -811,7 +818,6 @@ pub async fn takeover_is_not_stolen_back_and_cancels_the_handler<T: TestRt>(rt: 
     );
     assert!(spy.acks().is_empty(), "a acked: {:?}", spy.acks());
     assert_eq!(env.xlen(STREAM).await, 1);
-    let stats = worker.stats().await.expect("running");
     assert_eq!(
         (
             stats.runs,
@@ -918,9 +924,10 @@ pub async fn late_ack_after_takeover_leaves_the_new_owner_entry<T: TestRt>(rt: T
 
 /// A handler asks for a retry after `d`: the worker releases the entry with Redis's idle time set
 /// to `claim − d` (so nobody may take it before `d` has passed), and another consumer eventually
-/// retakes it, as its second delivery.
+/// retakes it, as its second delivery. The delay is most of the claim timeout, and the first
+/// worker stops at once: it has 900 ms to do so before it could retake the entry itself.
 pub async fn retry_with_delay_is_retaken_by_another_consumer<T: TestRt>(rt: T) {
-    let delay = Duration::from_millis(600);
+    let delay = Duration::from_millis(900);
     let env = Env::start(rt).await;
     let id = env.publish(1).await;
     let runs = Runs::default();
@@ -934,6 +941,8 @@ pub async fn retry_with_delay_is_retaken_by_another_consumer<T: TestRt>(rt: T) {
         .expect("valid worker");
     env.wait_stats(&first, "a released the message", |s| s.released == 1)
         .await;
+    let report = first.shutdown(Duration::from_secs(2)).await;
+    assert_eq!((report.released, report.acked), (1, 0), "{report:?}");
     let pending = env.pending().await;
     assert_eq!(pending.len(), 1, "{pending:?}");
     let entry = &pending[0];
@@ -946,8 +955,6 @@ pub async fn retry_with_delay_is_retaken_by_another_consumer<T: TestRt>(rt: T) {
         (floor..CLAIM.as_millis() as i64).contains(&entry.idle_ms),
         "idle should be about claim − delay = {floor} ms (and not yet claimable): {entry:?}"
     );
-    let report = first.shutdown(Duration::from_secs(2)).await;
-    assert_eq!((report.released, report.acked), (1, 0), "{report:?}");
 
     let recorder = runs.clone();
     let second = builder(env.runtime(), config())
