@@ -63,10 +63,9 @@ impl<P> LeaseEngine<P> {
             if !take && self.shutdown.is_none() {
                 self.stats.overflow += 1;
             }
-            let renew_due = self.renew_due.map_or(hb_due, |d| d.min(hb_due));
+            self.renew_by(hb_due);
             if !take {
                 let id = self.create(hash, source, message, epoch, State::Blocked);
-                self.renew_due = Some(renew_due);
                 self.settle(id, super::settle::Settle::Release(Duration::ZERO));
                 continue;
             }
@@ -80,7 +79,6 @@ impl<P> LeaseEngine<P> {
                 // An earlier invocation of this message still winds down: serial per message.
                 Some(orphan) => {
                     let id = self.create(hash, source, message, epoch, State::Blocked);
-                    self.renew_due = Some(renew_due);
                     if self.leases.get(orphan).is_some() {
                         self.extras.insert(orphan.slot, Extra::Successor(id));
                     }
@@ -88,13 +86,11 @@ impl<P> LeaseEngine<P> {
                 // Every slot busy: a prefetched message waits, ready, for the next free one.
                 None if self.running >= self.cfg.concurrency => {
                     self.create_ready(hash, source, message, epoch);
-                    self.renew_due = Some(renew_due);
                 }
                 // The common case: created running, its first run starts now.
                 None => {
                     let state = State::Running { cancelled: None };
                     let id = self.create(hash, source, message, epoch, state);
-                    self.renew_due = Some(renew_due);
                     self.stats.runs += 1;
                     self.effects.push_back(Effect::Run {
                         invocation: InvocationId { lease: id, run: 1 },
@@ -169,15 +165,7 @@ impl<P> LeaseEngine<P> {
                 return None;
             }
             let wait = until_repoll.map_or(src.wait, |until| src.wait.min(until));
-            let max = budget.min(batch);
-            let epoch = self.epochs.open(now);
-            src.outstanding = Some(Outstanding { max, epoch, wait });
-            self.reserved += max;
-            return Some(Effect::Fetch {
-                source: SourceId(0),
-                max,
-                wait: Duration::from_nanos(wait),
-            });
+            return Some(self.open_fetch(0, budget.min(batch), wait));
         }
         self.fetch_shared(budget, until_repoll);
         None
@@ -207,20 +195,26 @@ impl<P> LeaseEngine<P> {
             let max = budget.div_ceil(shares).min(self.cfg.fetch_batch_size);
             shares -= 1;
             budget -= max;
-            let src = &mut self.sources[i];
-            let mut wait = if starved { 0 } else { src.wait };
+            let mut wait = if starved { 0 } else { self.sources[i].wait };
             if let Some(until) = until_repoll {
                 wait = wait.min(until);
             }
-            let epoch = self.epochs.open(now);
-            src.outstanding = Some(Outstanding { max, epoch, wait });
-            self.reserved += max;
             self.next_source = if i + 1 == n { 0 } else { i + 1 };
-            self.effects.push_back(Effect::Fetch {
-                source: SourceId(i as u16),
-                max,
-                wait: Duration::from_nanos(wait),
-            });
+            let fetch = self.open_fetch(i, max, wait);
+            self.effects.push_back(fetch);
+        }
+    }
+
+    /// Marks a fetch of up to `max` for source `i` outstanding, its room reserved.
+    #[inline]
+    fn open_fetch(&mut self, i: usize, max: usize, wait: Tick) -> Effect {
+        let epoch = self.epochs.open(self.now);
+        self.sources[i].outstanding = Some(Outstanding { max, epoch, wait });
+        self.reserved += max;
+        Effect::Fetch {
+            source: SourceId(i as u16),
+            max,
+            wait: Duration::from_nanos(wait),
         }
     }
 

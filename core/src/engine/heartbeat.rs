@@ -118,7 +118,7 @@ impl<P> LeaseEngine<P> {
             if round.failed {
                 next = next.min(self.now.saturating_add(self.durations.heartbeat_quarter));
             }
-            self.renew_due = Some(self.renew_due.map_or(next, |d| d.min(next)));
+            self.renew_by(next);
         }
     }
 

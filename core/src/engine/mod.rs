@@ -369,6 +369,12 @@ impl<P> LeaseEngine<P> {
         self.seq
     }
 
+    /// A lease needs renewing by `due`: the next heartbeat comes no later.
+    #[inline]
+    fn renew_by(&mut self, due: Tick) {
+        self.renew_due = Some(self.renew_due.map_or(due, |d| d.min(due)));
+    }
+
     /// Starts an input at `now`: runs the timers due by then.
     #[inline]
     fn begin(&mut self, now: Instant) {

@@ -322,10 +322,7 @@ impl<P> LeaseEngine<P> {
                         in_flight: false,
                     },
                 );
-                self.renew_due = Some(
-                    self.renew_due
-                        .map_or(renewable_due, |d| d.min(renewable_due)),
-                );
+                self.renew_by(renewable_due);
             }
         }
     }
