@@ -165,10 +165,8 @@ impl RedisBackend {
         }
     }
 
-    /// One non-blocking fetch script; also returns the group's last-delivered id when it
-    /// found nothing, to wait for entries after it.
-    /// One run of the fetch script: the entries it took, whether anything was reclaimable, and
-    /// where to wait when it took nothing.
+    /// One run of the fetch script, never blocking: the entries it took, whether anything was
+    /// reclaimable, and (when it took nothing) the group's last-delivered id, to wait after.
     async fn fetch_once(&self, max: usize) -> BackendResult<ScriptFetch> {
         // Reclaims and new entries take turns going first; the first takes at most half (all,
         // when max is 1) and the other the rest, so a backlog of either never starves the other.

@@ -1,7 +1,7 @@
 -- Fetch for one consumer, atomically: reclaim lapsed entries (XAUTOCLAIM, cursor carried by the
--- caller) and read new ones (XREADGROUP >). The kind that goes first takes at most its
--- share; the other takes what is left; then the first may fill the rest, so neither starves the
--- other and a fetch returns whatever is available. Entries without the payload field can never be
+-- caller) and read new ones (XREADGROUP >). The kind that goes first takes at most its share;
+-- the other takes what is left; then the first may fill the rest, so neither starves the other
+-- and a fetch returns whatever is available. Entries without the payload field can never be
 -- processed: they go to the dead-letter stream at once.
 -- KEYS: stream, dead-letter stream
 -- ARGV: group, consumer, min-idle ms, cursor, first share, max, payload field,
