@@ -8,7 +8,7 @@ use std::sync::Arc;
 use futures::future::{self, BoxFuture, Either};
 use futures::FutureExt;
 use leasehold_core::CancelReason;
-use leasehold_worker::Cancellation;
+use leasehold_worker::{panic_message, Cancellation};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
@@ -179,15 +179,6 @@ pub(crate) trait ErasedHandler: Send + Sync {
 }
 
 pub(crate) struct Typed<H>(pub(crate) Arc<H>);
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    let text = panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a non-string panic payload".into());
-    format!("handler panicked: {text}")
-}
 
 impl<H: CommandHandler> ErasedHandler for Typed<H> {
     fn call(

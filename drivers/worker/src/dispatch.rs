@@ -240,12 +240,18 @@ async fn wait_or_cancel<R: Runtime>(
 }
 
 fn panicked(panic: Box<dyn std::any::Any + Send>) -> Outcome {
-    let message = panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-string panic payload".into());
     Outcome::Failed {
-        error: format!("handler panicked: {message}"),
+        error: panic_message(&*panic),
     }
+}
+
+/// How a caught handler panic is reported: `handler panicked: ` and the panic's text. For
+/// crates that run handlers of their own (the command queue) and report them the same way.
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    let text = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic payload".into());
+    format!("handler panicked: {text}")
 }

@@ -46,6 +46,8 @@ pub use consume::{consume, IntoAck};
 #[cfg(not(loom))]
 pub use delivery::{Delivery, IntoOutcome};
 #[cfg(not(loom))]
+pub use dispatch::panic_message;
+#[cfg(not(loom))]
 pub use runtime::{BoxFuture, Runtime};
 #[cfg(not(loom))]
 pub use worker::{ShutdownReport, Worker, WorkerBuilder, WorkerError};
