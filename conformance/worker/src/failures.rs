@@ -340,3 +340,59 @@ pub async fn max_processing_time_cancels_a_hung_handler_and_retries<T: TestRunti
     }
     assert_eq!((report.acked, report.cancelled), (2, 2));
 }
+
+/// A handler future that panics while the driver drops it (it ignored its cancellation past the
+/// grace) fails that attempt like any panic: the message is retried, and the task that ran it
+/// (at concurrency 1, the stream's only one) goes on with the next message.
+pub async fn a_handler_panicking_while_dropped_fails_its_attempt_and_the_worker_goes_on<
+    T: TestRuntime,
+>(
+    rt: T,
+) {
+    /// Panics when dropped: a handler whose clean-up goes wrong.
+    struct PanicsWhenDropped;
+    impl Drop for PanicsWhenDropped {
+        fn drop(&mut self) {
+            panic!("clean-up failed while the handler was dropped");
+        }
+    }
+
+    let stream = memory_stream(&rt.clock(), LONG_CLAIM);
+    let bomb = publish(&stream, "bomb");
+    let after = publish(&stream, "after");
+    let rec = Recorder::new(&rt);
+    let handler = {
+        let rec = rec.clone();
+        move |d: Delivery<String>| {
+            let rec = rec.clone();
+            async move {
+                let run = rec.enter(&d);
+                if d.message() == "bomb" && d.delivery_count() == 1 {
+                    let _armed = PanicsWhenDropped;
+                    std::future::pending::<()>().await;
+                }
+                run.returned();
+            }
+        }
+    };
+    let (backend, taps) = Probe::new(&stream, "w1");
+    let config = base_config().max_processing_time(Duration::from_millis(100));
+    let worker = builder(&rt, config)
+        .stream("jobs", backend, handler)
+        .start()
+        .expect("valid worker");
+
+    wait_until(&rt, "both messages to be acked", || stream.is_empty()).await;
+    let report = worker.shutdown(LONG_CLAIM).await;
+    let counts: Vec<u32> = rec
+        .runs_of("bomb")
+        .iter()
+        .map(|r| r.delivery_count)
+        .collect();
+    assert_eq!(counts, [1, 2], "dropped with a panic, then retried");
+    assert_eq!(rec.runs_of("after").len(), 1);
+    let fences: Vec<u64> = taps.acks_of(&bomb).iter().map(|l| l.fence.0).collect();
+    assert_eq!(fences, [2], "only the retry's result was acked");
+    assert_eq!(taps.acks_of(&after).len(), 1);
+    assert_eq!((report.acked, report.cancelled), (2, 1), "{report:?}");
+}

@@ -135,3 +135,31 @@ pub async fn shutdown_waits_for_running_releases_waiting_and_loses_nothing<T: Te
         "every unfinished message is available again"
     );
 }
+
+/// After shutdown the worker lets go of the handler (and whatever it captured): its tasks end
+/// instead of waiting for invocations forever.
+pub async fn shutdown_lets_go_of_the_handler<T: TestRuntime>(rt: T) {
+    let stream = memory_stream(&rt.clock(), LONG_CLAIM);
+    for _ in 0..5 {
+        publish(&stream, "job");
+    }
+    let captured = std::sync::Arc::new(());
+    let handler = {
+        let captured = captured.clone();
+        move |_: Delivery<String>| {
+            let _captured = &captured;
+            async {}
+        }
+    };
+    let (backend, _) = Probe::new(&stream, "w1");
+    let worker = builder(&rt, base_config().concurrency(3))
+        .stream("jobs", backend, handler)
+        .start()
+        .expect("valid worker");
+    wait_until(&rt, "every message to be acked", || stream.is_empty()).await;
+    worker.shutdown(LONG_CLAIM).await;
+    wait_until(&rt, "the handler to be dropped", || {
+        std::sync::Arc::strong_count(&captured) == 1
+    })
+    .await;
+}

@@ -1,11 +1,20 @@
-//! Handler tasks: one per invocation. The task decodes the payload, calls the user's function,
-//! honours cancellation (with a grace period) and reports the outcome to the driver's inbox.
+//! Handler tasks. Each stream has a pool of them, started as needed until there is one per
+//! invocation in flight at once, and kept while the worker runs. A task takes one invocation at
+//! a time from the stream's queue: it decodes the payload, calls the user's function, honours
+//! cancellation (with a grace period) and reports the outcome to the driver's inbox, then takes
+//! the next.
+//!
+//! Why a pool and not a task per invocation: handing an invocation to a waiting task is a queue
+//! push and a wake, where a spawn is an aligned allocation, a registration with the runtime and
+//! a free, often on another thread. Spawning was most of the driver's time per message, and the
+//! driver is the serial part of a worker.
 
 use std::future::Future;
 use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
 use std::pin::{pin, Pin};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use futures::future::{select, Either};
@@ -52,9 +61,9 @@ pub(crate) struct Invocation {
     pub(crate) cancellation: Cancellation,
 }
 
-/// A stream's handler with its types erased: starts invocation tasks.
+/// A stream's handler with its types erased: runs invocations on its tasks.
 pub(crate) trait Dispatch<P>: Send + Sync {
-    /// Spawns the task of one invocation of this stream's handler.
+    /// Hands one invocation of this stream's handler to a task of its pool.
     fn spawn(self: Arc<Self>, payload: P, invocation: Invocation);
 }
 
@@ -75,25 +84,42 @@ where
     F::Output: IntoOutcome,
 {
     Box::new(move |env, stream| {
+        let (queue, jobs) = async_channel::unbounded();
         Arc::new(Typed {
             env,
             stream,
             codec,
             handler,
             types: PhantomData,
+            queue,
+            jobs,
+            tasks: AtomicUsize::new(0),
+            busy: AtomicUsize::new(0),
         })
     })
 }
 
-/// A stream's typed handler and everything its tasks share, in one allocation: an invocation
-/// costs one reference count (cloned by the driver, dropped by the task, usually on another
-/// thread), not one per part.
+/// An invocation waiting in a stream's queue.
+type Job<P> = (P, Invocation);
+
+/// A stream's typed handler, its pool of tasks and everything they share, in one allocation.
+///
+/// The queue closes when this is dropped (after the driver is gone), and the tasks, which only
+/// hold a weak reference between invocations, end.
 struct Typed<R, P, M, C, H, F> {
     env: Env<R, P>,
     stream: Arc<str>,
     codec: C,
     handler: H,
     types: PhantomData<fn() -> (M, F)>,
+    queue: async_channel::Sender<Job<P>>,
+    /// The receiving end, cloned into each task started.
+    jobs: async_channel::Receiver<Job<P>>,
+    /// Tasks started. Only the driver changes it.
+    tasks: AtomicUsize,
+    /// Invocations handed over that no task has finished yet. Never more than `tasks`, so every
+    /// queued invocation has a task that will take it.
+    busy: AtomicUsize,
 }
 
 impl<R, P, M, C, H, F> StreamScope for Typed<R, P, M, C, H, F>
@@ -127,8 +153,14 @@ where
     F::Output: IntoOutcome,
 {
     fn spawn(self: Arc<Self>, payload: P, invocation: Invocation) {
-        let task = Arc::clone(&self).run(payload, invocation);
-        self.env.rt.spawn_unboxed(task);
+        let busy = self.busy.fetch_add(1, Ordering::AcqRel) + 1;
+        if busy > self.tasks.load(Ordering::Relaxed) {
+            self.tasks.fetch_add(1, Ordering::Relaxed);
+            let task = serve(Arc::downgrade(&self), self.jobs.clone());
+            self.env.rt.spawn_unboxed(task);
+        }
+        // Unbounded, and open while `self` lives: it cannot fail.
+        let _ = self.queue.try_send((payload, invocation));
     }
 }
 
@@ -142,10 +174,10 @@ where
     F: Future + Send + 'static,
     F::Output: IntoOutcome,
 {
-    /// The task of one invocation.
-    async fn run(self: Arc<Self>, payload: P, invocation: Invocation) {
+    /// One invocation, to its outcome.
+    async fn run(self: Arc<Self>, payload: P, invocation: Invocation) -> Outcome {
         let Invocation {
-            id,
+            id: _,
             message_id,
             delivery_count,
             attempt,
@@ -169,9 +201,41 @@ where
                 reason: format!("cannot decode payload: {error}"),
             })),
         };
-        let outcome = invoke(&self.env.rt, start, cancellation, self.env.grace).await;
+        invoke(&self.env.rt, start, cancellation, self.env.grace).await
+    }
+}
+
+/// A task of a stream's pool: runs the invocations it takes from the queue, one at a time, until
+/// the queue closes.
+async fn serve<R, P, M, C, H, F>(
+    stream: Weak<Typed<R, P, M, C, H, F>>,
+    jobs: async_channel::Receiver<Job<P>>,
+) where
+    R: Runtime,
+    P: AsRef<[u8]> + Send + 'static,
+    M: Send + 'static,
+    C: Codec<M>,
+    H: Fn(Delivery<M>) -> F + Send + Sync + 'static,
+    F: Future + Send + 'static,
+    F::Output: IntoOutcome,
+{
+    while let Ok((payload, invocation)) = jobs.recv().await {
+        // Gone only with its driver: nobody is waiting for the outcome.
+        let Some(this) = stream.upgrade() else {
+            return;
+        };
+        let id = invocation.id;
+        // `invoke` catches the handler's panics; one from anywhere else (a handler future that
+        // panics while dropped) fails the attempt too, and the task goes on.
+        let outcome = AssertUnwindSafe(Arc::clone(&this).run(payload, invocation))
+            .catch_unwind()
+            .await
+            .unwrap_or_else(panicked);
+        // Free before the outcome is out: the driver may hand over the next invocation as soon
+        // as it sees it, and must then find this task counted as free.
+        this.busy.fetch_sub(1, Ordering::AcqRel);
         // The driver may be gone after shutdown; then nobody needs the outcome.
-        let _ = self.env.inbox.send(Event::Outcome(id, outcome));
+        let _ = this.env.inbox.send(Event::Outcome(id, outcome));
     }
 }
 

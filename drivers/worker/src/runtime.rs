@@ -16,8 +16,8 @@ pub trait Runtime: Clone + Send + Sync + 'static {
     fn spawn(&self, future: BoxFuture);
 
     /// Like [`spawn`](Runtime::spawn), for a future of a concrete type: a runtime whose spawn
-    /// is generic can take it as it is, without boxing it first (the driver spawns one handler
-    /// task per invocation). The default boxes it and calls `spawn`.
+    /// is generic can take it as it is, without boxing it first (the driver spawns its handler
+    /// tasks this way). The default boxes it and calls `spawn`.
     fn spawn_unboxed<F>(&self, future: F)
     where
         F: Future<Output = ()> + Send + 'static,
