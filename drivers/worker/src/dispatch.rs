@@ -64,7 +64,7 @@ pub(crate) struct Invocation {
 /// A stream's handler with its types erased: runs invocations on its tasks.
 pub(crate) trait Dispatch<P>: Send + Sync {
     /// Hands one invocation of this stream's handler to a task of its pool.
-    fn spawn(self: Arc<Self>, payload: P, invocation: Invocation);
+    fn dispatch(self: Arc<Self>, payload: P, invocation: Invocation);
 }
 
 /// Builds a stream's dispatcher once the worker's environment exists (at `start`), given the
@@ -152,7 +152,7 @@ where
     F: Future + Send + 'static,
     F::Output: IntoOutcome,
 {
-    fn spawn(self: Arc<Self>, payload: P, invocation: Invocation) {
+    fn dispatch(self: Arc<Self>, payload: P, invocation: Invocation) {
         let busy = self.busy.fetch_add(1, Ordering::AcqRel) + 1;
         if busy > self.tasks.load(Ordering::Relaxed) {
             self.tasks.fetch_add(1, Ordering::Relaxed);

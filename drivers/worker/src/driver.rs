@@ -464,7 +464,7 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
         };
         let payload = lease.payload().clone();
         self.invocations.insert(invocation, cancellation);
-        Arc::clone(&self.streams[source].dispatch).spawn(payload, handed);
+        Arc::clone(&self.streams[source].dispatch).dispatch(payload, handed);
     }
 
     fn renew(&mut self, batch: RenewId, leases: Vec<LeaseId>) {
