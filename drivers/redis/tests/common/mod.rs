@@ -838,11 +838,16 @@ pub async fn takeover_is_not_stolen_back_and_cancels_the_handler<T: TestRt>(rt: 
 /// A peer takes a message over right after one of the worker's heartbeats, and the handler
 /// finishes at once — before the next renew could tell the worker. The worker's late ack is
 /// refused (`Lost`) and the peer's pending entry stays intact; a worker under the peer's name
-/// later completes the message.
+/// later completes the message. Worker `a` has a long claim timeout, so its heartbeats are 2 s
+/// apart: the takeover and the ack fit between two of them even on a stalling machine.
 pub async fn late_ack_after_takeover_leaves_the_new_owner_entry<T: TestRt>(rt: T) {
+    const A_CLAIM: Duration = Duration::from_secs(6);
     let env = Env::start(rt).await;
     let id = env.publish(1).await;
-    let (backend, spy) = Spy::new(env.backend("a").await);
+    let a = RedisBackend::connect(env.config("a").claim_timeout(A_CLAIM))
+        .await
+        .expect("connecting consumer a");
+    let (backend, spy) = Spy::new(a);
     let runs = Runs::default();
     let cancelled_before_done = Arc::new(AtomicBool::new(false));
     let (recorder, runtime, server, rt, log, flag) = (
@@ -853,7 +858,10 @@ pub async fn late_ack_after_takeover_leaves_the_new_owner_entry<T: TestRt>(rt: T
         spy.clone(),
         cancelled_before_done.clone(),
     );
-    let worker = builder(env.runtime(), config())
+    let a_config = config()
+        .claim_timeout(A_CLAIM)
+        .heartbeat_interval(Duration::from_secs(2));
+    let worker = builder(env.runtime(), a_config)
         .stream(STREAM, backend, move |d: Delivery<u64>| {
             recorder.record("a", &d);
             let (runtime, server, rt, log, flag) = (
@@ -864,7 +872,7 @@ pub async fn late_ack_after_takeover_leaves_the_new_owner_entry<T: TestRt>(rt: T
                 flag.clone(),
             );
             async move {
-                // Right after a heartbeat the next one is HEARTBEAT away: plenty of time for the
+                // Right after a heartbeat the next one is 2 s away: plenty of time for the
                 // takeover and the ack to happen in between.
                 let calls = log.renew_calls();
                 while log.renew_calls() == calls {
