@@ -1,5 +1,5 @@
 //! The conformance suite against the Redis backend, on a throwaway `redis-server` per test
-//! (real time: a 1 s claim timeout, and `advance` sleeps), and the worker-level properties with
+//! (real time: a 2 s claim timeout, and `advance` sleeps), and the worker-level properties with
 //! a real `leasehold-tokio` worker over it.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -32,8 +32,11 @@ impl RedisFactory {
 impl BackendFactory for RedisFactory {
     type Backend = RedisBackend;
 
+    /// 2 s: the properties look at the backend at fractions of it (half, a quarter past) on
+    /// real time, so it is also how long a stall of the test process may be without turning a
+    /// "not yet" into a "too late".
     fn claim_timeout(&self) -> Duration {
-        Duration::from_secs(1)
+        Duration::from_secs(2)
     }
 
     async fn open(&self, claim_timeout: Duration, replicas: usize) -> Vec<RedisBackend> {
