@@ -134,6 +134,12 @@ where
     }
 
     /// Serves a stream of JSON messages of type `M` with `handler`.
+    ///
+    /// Each call of `handler` runs on a handler task of the stream, never on the worker's own
+    /// loop. The stream starts these tasks as needed, up to one per invocation in flight at
+    /// once (at most the concurrency, plus cancelled ones still winding down), and keeps them,
+    /// idle, until the worker stops: handing a message to a waiting task is cheaper than
+    /// spawning one.
     #[must_use]
     pub fn stream<M, H, F>(self, name: impl Into<String>, backend: B, handler: H) -> Self
     where
