@@ -1,5 +1,5 @@
 //! Shared pieces of the leasehold benchmarks: a hand driver that holds `n` leases in a
-//! [`LeaseEngine`] and runs lifecycles and heartbeats on explicit, advancing instants
+//! [`LeaseEngine`](leasehold_core::LeaseEngine) and runs lifecycles and heartbeats on explicit, advancing instants
 //! ([`fixture`]), and the table printed from criterion's results ([`report`]).
 //!
 //! Run everything with `cargo bench -p leasehold-benches`; see `benches/README.md`.

@@ -186,7 +186,7 @@ impl Variant {
 pub struct RssReading {
     /// `VmRSS` just before the worker started (runtime, connections and server handle up).
     pub before_kb: u64,
-    /// `VmRSS` while the worker held [`RSS_IN_FLIGHT`] handlers in flight.
+    /// `VmRSS` while the worker held `RSS_IN_FLIGHT` (1000) handlers in flight.
     pub during_kb: u64,
     /// `VmHWM` (the process's peak RSS so far) at that moment.
     pub peak_kb: u64,
@@ -213,7 +213,7 @@ pub struct RedisBenchReport {
     pub no_op: Vec<((usize, usize), Variant)>,
     /// leasehold, 10 ms handler at concurrency 1000, keyed by prefetch (in the options' order).
     pub slow: Vec<(usize, Variant)>,
-    /// Milliseconds of one renew over [`HELD_LEASES`] leases, one per timed call.
+    /// Milliseconds of one renew over `HELD_LEASES` (10 000) leases, one per timed call.
     pub renew_ms: Vec<f64>,
     /// Script calls (EVALSHA) per renew tick, one per measured round.
     pub renew_scripts: Vec<f64>,

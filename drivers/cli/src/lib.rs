@@ -8,7 +8,7 @@
 //!   number of duplicate invocations observed, which must be 0).
 //! - [`commands_demo`]: the command queue provisioning simulated VMs on several replicas, with
 //!   cancels mid-flight and a replica replaced midway; ends with a status summary.
-//! - [`bench`]: the throughput of a worker with a no-op handler against a minimal async consumer
+//! - [`bench`](mod@bench): the throughput of a worker with a no-op handler against a minimal async consumer
 //!   (a tokio mpsc channel and a task per message), measured in the same run, interleaved.
 //! - [`bench_redis`]: the Redis backend against a hand-written `XREADGROUP`/`XACK` loop on a
 //!   throwaway `redis-server` the command starts itself, plus heartbeat cost and RSS.
