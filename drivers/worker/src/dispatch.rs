@@ -156,7 +156,7 @@ where
         let busy = self.busy.fetch_add(1, Ordering::AcqRel) + 1;
         if busy > self.tasks.load(Ordering::Relaxed) {
             self.tasks.fetch_add(1, Ordering::Relaxed);
-            let task = serve(Arc::downgrade(&self), self.jobs.clone());
+            let task = Self::serve(Arc::downgrade(&self), self.jobs.clone());
             self.env.rt.spawn_unboxed(task);
         }
         // Unbounded, and open while `self` lives: it cannot fail.
@@ -203,39 +203,28 @@ where
         };
         invoke(&self.env.rt, start, cancellation, self.env.grace).await
     }
-}
 
-/// A task of a stream's pool: runs the invocations it takes from the queue, one at a time, until
-/// the queue closes.
-async fn serve<R, P, M, C, H, F>(
-    stream: Weak<Typed<R, P, M, C, H, F>>,
-    jobs: async_channel::Receiver<Job<P>>,
-) where
-    R: Runtime,
-    P: AsRef<[u8]> + Send + 'static,
-    M: Send + 'static,
-    C: Codec<M>,
-    H: Fn(Delivery<M>) -> F + Send + Sync + 'static,
-    F: Future + Send + 'static,
-    F::Output: IntoOutcome,
-{
-    while let Ok((payload, invocation)) = jobs.recv().await {
-        // Gone only with its driver: nobody is waiting for the outcome.
-        let Some(this) = stream.upgrade() else {
-            return;
-        };
-        let id = invocation.id;
-        // `invoke` catches the handler's panics; one from anywhere else (a handler future that
-        // panics while dropped) fails the attempt too, and the task goes on.
-        let outcome = AssertUnwindSafe(Arc::clone(&this).run(payload, invocation))
-            .catch_unwind()
-            .await
-            .unwrap_or_else(panicked);
-        // Free before the outcome is out: the driver may hand over the next invocation as soon
-        // as it sees it, and must then find this task counted as free.
-        this.busy.fetch_sub(1, Ordering::AcqRel);
-        // The driver may be gone after shutdown; then nobody needs the outcome.
-        let _ = this.env.inbox.send(Event::Outcome(id, outcome));
+    /// A task of the stream's pool: runs the invocations it takes from the queue, one at a
+    /// time, until the queue closes.
+    async fn serve(stream: Weak<Self>, jobs: async_channel::Receiver<Job<P>>) {
+        while let Ok((payload, invocation)) = jobs.recv().await {
+            // Gone only with its driver: nobody is waiting for the outcome.
+            let Some(this) = stream.upgrade() else {
+                return;
+            };
+            let id = invocation.id;
+            // `invoke` catches the handler's panics; one from anywhere else (a handler future
+            // that panics while dropped) fails the attempt too, and the task goes on.
+            let outcome = AssertUnwindSafe(Arc::clone(&this).run(payload, invocation))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(panicked);
+            // Free before the outcome is out: the driver may hand over the next invocation as
+            // soon as it sees it, and must then find this task counted as free.
+            this.busy.fetch_sub(1, Ordering::AcqRel);
+            // The driver may be gone after shutdown; then nobody needs the outcome.
+            let _ = this.env.inbox.send(Event::Outcome(id, outcome));
+        }
     }
 }
 
