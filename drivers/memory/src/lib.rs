@@ -11,8 +11,9 @@
 //! - **Pending list**: each delivered, unacknowledged message has an owner, a delivery count
 //!   and an idle time (time since its last delivery or renew), like Redis's `XPENDING`.
 //! - **Fetch** first reclaims messages idle for at least the claim timeout (like `XAUTOCLAIM`:
-//!   the owner becomes the caller, the delivery count goes up by one), scanning in id order from
-//!   a cursor kept between calls, so every lapsed message is reached in turn; then it delivers
+//!   the owner becomes the caller, the delivery count goes up by one), those lapsed longest
+//!   first, so every lapsed message is reached in turn (one taken again goes behind all the
+//!   others) and a fetch costs what it takes, not what has lapsed; then it delivers
 //!   new messages (like `XREADGROUP … >`: delivery count 1). When both kinds are available each
 //!   gets half of `max`, the odd slot alternating between them, and a share one kind cannot use
 //!   goes to the other, so neither starves the other. Never more than `max`.

@@ -1,4 +1,4 @@
-//! Fetch: the bound on `max`, the reclaim cursor, the split between reclaims and new entries,
+//! Fetch: the bound on `max`, reclaims reaching every stale entry, the split between reclaims and new entries,
 //! and waiting (manual clock: never; system clock: until a publish, a release or a lapse).
 #![cfg(not(loom))]
 
@@ -54,7 +54,7 @@ fn fetch_never_returns_more_than_asked() {
 fn the_reclaim_cursor_reaches_every_stale_entry() {
     // 100 stale entries, fetches of 2, and everything lapses again before each fetch (the
     // reclaimer never renews). A scan from the start of the pending list would take 0-1 and
-    // 0-2 every time; the cursor goes round.
+    // 0-2 every time; taking those lapsed longest first goes round.
     let (stream, clock) = stream();
     stale(&stream, &clock, 100);
     let worker = stream.consumer("w").unwrap();

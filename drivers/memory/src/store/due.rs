@@ -80,24 +80,46 @@ impl Due {
         }
     }
 
-    /// The rows claimable at `now`, each once, in no particular order.
-    pub(crate) fn claimable(
+    /// Up to `count` rows claimable at `now`, those claimable longest first, each once. The
+    /// work is bounded by `count` (and the records left behind that it passes), not by how
+    /// many rows are claimable: after a crash that may be all of them, fetched a few at a time.
+    ///
+    /// Oldest first is also what keeps every claimable row reached: a row taken becomes
+    /// claimable again (if its new owner dies too) only behind all the others.
+    pub(crate) fn oldest_claimable(
         &mut self,
         now: Instant,
+        count: usize,
         standing: impl Fn(Instant, u64) -> bool,
     ) -> Vec<u64> {
         self.trim_front(&standing);
-        let mut rows: Vec<u64> = self
+        let mut queued = self
             .queue
             .iter()
             .take_while(|&&(at, _)| at <= now)
             .filter(|&&(at, seq)| standing(at, seq))
-            .map(|&(_, seq)| seq)
-            .chain(self.set.range(..=(now, u64::MAX)).map(|&(_, seq)| seq))
-            .collect();
-        // A row moved out of the queue and back at the same instant has two records there.
-        rows.sort_unstable();
-        rows.dedup();
+            .peekable();
+        let mut set = self.set.range(..=(now, u64::MAX)).peekable();
+        let mut rows = Vec::with_capacity(count.min(self.in_queue + self.set.len()));
+        while rows.len() < count {
+            // The earlier of the two fronts (a merge of two time-ordered sequences).
+            let from_queue = match (queued.peek(), set.peek()) {
+                (Some(&&(a, _)), Some(&&(b, _))) => a <= b,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => break,
+            };
+            let next = if from_queue {
+                queued.next()
+            } else {
+                set.next()
+            };
+            let Some(&(_, seq)) = next else { break };
+            // A row moved out of the queue and back at the same instant has two records there.
+            if !rows.contains(&seq) {
+                rows.push(seq);
+            }
+        }
         rows
     }
 
@@ -153,6 +175,13 @@ mod tests {
         rows.0.insert(seq, (at, place));
     }
 
+    /// Every row claimable at `now`, in id order.
+    fn claimable(due: &mut Due, now: Instant, standing: impl Fn(Instant, u64) -> bool) -> Vec<u64> {
+        let mut rows = due.oldest_claimable(now, usize::MAX, standing);
+        rows.sort_unstable();
+        rows
+    }
+
     fn drop_row(due: &mut Due, rows: &mut Rows, seq: u64) {
         let (at, place) = rows.0.remove(&seq).expect("a row");
         due.remove(at, seq, place, rows.standing());
@@ -168,8 +197,11 @@ mod tests {
         set(&mut due, &mut rows, 3, ms(50)); // a release: out of order
         assert_eq!(rows.0[&3].1, Place::Set);
         assert_eq!(due.first(rows.standing()), Some(ms(50)));
-        assert_eq!(due.claimable(ms(40), rows.standing()), Vec::<u64>::new());
-        assert_eq!(due.claimable(ms(100), rows.standing()), [1, 3]);
+        assert_eq!(
+            claimable(&mut due, ms(40), rows.standing()),
+            Vec::<u64>::new()
+        );
+        assert_eq!(claimable(&mut due, ms(100), rows.standing()), [1, 3]);
         assert!(due.any_claimable(ms(50), rows.standing()));
         assert!(!due.any_claimable(ms(49), rows.standing()));
 
@@ -177,8 +209,27 @@ mod tests {
         drop_row(&mut due, &mut rows, 3);
         set(&mut due, &mut rows, 1, ms(300));
         assert_eq!(due.first(rows.standing()), Some(ms(200)));
-        assert_eq!(due.claimable(ms(250), rows.standing()), [2]);
-        assert_eq!(due.claimable(ms(300), rows.standing()), [1, 2]);
+        assert_eq!(claimable(&mut due, ms(250), rows.standing()), [2]);
+        assert_eq!(claimable(&mut due, ms(300), rows.standing()), [1, 2]);
+    }
+
+    #[test]
+    fn the_longest_claimable_come_first_and_no_more_than_asked() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let (mut due, mut rows) = (Due::default(), Rows::default());
+        for seq in 1..=5 {
+            set(&mut due, &mut rows, seq, ms(100 + seq));
+        }
+        set(&mut due, &mut rows, 9, ms(50)); // released: out of order, claimable longest
+        assert_eq!(due.oldest_claimable(ms(200), 3, rows.standing()), [9, 1, 2]);
+        // Taken (claimable again a timeout later): behind every other row.
+        set(&mut due, &mut rows, 9, ms(300));
+        set(&mut due, &mut rows, 1, ms(300));
+        assert_eq!(
+            due.oldest_claimable(ms(400), 9, rows.standing()),
+            [2, 3, 4, 5, 9, 1]
+        );
     }
 
     #[test]
@@ -190,7 +241,7 @@ mod tests {
         set(&mut due, &mut rows, 2, ms(100));
         set(&mut due, &mut rows, 1, ms(10)); // released
         set(&mut due, &mut rows, 1, ms(100)); // renewed at the same instant as before
-        assert_eq!(due.claimable(ms(100), rows.standing()), [1, 2]);
+        assert_eq!(claimable(&mut due, ms(100), rows.standing()), [1, 2]);
     }
 
     #[test]
@@ -211,7 +262,7 @@ mod tests {
         );
         let now = t0 + Duration::from_secs(1);
         assert_eq!(
-            due.claimable(now, rows.standing()),
+            claimable(&mut due, now, rows.standing()),
             (99_990..100_000).collect::<Vec<_>>()
         );
     }

@@ -1,5 +1,5 @@
-//! Fetch: reclaims (XAUTOCLAIM with a cursor) and new entries (XREADGROUP `>`), split so that
-//! neither kind starves the other.
+//! Fetch: reclaims (like XAUTOCLAIM, those claimable longest first) and new entries
+//! (XREADGROUP `>`), split so that neither kind starves the other.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -10,7 +10,7 @@ use leasehold_core::{Fence, Fetched, MessageId};
 use super::{standing, Entry, Pending, Store};
 
 impl Store {
-    /// Up to `max` deliveries for `consumer`: reclaimed entries (XAUTOCLAIM from the cursor)
+    /// Up to `max` deliveries for `consumer`: reclaimed entries (those claimable longest first)
     /// and new ones (XREADGROUP `>`), split so that neither kind starves the other.
     pub(crate) fn fetch(
         &mut self,
@@ -19,11 +19,11 @@ impl Store {
         max: usize,
     ) -> Vec<Fetched<Bytes>> {
         let due = if self.due.any_claimable(now, standing(&self.entries)) {
-            self.due.claimable(now, standing(&self.entries))
+            self.due.oldest_claimable(now, max, standing(&self.entries))
         } else {
             Vec::new()
         };
-        let reclaimable = due.len().min(max);
+        let reclaimable = due.len();
         // Only pending entries are ever removed, so every entry after the last delivered one
         // is still there: no need to count them.
         let fresh = usize::try_from(self.last_seq - self.last_delivered)
@@ -47,9 +47,7 @@ impl Store {
         out
     }
 
-    /// Takes up to `count` of the `due` entries (idle for the claim timeout, ascending), in id
-    /// order from the cursor, wrapping around: each scan resumes where the last one stopped,
-    /// so none starves.
+    /// Takes the first `count` of the `due` entries (claimable longest first).
     fn reclaim(
         &mut self,
         now: Instant,
@@ -61,8 +59,6 @@ impl Store {
         if count == 0 {
             return;
         }
-        let wrap = due.partition_point(|&seq| seq < self.cursor);
-        due.rotate_left(wrap);
         due.truncate(count);
         let until = self.lease_end(now, self.claim_timeout);
         for &seq in &due {
@@ -78,9 +74,6 @@ impl Store {
             pending.delivery_count = pending.delivery_count.saturating_add(1);
             out.push(delivery(id, payload, pending.delivery_count));
             self.set_claimable_at(seq, until);
-        }
-        if let Some(&last) = due.last() {
-            self.cursor = last + 1;
         }
     }
 

@@ -69,9 +69,6 @@ pub(crate) struct Store {
     pending: usize,
     /// The PEL ordered by `claimable_at`: finds what is reclaimable without a scan.
     due: Due,
-    /// Where the next reclaim continues (XAUTOCLAIM's cursor): the sequence after the last
-    /// entry reclaimed.
-    cursor: u64,
     /// Which kind gets the odd slot the next time reclaims and new entries compete.
     prefer_new: bool,
     consumers: HashSet<Arc<str>>,
@@ -87,7 +84,6 @@ impl Store {
             last_delivered: 0,
             pending: 0,
             due: Due::default(),
-            cursor: 0,
             prefer_new: false,
             consumers: HashSet::new(),
             dead: Vec::new(),
