@@ -4,7 +4,8 @@
 //! [`MemoryBackend`] consumer per replica incarnation, driven through the backend's synchronous
 //! `*_now` methods. [`ModelStore`] is a small re-implementation of the same semantics (the
 //! Redis-Streams model of DESIGN §4: pending list with owner, delivery count = fence, idle
-//! time, reclaim with a cursor, half-and-half split between reclaims and new entries), written
+//! time, reclaim of those claimable longest first, half-and-half split between reclaims and new
+//! entries), written
 //! so that one operation can be broken on purpose: [`Flaw::RenewStealsBack`] is the earlier Java
 //! implementation's unconditional `XCLAIM` heartbeat, [`Flaw::AckIgnoresOwner`] its unchecked
 //! `XACK`. Without a flaw it makes exactly the decisions the memory backend makes, which a test
@@ -300,6 +301,9 @@ struct Pending {
     owner: ConsumerId,
     delivery_count: u32,
     claimable_at: Instant,
+    /// Rows claimable at the same instant are taken in the order they got that time (as the
+    /// memory store's due index does): the stamp says when.
+    stamp: u64,
 }
 
 /// A model of the memory backend's semantics in ~150 lines, with an optional [`Flaw`].
@@ -311,8 +315,9 @@ pub struct ModelStore {
     last_seq: u64,
     last_delivered: u64,
     pel: BTreeMap<u64, Pending>,
-    due: BTreeSet<(Instant, u64)>,
-    cursor: u64,
+    /// `(claimable at, stamp, row)`.
+    due: BTreeSet<(Instant, u64, u64)>,
+    next_stamp: u64,
     prefer_new: bool,
     dead: Vec<DeadRow>,
 }
@@ -328,7 +333,7 @@ impl ModelStore {
             last_delivered: 0,
             pel: BTreeMap::new(),
             due: BTreeSet::new(),
-            cursor: 0,
+            next_stamp: 0,
             prefer_new: false,
             dead: Vec::new(),
         }
@@ -349,17 +354,35 @@ impl ModelStore {
         (p.owner == consumer && u64::from(p.delivery_count) == lease.fence.0).then_some(seq)
     }
 
+    /// A new stamp for a row that gets a claimable time.
+    fn stamp(&mut self) -> u64 {
+        self.next_stamp += 1;
+        self.next_stamp
+    }
+
+    /// Row `seq` becomes claimable at `at` (unchanged, with its stamp, if it already was).
     fn set_claimable(&mut self, seq: u64, at: Instant) {
-        if let Some(p) = self.pel.get_mut(&seq) {
-            self.due.remove(&(p.claimable_at, seq));
-            p.claimable_at = at;
-            self.due.insert((at, seq));
+        let Some(&Pending {
+            claimable_at,
+            stamp,
+            ..
+        }) = self.pel.get(&seq)
+        else {
+            return;
+        };
+        if claimable_at == at {
+            return;
         }
+        let new_stamp = self.stamp();
+        self.due.remove(&(claimable_at, stamp, seq));
+        self.due.insert((at, new_stamp, seq));
+        let p = self.pel.get_mut(&seq).expect("looked up above");
+        (p.claimable_at, p.stamp) = (at, new_stamp);
     }
 
     fn remove(&mut self, seq: u64) -> Option<u32> {
         let p = self.pel.remove(&seq)?;
-        self.due.remove(&(p.claimable_at, seq));
+        self.due.remove(&(p.claimable_at, p.stamp, seq));
         self.entries.remove(&seq);
         Some(p.delivery_count)
     }
@@ -384,7 +407,8 @@ impl SimStore for ModelStore {
     }
 
     fn fetch(&mut self, now: Instant, consumer: ConsumerId, max: usize) -> Vec<Fetched<Bytes>> {
-        let reclaimable = self.due.range(..=(now, u64::MAX)).take(max).count();
+        let claimable = ..=(now, u64::MAX, u64::MAX);
+        let reclaimable = self.due.range(claimable).take(max).count();
         let fresh = self
             .entries
             .range(self.last_delivered + 1..)
@@ -400,26 +424,20 @@ impl SimStore for ModelStore {
         let mut out = Vec::new();
         let until = now + self.claim_timeout;
         if reclaim > 0 {
-            let mut due: Vec<u64> = self
+            // Those claimable longest first.
+            let due: Vec<u64> = self
                 .due
-                .range(..=(now, u64::MAX))
-                .map(|&(_, s)| s)
+                .range(claimable)
+                .take(reclaim)
+                .map(|&(.., s)| s)
                 .collect();
-            due.sort_unstable();
-            let wrap = due.partition_point(|&s| s < self.cursor);
-            due.rotate_left(wrap);
-            due.truncate(reclaim);
-            for &seq in &due {
+            for seq in due {
                 let p = self.pel.get_mut(&seq).expect("due entries are pending");
-                self.due.remove(&(p.claimable_at, seq));
                 p.owner = consumer;
                 p.delivery_count += 1;
-                p.claimable_at = until;
-                self.due.insert((until, seq));
-                out.push(Self::delivery(seq, &self.entries[&seq], p.delivery_count));
-            }
-            if let Some(&last) = due.last() {
-                self.cursor = last + 1;
+                let count = p.delivery_count;
+                self.set_claimable(seq, until);
+                out.push(Self::delivery(seq, &self.entries[&seq], count));
             }
         }
         let fresh: Vec<u64> = self
@@ -429,15 +447,17 @@ impl SimStore for ModelStore {
             .map(|(&s, _)| s)
             .collect();
         for seq in fresh {
+            let stamp = self.stamp();
             self.pel.insert(
                 seq,
                 Pending {
                     owner: consumer,
                     delivery_count: 1,
                     claimable_at: until,
+                    stamp,
                 },
             );
-            self.due.insert((until, seq));
+            self.due.insert((until, stamp, seq));
             self.last_delivered = seq;
             out.push(Self::delivery(seq, &self.entries[&seq], 1));
         }
@@ -557,6 +577,6 @@ impl SimStore for ModelStore {
     }
 
     fn next_claimable(&mut self, _now: Instant) -> Option<Instant> {
-        self.due.first().map(|&(at, _)| at)
+        self.due.first().map(|&(at, ..)| at)
     }
 }

@@ -8,81 +8,89 @@
 //! when such records outnumber the standing ones. Anything out of order (a release's earlier
 //! time, a clock that went back) goes to an exact ordered set instead.
 
-use std::collections::{BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::time::Instant;
 
 /// Where a pending row's record is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Place {
-    /// In the in-order queue (standing while the row still has that time and place).
+    /// In the in-order queue (standing while the row still has that record's stamp).
     Queue,
     /// In the ordered set (removed exactly when the row changes).
     Set,
 }
 
-/// Pending rows by the instant they become claimable.
+/// A pending row's record: when it becomes claimable, a stamp unique to this record (rows
+/// claimable at the same instant come in the order their records were made), and where it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Record {
+    pub(crate) at: Instant,
+    pub(crate) stamp: u64,
+    pub(crate) place: Place,
+}
+
+/// Pending rows by the instant they become claimable, then by stamp.
 #[derive(Debug, Default)]
 pub(crate) struct Due {
-    /// Records in nondecreasing time order, some no longer standing.
-    queue: VecDeque<(Instant, u64)>,
+    /// `(at, stamp, row)` in order (stamps rise, times never fall), some no longer standing.
+    queue: VecDeque<(Instant, u64, u64)>,
     /// Rows whose record is in `queue`.
     in_queue: usize,
-    /// Records added out of order, all standing.
-    set: BTreeSet<(Instant, u64)>,
+    /// `(at, stamp, row)` added out of order, all standing.
+    set: BTreeSet<(Instant, u64, u64)>,
+    /// The stamp of the next record.
+    next_stamp: u64,
 }
 
 /// Records in the queue that may stand before a sweep.
 const SLACK: usize = 1024;
 
 impl Due {
-    /// Adds the row `seq`, claimable at `at`; returns where its record went.
-    pub(crate) fn insert(&mut self, at: Instant, seq: u64) -> Place {
-        if self.queue.back().map_or(true, |&(last, _)| last <= at) {
-            self.queue.push_back((at, seq));
+    /// Adds a record for row `seq`, claimable at `at`.
+    pub(crate) fn insert(&mut self, at: Instant, seq: u64) -> Record {
+        let stamp = self.next_stamp;
+        self.next_stamp += 1;
+        let place = if self.queue.back().map_or(true, |&(last, ..)| last <= at) {
+            self.queue.push_back((at, stamp, seq));
             self.in_queue += 1;
             Place::Queue
         } else {
-            self.set.insert((at, seq));
+            self.set.insert((at, stamp, seq));
             Place::Set
-        }
+        };
+        Record { at, stamp, place }
     }
 
-    /// The row `seq` (claimable at `at`, its record in `place`) changed or went away. A queued
-    /// record is left for `standing` to skip.
-    pub(crate) fn remove(
-        &mut self,
-        at: Instant,
-        seq: u64,
-        place: Place,
-        standing: impl Fn(Instant, u64) -> bool,
-    ) {
-        match place {
+    /// Row `seq`'s `record` no longer holds (the row changed or went away). A queued record is
+    /// left for `standing` (does row `seq` still have the record stamped so?) to skip.
+    pub(crate) fn remove(&mut self, record: Record, seq: u64, standing: impl Fn(u64, u64) -> bool) {
+        match record.place {
             Place::Set => {
-                self.set.remove(&(at, seq));
+                self.set.remove(&(record.at, record.stamp, seq));
             }
             Place::Queue => {
                 self.in_queue -= 1;
                 if self.queue.len() > 2 * self.in_queue + SLACK {
-                    self.sweep(standing);
+                    self.queue.retain(|&(_, stamp, seq)| standing(stamp, seq));
                 }
             }
         }
     }
 
     /// The earliest instant a row becomes claimable.
-    pub(crate) fn first(&mut self, standing: impl Fn(Instant, u64) -> bool) -> Option<Instant> {
+    pub(crate) fn first(&mut self, standing: impl Fn(u64, u64) -> bool) -> Option<Instant> {
         self.trim_front(&standing);
-        let queued = self.queue.front().map(|&(at, _)| at);
-        let set = self.set.first().map(|&(at, _)| at);
+        let queued = self.queue.front().map(|&(at, ..)| at);
+        let set = self.set.first().map(|&(at, ..)| at);
         match (queued, set) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
     }
 
-    /// Up to `count` rows claimable at `now`, those claimable longest first, each once. The
-    /// work is bounded by `count` (and the records left behind that it passes), not by how
-    /// many rows are claimable: after a crash that may be all of them, fetched a few at a time.
+    /// Up to `count` rows claimable at `now`, those claimable longest first. The work is
+    /// bounded by `count` (and the records left behind that it passes), not by how many rows
+    /// are claimable: after a crash that may be all of them, fetched a few at a time.
     ///
     /// Oldest first is also what keeps every claimable row reached: a row taken becomes
     /// claimable again (if its new owner dies too) only behind all the others.
@@ -90,35 +98,27 @@ impl Due {
         &mut self,
         now: Instant,
         count: usize,
-        standing: impl Fn(Instant, u64) -> bool,
+        standing: impl Fn(u64, u64) -> bool,
     ) -> Vec<u64> {
         self.trim_front(&standing);
-        let mut queued = self
+        let queued = self
             .queue
             .iter()
-            .take_while(|&&(at, _)| at <= now)
-            .filter(|&&(at, seq)| standing(at, seq))
-            .peekable();
-        let mut set = self.set.range(..=(now, u64::MAX)).peekable();
+            .take_while(|&&(at, ..)| at <= now)
+            .filter(|&&(_, stamp, seq)| standing(stamp, seq));
+        let set = self.set.range(..=(now, u64::MAX, u64::MAX));
+        // A merge of two sequences ordered by (time, stamp).
+        let (mut queued, mut set) = (queued.peekable(), set.peekable());
         let mut rows = Vec::with_capacity(count.min(self.in_queue + self.set.len()));
         while rows.len() < count {
-            // The earlier of the two fronts (a merge of two time-ordered sequences).
-            let from_queue = match (queued.peek(), set.peek()) {
-                (Some(&&(a, _)), Some(&&(b, _))) => a <= b,
-                (Some(_), None) => true,
-                (None, Some(_)) => false,
+            let next = match (queued.peek(), set.peek()) {
+                (Some(q), Some(s)) if (q.0, q.1) <= (s.0, s.1) => queued.next(),
+                (_, Some(_)) => set.next(),
+                (Some(_), None) => queued.next(),
                 (None, None) => break,
             };
-            let next = if from_queue {
-                queued.next()
-            } else {
-                set.next()
-            };
-            let Some(&(_, seq)) = next else { break };
-            // A row moved out of the queue and back at the same instant has two records there.
-            if !rows.contains(&seq) {
-                rows.push(seq);
-            }
+            let Some(&(_, _, seq)) = next else { break };
+            rows.push(seq);
         }
         rows
     }
@@ -127,26 +127,19 @@ impl Due {
     pub(crate) fn any_claimable(
         &mut self,
         now: Instant,
-        standing: impl Fn(Instant, u64) -> bool,
+        standing: impl Fn(u64, u64) -> bool,
     ) -> bool {
         self.first(standing).is_some_and(|at| at <= now)
     }
 
     /// Drops records that no longer stand from the front of the queue.
-    fn trim_front(&mut self, standing: &impl Fn(Instant, u64) -> bool) {
-        while let Some(&(at, seq)) = self.queue.front() {
-            if standing(at, seq) {
+    fn trim_front(&mut self, standing: &impl Fn(u64, u64) -> bool) {
+        while let Some(&(_, stamp, seq)) = self.queue.front() {
+            if standing(stamp, seq) {
                 break;
             }
             self.queue.pop_front();
         }
-    }
-
-    /// Keeps only the standing records, once each (in order).
-    fn sweep(&mut self, standing: impl Fn(Instant, u64) -> bool) {
-        let mut seen = HashSet::with_capacity(self.in_queue);
-        self.queue
-            .retain(|&(at, seq)| standing(at, seq) && seen.insert(seq));
     }
 }
 
@@ -157,34 +150,34 @@ mod tests {
 
     use super::*;
 
-    /// The rows' current times and places, as the store keeps them.
+    /// The rows' current records, as the store keeps them.
     #[derive(Default)]
-    struct Rows(HashMap<u64, (Instant, Place)>);
+    struct Rows(HashMap<u64, Record>);
 
     impl Rows {
-        fn standing(&self) -> impl Fn(Instant, u64) -> bool + '_ {
-            |at, seq| self.0.get(&seq) == Some(&(at, Place::Queue))
+        fn standing(&self) -> impl Fn(u64, u64) -> bool + '_ {
+            |stamp, seq| self.0.get(&seq).is_some_and(|r| r.stamp == stamp)
         }
     }
 
     fn set(due: &mut Due, rows: &mut Rows, seq: u64, at: Instant) {
-        if let Some((old, place)) = rows.0.remove(&seq) {
-            due.remove(old, seq, place, rows.standing());
+        if let Some(old) = rows.0.remove(&seq) {
+            due.remove(old, seq, rows.standing());
         }
-        let place = due.insert(at, seq);
-        rows.0.insert(seq, (at, place));
+        let record = due.insert(at, seq);
+        rows.0.insert(seq, record);
     }
 
     /// Every row claimable at `now`, in id order.
-    fn claimable(due: &mut Due, now: Instant, standing: impl Fn(Instant, u64) -> bool) -> Vec<u64> {
+    fn claimable(due: &mut Due, now: Instant, standing: impl Fn(u64, u64) -> bool) -> Vec<u64> {
         let mut rows = due.oldest_claimable(now, usize::MAX, standing);
         rows.sort_unstable();
         rows
     }
 
     fn drop_row(due: &mut Due, rows: &mut Rows, seq: u64) {
-        let (at, place) = rows.0.remove(&seq).expect("a row");
-        due.remove(at, seq, place, rows.standing());
+        let record = rows.0.remove(&seq).expect("a row");
+        due.remove(record, seq, rows.standing());
     }
 
     #[test]
@@ -195,7 +188,7 @@ mod tests {
         set(&mut due, &mut rows, 1, ms(100));
         set(&mut due, &mut rows, 2, ms(200));
         set(&mut due, &mut rows, 3, ms(50)); // a release: out of order
-        assert_eq!(rows.0[&3].1, Place::Set);
+        assert_eq!(rows.0[&3].place, Place::Set);
         assert_eq!(due.first(rows.standing()), Some(ms(50)));
         assert_eq!(
             claimable(&mut due, ms(40), rows.standing()),

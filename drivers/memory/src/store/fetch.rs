@@ -95,12 +95,11 @@ impl Store {
             .take(count)
         {
             // Never delivered to the group, so it has no PEL row yet.
-            let place = self.due.insert(until, seq);
+            let due = self.due.insert(until, seq);
             entry.pending = Some(Pending {
                 owner: consumer.clone(),
                 delivery_count: 1,
-                claimable_at: until,
-                place,
+                due,
             });
             self.pending += 1;
             self.last_delivered = seq;

@@ -16,18 +16,17 @@ use leasehold_core::{LeaseRef, MessageId, RenewResult, SettleResult};
 use crate::config::MemoryError;
 use crate::id;
 use crate::inspect::{DeadLetter, PendingInfo};
-use due::{Due, Place};
+use due::{Due, Record};
 
 /// One delivered, unacknowledged entry: an XPENDING row.
 #[derive(Debug)]
 struct Pending {
     owner: Arc<str>,
     delivery_count: u32,
-    /// When the entry becomes claimable by anyone: last delivery/renew + claim timeout, or
-    /// release time + delay. Idle time is `claim_timeout - (claimable_at - now)`.
-    claimable_at: Instant,
-    /// Where `due` keeps its record.
-    place: Place,
+    /// `due`'s record of the row. Its time is when the entry becomes claimable by anyone:
+    /// last delivery/renew + claim timeout, or release time + delay; the idle time is
+    /// `claim_timeout - (at - now)`.
+    due: Record,
 }
 
 /// One entry of the stream, with its PEL row while it is delivered and unacknowledged (one
@@ -40,14 +39,14 @@ struct Entry {
     pending: Option<Pending>,
 }
 
-/// Whether a queued `due` record (claimable at `at`, row `seq`) still stands: the row exists
-/// and still has that time, with its record in the queue.
-fn standing(entries: &BTreeMap<u64, Entry>) -> impl Fn(Instant, u64) -> bool + '_ {
-    |at, seq| {
+/// Whether a queued `due` record (stamp `stamp`, row `seq`) still stands: the row is pending
+/// and that is still its record.
+fn standing(entries: &BTreeMap<u64, Entry>) -> impl Fn(u64, u64) -> bool + '_ {
+    |stamp, seq| {
         entries
             .get(&seq)
             .and_then(|e| e.pending.as_ref())
-            .is_some_and(|p| p.place == Place::Queue && p.claimable_at == at)
+            .is_some_and(|p| p.due.stamp == stamp)
     }
 }
 
@@ -163,11 +162,10 @@ impl Store {
                 if !is_current(pending, consumer, lease) {
                     return SettleResult::Lost;
                 }
-                let (claimable_at, place) = (pending.claimable_at, pending.place);
+                let record = pending.due;
                 entry.remove();
                 self.pending -= 1;
-                self.due
-                    .remove(claimable_at, seq, place, standing(&self.entries));
+                self.due.remove(record, seq, standing(&self.entries));
                 SettleResult::Ok
             })
             .collect()
@@ -250,12 +248,11 @@ impl Store {
     }
 
     fn info(&self, now: Instant, pending: &Pending) -> PendingInfo {
-        let idle = if pending.claimable_at >= now {
-            self.claim_timeout
-                .saturating_sub(pending.claimable_at - now)
+        let at = pending.due.at;
+        let idle = if at >= now {
+            self.claim_timeout.saturating_sub(at - now)
         } else {
-            self.claim_timeout
-                .saturating_add(now - pending.claimable_at)
+            self.claim_timeout.saturating_add(now - at)
         };
         PendingInfo {
             owner: pending.owner.to_string(),
@@ -275,20 +272,19 @@ impl Store {
         let Some(pending) = self.entries.get(&seq).and_then(|e| e.pending.as_ref()) else {
             return;
         };
-        let (old, place) = (pending.claimable_at, pending.place);
-        if place == Place::Queue && old == at {
+        let old = pending.due;
+        if old.at == at {
             return; // its record stands as it is
         }
         // Moved first, so the old record no longer stands when `remove` may sweep.
-        let new_place = self.due.insert(at, seq);
+        let record = self.due.insert(at, seq);
         let pending = self
             .entries
             .get_mut(&seq)
             .and_then(|e| e.pending.as_mut())
             .expect("checked above");
-        pending.claimable_at = at;
-        pending.place = new_place;
-        self.due.remove(old, seq, place, standing(&self.entries));
+        pending.due = record;
+        self.due.remove(old, seq, standing(&self.entries));
     }
 
     /// Drops a pending entry from the PEL and the stream; returns its id, payload and PEL row.
@@ -304,12 +300,7 @@ impl Store {
         } = entry.remove();
         let pending = pending.expect("checked above");
         self.pending -= 1;
-        self.due.remove(
-            pending.claimable_at,
-            seq,
-            pending.place,
-            standing(&self.entries),
-        );
+        self.due.remove(pending.due, seq, standing(&self.entries));
         Some((id, payload, pending))
     }
 
