@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_core::{
     Config, Effect, Fence, Fetched, InvocationId, LeaseEngine, MessageId, Outcome, RenewResult,
-    SettleResult, SourceId, MAX_DURATION,
+    SettleResult, StreamId, MAX_DURATION,
 };
 
 /// The claim timeout of every benchmark engine; the heartbeat follows at a third of it.
@@ -63,8 +63,8 @@ pub struct Driver<P> {
     pub engine: LeaseEngine<P>,
     /// The current instant; moves forward only.
     pub now: Instant,
-    /// The source of the `Fetch` awaiting an answer, if any.
-    fetch: Option<SourceId>,
+    /// The stream of the `Fetch` awaiting an answer, if any.
+    fetch: Option<StreamId>,
     /// Number of the next message id to deliver.
     next_id: u64,
     /// Leases the fill left held (the lifecycle must come back to this number).
@@ -118,13 +118,13 @@ impl<P> Driver<P> {
         let mut driver = Self::new(held + room, 1);
         while let Some(effect) = driver.engine.poll_effect() {
             match effect {
-                Effect::Fetch { source, max, .. } if driver.engine.held() < held => {
+                Effect::Fetch { stream, max, .. } if driver.engine.held() < held => {
                     let n = max.min(held - driver.engine.held());
                     let delivery = driver.next_delivery(n, &mut payload);
                     driver.tick();
-                    driver.engine.handle_fetched(driver.now, source, delivery);
+                    driver.engine.handle_fetched(driver.now, stream, delivery);
                 }
-                Effect::Fetch { source, .. } => driver.fetch = Some(source),
+                Effect::Fetch { stream, .. } => driver.fetch = Some(stream),
                 Effect::Run { invocation, .. } => {
                     driver.tick();
                     driver
@@ -146,10 +146,10 @@ impl<P> Driver<P> {
     pub fn with_running(n: usize, payload: impl FnMut(u64) -> P) -> Self {
         let mut driver = Self::new(n, n);
         match driver.engine.poll_effect() {
-            Some(Effect::Fetch { source, max, .. }) if max == n => {
+            Some(Effect::Fetch { stream, max, .. }) if max == n => {
                 let delivery = driver.next_delivery(n, payload);
                 driver.tick();
-                driver.engine.handle_fetched(driver.now, source, delivery);
+                driver.engine.handle_fetched(driver.now, stream, delivery);
             }
             other => panic!("expected a fetch for {n}, got {other:?}"),
         }
@@ -177,7 +177,7 @@ impl<P> Driver<P> {
         self.now = self.now.max(due);
         let fetching = self.fetch.take();
         match fetching {
-            Some(source) => self.engine.handle_fetched(self.now, source, Vec::new()),
+            Some(stream) => self.engine.handle_fetched(self.now, stream, Vec::new()),
             None => self.engine.handle_timeout(self.now),
         }
         let mut renewed = 0;
@@ -188,7 +188,7 @@ impl<P> Driver<P> {
                     let kept = leases.into_iter().map(|id| (id, RenewResult::Kept));
                     self.engine.handle_renewed(self.now, batch, kept);
                 }
-                Effect::Fetch { source, .. } => self.fetch = Some(source),
+                Effect::Fetch { stream, .. } => self.fetch = Some(stream),
                 other => panic!("unexpected effect in a heartbeat: {other:?}"),
             }
         }
@@ -201,9 +201,9 @@ impl<P> Driver<P> {
     /// for the next fetch. A driver also asks `poll_timeout` once when it goes back to sleep, so
     /// that is included. Each input is one [`TICK`] after the previous one.
     pub fn lifecycle(&mut self, delivery: Vec<Fetched<P>>) {
-        let source = self.fetch.take().expect("a fetch is outstanding");
+        let stream = self.fetch.take().expect("a fetch is outstanding");
         self.tick();
-        self.engine.handle_fetched(self.now, source, delivery);
+        self.engine.handle_fetched(self.now, stream, delivery);
         while let Some(effect) = self.engine.poll_effect() {
             match effect {
                 Effect::Run { invocation, .. } => {
@@ -216,7 +216,7 @@ impl<P> Driver<P> {
                     let ok = leases.into_iter().map(|id| (id, SettleResult::Ok));
                     self.engine.handle_acked(self.now, ok);
                 }
-                Effect::Fetch { source, .. } => self.fetch = Some(source),
+                Effect::Fetch { stream, .. } => self.fetch = Some(stream),
                 other => panic!("unexpected effect in a lifecycle: {other:?}"),
             }
         }

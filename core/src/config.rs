@@ -388,7 +388,7 @@ pub enum ConfigError {
         /// The configured cap.
         max: Duration,
     },
-    /// The engine was asked to serve no source.
-    #[error("an engine needs at least one source (stream) to fetch from")]
-    NoSources,
+    /// The engine was asked to serve no stream.
+    #[error("an engine needs at least one stream to fetch from")]
+    NoStreams,
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::types::{CancelReason, DeadLetterReason, InvocationId, LeaseId, RenewId, SourceId};
+use crate::types::{CancelReason, DeadLetterReason, InvocationId, LeaseId, RenewId, StreamId};
 
 /// An effect for the driver to execute, drained with
 /// [`LeaseEngine::poll_effect`](crate::LeaseEngine::poll_effect).
@@ -13,13 +13,13 @@ use crate::types::{CancelReason, DeadLetterReason, InvocationId, LeaseId, RenewI
 /// matching `handle_*` method; a driver that gives up on a call reports it as failed.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
-    /// Fetch up to `max` messages from `source`, new or reclaimable ones. The backend may block
+    /// Fetch up to `max` messages from `stream`, new or reclaimable ones. The backend may block
     /// up to `wait` for new entries (zero: return at once). Answer with
     /// [`handle_fetched`](crate::LeaseEngine::handle_fetched) or
     /// [`handle_fetch_failed`](crate::LeaseEngine::handle_fetch_failed).
     Fetch {
-        /// The source to fetch from.
-        source: SourceId,
+        /// The stream to fetch from.
+        stream: StreamId,
         /// The most messages the engine can take: free slots, plus `prefetch` room, at most
         /// `fetch_batch_size`.
         max: usize,
@@ -87,7 +87,7 @@ pub struct Stats {
     /// Deliveries beyond what was asked for, handed straight back.
     pub overflow: u64,
     /// Handler invocations started.
-    pub runs: u64,
+    pub invocations: u64,
     /// Invocations that returned `Pending` and were scheduled for a re-run.
     pub pending: u64,
     /// Failed attempts (retry, error, panic, max processing time).

@@ -5,7 +5,7 @@ use std::hash::BuildHasher;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 
-use crate::types::{CancelReason, Fence, LeaseId, MessageId, SourceId};
+use crate::types::{CancelReason, Fence, LeaseId, MessageId, StreamId};
 
 /// A lease the engine holds on one message, as a driver sees it when executing an effect.
 #[derive(Debug)]
@@ -21,16 +21,16 @@ pub struct Lease<P> {
     /// The epoch (fetch or renew send time) that last confirmed this lease.
     pub(crate) epoch: u64,
     pub(crate) delivery_count: u32,
-    /// Invocations of this delivery so far; the current one's run number.
+    /// Invocations of this delivery so far: the attempt of the current (or last) one.
     pub(crate) attempt: u32,
-    pub(crate) source: SourceId,
+    pub(crate) stream: StreamId,
     pub(crate) state: State,
 }
 
 impl<P> Lease<P> {
-    /// The source (stream) the message came from.
-    pub fn source(&self) -> SourceId {
-        self.source
+    /// The stream the message came from.
+    pub fn stream(&self) -> StreamId {
+        self.stream
     }
     /// The message's id in the backend.
     pub fn message_id(&self) -> &MessageId {
@@ -146,7 +146,7 @@ struct Slot<P> {
     lease: Option<Lease<P>>,
 }
 
-/// The generational slab of leases and the index of held leases by `(source, message id)`.
+/// The generational slab of leases and the index of held leases by `(stream, message id)`.
 pub(crate) struct LeaseTable<P> {
     slots: Vec<Slot<P>>,
     free: Vec<u32>,
@@ -166,8 +166,8 @@ impl<P> LeaseTable<P> {
 
     /// The index hash of a message, to look it up and insert it with one hashing.
     #[inline]
-    pub(crate) fn hash(&self, source: SourceId, id: &MessageId) -> u64 {
-        self.hasher.hash_one((source, id))
+    pub(crate) fn hash(&self, stream: StreamId, id: &MessageId) -> u64 {
+        self.hasher.hash_one((stream, id))
     }
 
     #[inline]
@@ -257,14 +257,14 @@ impl<P> LeaseTable<P> {
 
     /// The held lease of a message whose index hash is `hash`, if any.
     #[inline]
-    pub(crate) fn find(&self, hash: u64, source: SourceId, message: &MessageId) -> Option<LeaseId> {
+    pub(crate) fn find(&self, hash: u64, stream: StreamId, message: &MessageId) -> Option<LeaseId> {
         self.index
             .find(hash, |id| {
                 let lease = self.slots[id.slot as usize]
                     .lease
                     .as_ref()
                     .expect("indexed");
-                lease.source == source && lease.id == *message
+                lease.stream == stream && lease.id == *message
             })
             .copied()
     }

@@ -43,19 +43,19 @@
 //! let mut engine = LeaseEngine::<String>::new(&config, now)?;
 //!
 //! // A toy backend: a queue of (id, payload); a message's first delivery has fence 1.
-//! let mut stream: VecDeque<(u64, String)> =
+//! let mut queue: VecDeque<(u64, String)> =
 //!     (1..=5).map(|i| (i, format!("job {i}"))).collect();
 //! let mut acked = Vec::new();
 //!
 //! 'drive: loop {
 //!     while let Some(effect) = engine.poll_effect() {
 //!         match effect {
-//!             Effect::Fetch { source, max, .. } => {
-//!                 let n = max.min(stream.len());
-//!                 let batch = stream.drain(..n).map(|(id, payload)| Fetched {
+//!             Effect::Fetch { stream, max, .. } => {
+//!                 let n = max.min(queue.len());
+//!                 let batch = queue.drain(..n).map(|(id, payload)| Fetched {
 //!                     id: id.into(), payload, delivery_count: 1, fence: Fence(1),
 //!                 });
-//!                 engine.handle_fetched(now, source, batch.collect());
+//!                 engine.handle_fetched(now, stream, batch.collect());
 //!             }
 //!             Effect::Run { invocation, lease } => {
 //!                 let lease = engine.lease(lease).expect("held while it runs");
@@ -91,7 +91,7 @@
 //! }
 //! // "job 3" was re-invoked after `repoll_interval` (1 s) and finished last.
 //! assert_eq!(acked, ["1", "2", "4", "5", "3"]);
-//! assert_eq!(engine.stats().runs, 6);
+//! assert_eq!(engine.stats().invocations, 6);
 //! assert_eq!(engine.held(), 0);
 //! # Ok::<(), ConfigError>(())
 //! ```
@@ -115,5 +115,5 @@ pub use engine::LeaseEngine;
 pub use lease::Lease;
 pub use types::{
     CancelReason, DeadLetterReason, Fence, Fetched, InvocationId, LeaseId, MessageId, Outcome,
-    RenewId, RenewResult, SettleResult, SourceId,
+    RenewId, RenewResult, SettleResult, StreamId,
 };

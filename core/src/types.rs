@@ -4,14 +4,15 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Index of a source (a stream and consumer group) served by one engine. Sources share the
+/// Index of a stream (one backend handle: a stream, its consumer group, this consumer) served by
+/// one engine, in the order the streams were added. Streams share the
 /// engine's concurrency budget; fetches for them are spread round-robin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SourceId(pub u16);
+pub struct StreamId(pub u16);
 
 /// A message's id in its backend, e.g. a Redis stream entry id `1700000000000-0`.
 ///
-/// Two deliveries with equal ids on one source are the same message; equal payloads are not.
+/// Two deliveries with equal ids on one stream are the same message; equal payloads are not.
 /// Shared, not copied: the engine, the handler and the ack each hold one without an allocation.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct MessageId(Arc<str>);
@@ -87,7 +88,8 @@ pub struct LeaseId {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct InvocationId {
     pub(crate) lease: LeaseId,
-    pub(crate) run: u32,
+    /// Which invocation of the lease's delivery this is: its attempt (1 for the first).
+    pub(crate) attempt: u32,
 }
 
 impl InvocationId {

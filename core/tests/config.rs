@@ -27,7 +27,7 @@ fn refused(config: Config, expected: ConfigError, says: &[&str]) {
         Some(expected.clone())
     );
     assert_eq!(
-        LeaseEngine::<()>::with_sources(&config, 3, now).err(),
+        LeaseEngine::<()>::with_streams(&config, 3, now).err(),
         Some(expected)
     );
 }
@@ -334,14 +334,14 @@ fn retry_cap_below_first_delay_is_refused() {
     );
 }
 
-/// `ConfigError::NoSources`: `LeaseEngine::with_sources(.., 0, ..)` is an error, not a panic.
+/// `ConfigError::NoStreams`: `LeaseEngine::with_streams(.., 0, ..)` is an error, not a panic.
 #[test]
 fn an_engine_without_sources_is_refused() {
-    let err = LeaseEngine::<()>::with_sources(&Config::default(), 0, Instant::now())
+    let err = LeaseEngine::<()>::with_streams(&Config::default(), 0, Instant::now())
         .expect_err("zero sources must be refused");
-    assert_eq!(err, ConfigError::NoSources);
-    assert!(err.to_string().contains("at least one source"));
-    assert!(LeaseEngine::<()>::with_sources(&Config::default(), 1, Instant::now()).is_ok());
+    assert_eq!(err, ConfigError::NoStreams);
+    assert!(err.to_string().contains("at least one stream"));
+    assert!(LeaseEngine::<()>::with_streams(&Config::default(), 1, Instant::now()).is_ok());
 }
 
 /// `ConfigError::BadRepollSpread`: outside 0..=1 (or NaN).

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use leasehold_core::{
     CancelReason, DeadLetterReason, Effect, Fence, LeaseEngine, LeaseId, MessageId, Outcome,
-    RenewResult, RetryPolicy, SettleResult, SourceId,
+    RenewResult, RetryPolicy, SettleResult, StreamId,
 };
 
 // ----- rule 1: Pending ---------------------------------------------------------------------------
@@ -104,7 +104,7 @@ fn rule01_pending_is_rerun_after_exactly_repoll_interval() {
     assert_ne!(inv2, inv1, "a re-run is a new invocation");
     assert_eq!(e.lease(a).unwrap().attempt(), 2);
     assert_eq!(e.stats().pending, 1);
-    assert_eq!(e.stats().runs, 2);
+    assert_eq!(e.stats().invocations, 2);
 }
 
 /// Rule 1: re-runs that are due go before new fetches: when a re-run is due and a slot frees,
@@ -154,7 +154,7 @@ fn rule01_due_reruns_go_before_new_fetches() {
 // ----- rule 2: serial per message, redelivery adopts the new fence --------------------------------
 
 /// Rule 2: a held message is never run twice at once; a delivery of a message already held
-/// (same source and id, new fence and count) adopts the new fence, starts nothing, and the
+/// (same stream and id, new fence and count) adopts the new fence, starts nothing, and the
 /// eventual ack carries the lease with the new fence.
 #[test]
 fn rule02_redelivery_of_held_message_adopts_fence_and_starts_nothing() {
@@ -193,7 +193,7 @@ fn rule02_redelivery_of_held_message_adopts_fence_and_starts_nothing() {
     assert_eq!(e.lease(a).unwrap().fence(), Fence(8));
     e.handle_fetched(t0 + ms(50), S0, vec![]);
     assert_eq!(drain(&mut e), vec![]);
-    assert_eq!(e.stats().runs, 1);
+    assert_eq!(e.stats().invocations, 1);
 
     // The re-run comes on schedule, as the only invocation of the message.
     e.handle_timeout(t0 + ms(430));
@@ -213,7 +213,7 @@ fn rule02_redelivery_of_held_message_adopts_fence_and_starts_nothing() {
         Fence(8),
         "the ack carries the new fence"
     );
-    assert_eq!(e.stats().runs, 2);
+    assert_eq!(e.stats().invocations, 2);
 }
 
 /// Rule 2: once a redelivery's fence is adopted, a renew answer about the replaced fence (sent
@@ -484,7 +484,7 @@ fn rule04_lost_waiting_lease_is_not_rerun() {
         later.extend(drain(&mut e));
     }
     assert!(!mentions(&later, a), "{later:?}");
-    assert_eq!(e.stats().runs, 1);
+    assert_eq!(e.stats().invocations, 1);
 }
 
 /// Rule 4: local expiry: no successful renew for `claim_timeout - expiry_margin` from the send
@@ -1066,7 +1066,7 @@ fn rule08_shutdown_releases_waits_cancels_and_drains_once() {
         "fetch after shutdown: {after:?}"
     );
     assert!(runs(&after).is_empty(), "run after shutdown: {after:?}");
-    assert_eq!(e.stats().runs, 3);
+    assert_eq!(e.stats().invocations, 3);
     assert_eq!(e.poll_timeout(), None);
 }
 
@@ -1310,7 +1310,7 @@ fn rule10_prefetched_messages_wait_held_and_start_when_a_slot_frees() {
     assert_eq!(message_of(&e, d), 4.into());
     assert!(
         fetches(&fx).is_empty(),
-        "one fetch per source in flight: {fx:?}"
+        "one fetch per stream in flight: {fx:?}"
     );
     assert_eq!(acks(&fx), vec![vec![b]]);
     e.handle_acked(t0 + ms(35), [(b, SettleResult::Ok)]);
@@ -1447,24 +1447,24 @@ fn rule11_extra_deliveries_are_released_at_once_and_never_run() {
         fx,
         vec![fetch(1, Duration::ZERO), Effect::Ack { leases: vec![a] }]
     );
-    assert_eq!(e.stats().runs, 1);
+    assert_eq!(e.stats().invocations, 1);
     assert_eq!(e.stats().released, 2);
 }
 
-// ----- rule 12: several sources ------------------------------------------------------------------
+// ----- rule 12: several streams ------------------------------------------------------------------
 
-/// Rule 12: sources share one concurrency budget.
+/// Rule 12: streams share one concurrency budget.
 #[test]
 fn rule12_sources_share_one_concurrency_budget() {
     let t0 = Instant::now();
-    let mut e = LeaseEngine::<String>::with_sources(&config().concurrency(2), 2, t0).unwrap();
-    let s1 = SourceId(1);
+    let mut e = LeaseEngine::<String>::with_streams(&config().concurrency(2), 2, t0).unwrap();
+    let s1 = StreamId(1);
     assert_eq!(
         drain(&mut e),
         vec![
             fetch(1, ms(1000)),
             Effect::Fetch {
-                source: s1,
+                stream: s1,
                 max: 1,
                 wait: ms(1000)
             }
@@ -1477,7 +1477,7 @@ fn rule12_sources_share_one_concurrency_budget() {
     assert_eq!(
         fx.len(),
         1,
-        "both slots used, no fetch on either source: {fx:?}"
+        "both slots used, no fetch on either stream: {fx:?}"
     );
     assert_eq!(e.running(), 2);
     e.handle_outcome(t0 + ms(20), ia, Outcome::Done);
@@ -1486,21 +1486,21 @@ fn rule12_sources_share_one_concurrency_budget() {
     assert_eq!(fetches(&fx)[0].1, 1);
 }
 
-/// Rule 12: fetches are spread round-robin over the sources.
+/// Rule 12: fetches are spread round-robin over the streams.
 #[test]
 fn rule12_fetches_go_round_robin() {
     let t0 = Instant::now();
-    let mut e = LeaseEngine::<String>::with_sources(&config().concurrency(1), 3, t0).unwrap();
+    let mut e = LeaseEngine::<String>::with_streams(&config().concurrency(1), 3, t0).unwrap();
     let mut order = Vec::new();
     let mut fx = drain(&mut e);
     for i in 0..6u64 {
-        let [(source, max, _)] = fetches(&fx)[..] else {
+        let [(stream, max, _)] = fetches(&fx)[..] else {
             panic!("{fx:?}")
         };
         assert_eq!(max, 1);
-        order.push(source.0);
+        order.push(stream.0);
         let at = t0 + ms(10 * i + 5);
-        e.handle_fetched(at, source, vec![msg(i)]);
+        e.handle_fetched(at, stream, vec![msg(i)]);
         let (inv, _) = one_run(&drain(&mut e));
         e.handle_outcome(at, inv, Outcome::Done);
         fx = drain(&mut e);
@@ -1508,13 +1508,13 @@ fn rule12_fetches_go_round_robin() {
     assert_eq!(order, vec![0, 1, 2, 0, 1, 2]);
 }
 
-/// Rule 12: a `Pending` message on source 0 does not block source 1; equal ids on two sources
+/// Rule 12: a `Pending` message on stream 0 does not block stream 1; equal ids on two streams
 /// are two messages.
 #[test]
 fn rule12_pending_on_one_source_does_not_block_another() {
     let t0 = Instant::now();
-    let mut e = LeaseEngine::<String>::with_sources(&config().concurrency(1), 2, t0).unwrap();
-    let s1 = SourceId(1);
+    let mut e = LeaseEngine::<String>::with_streams(&config().concurrency(1), 2, t0).unwrap();
+    let s1 = StreamId(1);
     let fx = drain(&mut e);
     assert_eq!(fetches(&fx).len(), 1);
     assert_eq!(fetches(&fx)[0].0, S0);
@@ -1528,11 +1528,11 @@ fn rule12_pending_on_one_source_does_not_block_another() {
     let fx = drain(&mut e);
     let (_, b) = one_run(&fx);
     assert_ne!(a, b);
-    assert_eq!(e.lease(b).unwrap().source(), s1);
+    assert_eq!(e.lease(b).unwrap().stream(), s1);
     assert_eq!(
         e.lease(a).unwrap().fence(),
         Fence(1),
-        "not adopted across sources"
+        "not adopted across streams"
     );
     assert_eq!(e.stats().redelivered, 0);
     assert_eq!(e.held(), 2);
@@ -2085,8 +2085,8 @@ fn rule01_first_repoll_is_spread_then_the_cadence_is_exact() {
     e.handle_outcome(t0, inv, Outcome::Pending);
     // The freed slot fetches; nothing new is there.
     for effect in drain(&mut e) {
-        if let Effect::Fetch { source, .. } = effect {
-            e.handle_fetched(t0, source, vec![]);
+        if let Effect::Fetch { stream, .. } = effect {
+            e.handle_fetched(t0, stream, vec![]);
         }
     }
     drain(&mut e);
@@ -2102,7 +2102,7 @@ fn rule01_first_repoll_is_spread_then_the_cadence_is_exact() {
                     reruns.push(now);
                     e.handle_outcome(now, invocation, Outcome::Pending);
                 }
-                Effect::Fetch { source, .. } => e.handle_fetched(now, source, vec![]),
+                Effect::Fetch { stream, .. } => e.handle_fetched(now, stream, vec![]),
                 Effect::Renew { batch, leases } => e.handle_renewed(
                     now,
                     batch,
@@ -2159,7 +2159,7 @@ fn rule01_a_burst_of_pending_messages_is_spread_over_the_interval() {
                         instants.insert(now);
                         e.handle_outcome(now, invocation, Outcome::Done);
                     }
-                    Effect::Fetch { source, .. } => e.handle_fetched(now, source, vec![]),
+                    Effect::Fetch { stream, .. } => e.handle_fetched(now, stream, vec![]),
                     Effect::Renew { batch, leases } => e.handle_renewed(
                         now,
                         batch,

@@ -185,7 +185,7 @@ impl Model {
         let mut messages: Vec<_> = self
             .runs
             .values()
-            .map(|t| (self.leases[t].source, &self.leases[t].msg))
+            .map(|t| (self.leases[t].stream, &self.leases[t].msg))
             .collect();
         messages.sort();
         if let Some(pair) = messages.windows(2).find(|w| w[0] == w[1]) {
@@ -202,7 +202,7 @@ impl Model {
                     Rule::Model,
                     format!(
                         "{:?}/{} (delivery {tag}) is due to re-run, but waits although a slot is free",
-                        l.source, l.msg
+                        l.stream, l.msg
                     ),
                 );
             }
@@ -220,7 +220,7 @@ impl Model {
                 problem(
                     out,
                     Rule::Heartbeat,
-                    format!("{:?}/{} missing from the heartbeat round", l.source, l.msg),
+                    format!("{:?}/{} missing from the heartbeat round", l.stream, l.msg),
                 );
             }
         }
@@ -236,7 +236,7 @@ impl Model {
                     format!(
                         "{:?}/{} (delivery {tag}) last renewed or fetched at {}, heartbeat {hb:?}, \
                          now {}, and no renew is outstanding",
-                        l.source,
+                        l.stream,
                         l.msg,
                         self.at(l.baseline),
                         self.at(self.now)
@@ -363,7 +363,7 @@ struct Who<'a>(&'a MLease, Tag);
 impl std::fmt::Display for Who<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let Who(lease, tag) = self;
-        write!(f, "{:?}/{} (delivery {tag}", lease.source, lease.msg)?;
+        write!(f, "{:?}/{} (delivery {tag}", lease.stream, lease.msg)?;
         match lease.id {
             Some(id) => write!(f, ", {id:?})"),
             None => f.write_str(")"),

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_core::{
     Effect, Fence, Fetched, LeaseEngine, LeaseId, MessageId, Outcome, RenewResult, SettleResult,
-    SourceId,
+    StreamId,
 };
 
 use crate::model::{Model, Op, Tag};
@@ -47,7 +47,7 @@ impl std::fmt::Display for Input {
 /// Each scenario step becomes one engine input (a `Wait` becomes one `handle_timeout` per
 /// `poll_timeout` passed, as a real driver does). After each input the harness drains every
 /// effect, checks it against the reference model, records what is now outstanding (fetches per
-/// source, running invocations, renew chunks, acks, releases, dead-letters), then checks the
+/// stream, running invocations, renew chunks, acks, releases, dead-letters), then checks the
 /// invariants of DESIGN §3 and the engine's public view (`held`, `running`, `lease`,
 /// `valid_until`, `poll_timeout`, `is_drained`) against the model. The first input with a
 /// problem ends the run with a [`Violation`] listing every problem found after it.
@@ -85,11 +85,11 @@ impl Harness {
         let settings = config
             .validate()
             .unwrap_or_else(|e| panic!("setup {setup:?} does not validate: {e}"));
-        let engine = LeaseEngine::with_sources(&config, setup.sources, origin)
+        let engine = LeaseEngine::with_streams(&config, setup.streams, origin)
             .unwrap_or_else(|e| panic!("setup {setup:?} does not validate: {e}"));
         let mut harness = Self {
             engine,
-            model: Model::new(settings, usize::from(setup.sources), origin),
+            model: Model::new(settings, usize::from(setup.streams), origin),
             clock: origin,
             skew: Duration::ZERO,
             step: 0,
@@ -194,38 +194,38 @@ impl Harness {
         let (model, engine) = (&mut self.model, &mut self.engine);
         match step {
             Step::Fetched { pick, items } => {
-                let sources: Vec<usize> = (0..model.fetches.len())
+                let streams: Vec<usize> = (0..model.fetches.len())
                     .filter(|&s| model.fetches[s].is_some())
                     .collect();
-                let Some(&source) = choose(&sources, *pick) else {
+                let Some(&stream) = choose(&streams, *pick) else {
                     return Ok(());
                 };
-                let batch = self.deliveries(source, items);
-                let source = SourceId(source as u16);
-                self.model.fetched(now, source, &batch);
-                self.engine.handle_fetched(now, source, batch);
+                let batch = self.deliveries(stream, items);
+                let stream = StreamId(stream as u16);
+                self.model.fetched(now, stream, &batch);
+                self.engine.handle_fetched(now, stream, batch);
             }
             Step::FetchFailed { pick } => {
-                let sources: Vec<usize> = (0..model.fetches.len())
+                let streams: Vec<usize> = (0..model.fetches.len())
                     .filter(|&s| model.fetches[s].is_some())
                     .collect();
-                let Some(&source) = choose(&sources, *pick) else {
+                let Some(&stream) = choose(&streams, *pick) else {
                     return Ok(());
                 };
-                let source = SourceId(source as u16);
-                model.fetch_failed(now, source);
-                engine.handle_fetch_failed(now, source);
+                let stream = StreamId(stream as u16);
+                model.fetch_failed(now, stream);
+                engine.handle_fetch_failed(now, stream);
             }
-            Step::Unsolicited { source, count } => {
-                let source = usize::from(*source) % model.fetches.len();
-                if model.fetches[source].is_some() || model.shutdown.is_some() {
+            Step::Unsolicited { stream, count } => {
+                let stream = usize::from(*stream) % model.fetches.len();
+                if model.fetches[stream].is_some() || model.shutdown.is_some() {
                     return Ok(());
                 }
                 let items = vec![Item::Fresh { count: 0 }; usize::from(*count) % (MAX_ITEMS + 1)];
-                let batch = self.deliveries(source, &items);
-                let source = SourceId(source as u16);
-                self.model.fetched(now, source, &batch);
-                self.engine.handle_fetched(now, source, batch);
+                let batch = self.deliveries(stream, &items);
+                let stream = StreamId(stream as u16);
+                self.model.fetched(now, stream, &batch);
+                self.engine.handle_fetched(now, stream, batch);
             }
             Step::Finish { pick, outcome } => {
                 let runs: Vec<_> = model.runs.keys().copied().collect();
@@ -356,8 +356,8 @@ impl Harness {
         self.drain(Input::Step(step.clone()))
     }
 
-    /// The messages of a fetch answer on `source`, each with a fresh payload tag.
-    fn deliveries(&mut self, source: usize, items: &[Item]) -> Vec<Fetched<Tag>> {
+    /// The messages of a fetch answer on `stream`, each with a fresh payload tag.
+    fn deliveries(&mut self, stream: usize, items: &[Item]) -> Vec<Fetched<Tag>> {
         let max_count = self.model.cfg.max_deliveries + 1;
         let count = |c: u8| 1 + u32::from(c) % max_count;
         let mut batch: Vec<Fetched<Tag>> = Vec::new();
@@ -378,7 +378,7 @@ impl Harness {
                         .model
                         .leases
                         .values()
-                        .filter(|l| l.state.is_held() && usize::from(l.source.0) == source)
+                        .filter(|l| l.state.is_held() && usize::from(l.stream.0) == stream)
                         .map(|l| (l.msg.clone(), l.delivery_count))
                         .collect();
                     match choose(&held, pick) {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_core::{
     CancelReason, DeadLetterReason, Fence, Fetched, InvocationId, LeaseId, MessageId, Outcome,
-    RenewId, RenewResult, RetryPolicy, Settings, SettleResult, SourceId,
+    RenewId, RenewResult, RetryPolicy, Settings, SettleResult, StreamId,
 };
 
 /// A delivery's payload: a number unique per delivery, so an effect's `LeaseId` can be tied to
@@ -118,7 +118,7 @@ impl MState {
 /// One delivery that created a lease.
 #[derive(Debug, Clone)]
 pub(crate) struct MLease {
-    pub source: SourceId,
+    pub stream: StreamId,
     pub msg: MessageId,
     pub id: Option<LeaseId>,
     pub fence: Fence,
@@ -181,7 +181,7 @@ pub(crate) struct Model {
     pub runs: BTreeMap<InvocationId, Tag>,
     pub seen_runs: BTreeSet<InvocationId>,
     pub seen_batches: BTreeSet<RenewId>,
-    /// Per source, the outstanding fetch: its `max` and send time.
+    /// Per stream, the outstanding fetch: its `max` and send time.
     pub fetches: Vec<Option<(usize, Instant)>>,
     pub round: Option<Round>,
     pub acks: Vec<Vec<LeaseId>>,
@@ -197,7 +197,7 @@ pub(crate) struct Model {
 }
 
 impl Model {
-    pub(crate) fn new(cfg: Settings, sources: usize, now: Instant) -> Self {
+    pub(crate) fn new(cfg: Settings, streams: usize, now: Instant) -> Self {
         Self {
             cfg,
             origin: now,
@@ -208,7 +208,7 @@ impl Model {
             runs: BTreeMap::new(),
             seen_runs: BTreeSet::new(),
             seen_batches: BTreeSet::new(),
-            fetches: vec![None; sources],
+            fetches: vec![None; streams],
             round: None,
             acks: Vec::new(),
             releases: Vec::new(),
@@ -232,18 +232,18 @@ impl Model {
     }
 
     /// The held lease of a message, if any.
-    pub(crate) fn held_of(&self, source: SourceId, msg: &MessageId) -> Option<Tag> {
+    pub(crate) fn held_of(&self, stream: StreamId, msg: &MessageId) -> Option<Tag> {
         self.leases
             .iter()
-            .find(|(_, l)| l.state.is_held() && l.source == source && l.msg == *msg)
+            .find(|(_, l)| l.state.is_held() && l.stream == stream && l.msg == *msg)
             .map(|(tag, _)| *tag)
     }
 
-    fn orphan_of(&self, source: SourceId, msg: &MessageId) -> Option<Tag> {
+    fn orphan_of(&self, stream: StreamId, msg: &MessageId) -> Option<Tag> {
         self.leases
             .iter()
             .find(|(_, l)| {
-                matches!(l.state, MState::Orphan { .. }) && l.source == source && l.msg == *msg
+                matches!(l.state, MState::Orphan { .. }) && l.stream == stream && l.msg == *msg
             })
             .map(|(tag, _)| *tag)
     }
@@ -401,9 +401,9 @@ impl Model {
     }
 
     /// `handle_fetched`: deliveries carry their tag as payload.
-    pub(crate) fn fetched(&mut self, now: Instant, source: SourceId, batch: &[Fetched<Tag>]) {
+    pub(crate) fn fetched(&mut self, now: Instant, stream: StreamId, batch: &[Fetched<Tag>]) {
         self.begin(now);
-        let (mut budget, confirm) = match self.fetches[usize::from(source.0)].take() {
+        let (mut budget, confirm) = match self.fetches[usize::from(stream.0)].take() {
             Some((max, sent_at)) => (max, sent_at),
             // Nothing was asked: the deliveries are dated at the engine's clock (never at an
             // older `now`, which would put them out of send order).
@@ -417,7 +417,7 @@ impl Model {
         // Taken leases start while slots are free; the rest (prefetched) wait, ready.
         let mut starting = 0;
         for message in batch {
-            if let Some(tag) = self.held_of(source, &message.id) {
+            if let Some(tag) = self.held_of(stream, &message.id) {
                 let lease = self.lease(tag);
                 lease.gen += 1;
                 lease.fence = message.fence;
@@ -429,11 +429,11 @@ impl Model {
             }
             let take = budget > 0 && self.shutdown.is_none();
             let tag = message.payload;
-            let orphan = self.orphan_of(source, &message.id);
+            let orphan = self.orphan_of(stream, &message.id);
             self.leases.insert(
                 tag,
                 MLease {
-                    source,
+                    stream,
                     msg: message.id.clone(),
                     id: None,
                     fence: message.fence,
@@ -466,9 +466,9 @@ impl Model {
     }
 
     /// `handle_fetch_failed`.
-    pub(crate) fn fetch_failed(&mut self, now: Instant, source: SourceId) {
+    pub(crate) fn fetch_failed(&mut self, now: Instant, stream: StreamId) {
         self.begin(now);
-        self.fetches[usize::from(source.0)] = None;
+        self.fetches[usize::from(stream.0)] = None;
     }
 
     /// `handle_outcome`.

@@ -31,7 +31,7 @@ impl Model {
             );
         }
         match effect {
-            Effect::Fetch { source, max, .. } => self.on_fetch(usize::from(source.0), *max, out),
+            Effect::Fetch { stream, max, .. } => self.on_fetch(usize::from(stream.0), *max, out),
             Effect::Run { invocation, lease } => self.on_run(*invocation, *lease, engine, out),
             Effect::Cancel { invocation, reason } => {
                 // Looked up by invocation: it may have reported within this same input.
@@ -147,15 +147,15 @@ impl Model {
                 ),
             ),
             Some(model) => {
-                if model.source != lease.source() || model.msg != *lease.message_id() {
+                if model.stream != lease.stream() || model.msg != *lease.message_id() {
                     problem(
                         out,
                         Rule::Model,
                         format!(
                             "{id:?} is message {:?}/{} in the engine, {:?}/{} in the model",
-                            lease.source(),
+                            lease.stream(),
                             lease.message_id(),
-                            model.source,
+                            model.stream,
                             model.msg
                         ),
                     );
@@ -168,26 +168,26 @@ impl Model {
         None
     }
 
-    fn on_fetch(&mut self, source: usize, max: usize, out: &mut Problems) {
+    fn on_fetch(&mut self, stream: usize, max: usize, out: &mut Problems) {
         if self.shutdown.is_some() {
             problem(
                 out,
                 Rule::Model,
-                format!("Fetch from source {source} after shutdown"),
+                format!("Fetch from stream {stream} after shutdown"),
             );
         }
         if max == 0 {
             problem(
                 out,
                 Rule::Model,
-                format!("Fetch of 0 messages from source {source}"),
+                format!("Fetch of 0 messages from stream {stream}"),
             );
         }
-        let Some(slot) = self.fetches.get_mut(source) else {
+        let Some(slot) = self.fetches.get_mut(stream) else {
             problem(
                 out,
                 Rule::Model,
-                format!("Fetch from unknown source {source}"),
+                format!("Fetch from unknown stream {stream}"),
             );
             return;
         };
@@ -195,7 +195,7 @@ impl Model {
             problem(
                 out,
                 Rule::Model,
-                format!("second Fetch outstanding for source {source}"),
+                format!("second Fetch outstanding for stream {stream}"),
             );
         }
         *slot = Some((max, self.now));
@@ -204,7 +204,7 @@ impl Model {
                 out,
                 Rule::Capacity,
                 format!(
-                    "Fetch {{ source {source}, max {max} }} above fetch_batch_size {}",
+                    "Fetch {{ stream {stream}, max {max} }} above fetch_batch_size {}",
                     self.cfg.fetch_batch_size
                 ),
             );
@@ -215,7 +215,7 @@ impl Model {
                 out,
                 Rule::Capacity,
                 format!(
-                    "Fetch {{ source {source}, max {max} }} while {running} run and fetches \
+                    "Fetch {{ stream {stream}, max {max} }} while {running} run and fetches \
                      reserve {reserved} slots of {} (concurrency {} + prefetch {})",
                     self.capacity(),
                     self.cfg.concurrency,
@@ -248,16 +248,16 @@ impl Model {
         if self.shutdown.is_some() {
             problem(out, Rule::Model, format!("Run {inv:?} after shutdown"));
         }
-        let (source, msg) = (self.leases[&tag].source, self.leases[&tag].msg.clone());
+        let (stream, msg) = (self.leases[&tag].stream, self.leases[&tag].msg.clone());
         if let Some((other, _)) = self
             .runs
             .iter()
-            .find(|(_, t)| self.leases[t].source == source && self.leases[t].msg == msg)
+            .find(|(_, t)| self.leases[t].stream == stream && self.leases[t].msg == msg)
         {
             problem(
                 out,
                 Rule::Serial,
-                format!("Run {inv:?} of {source:?}/{msg} while {other:?} of it still runs"),
+                format!("Run {inv:?} of {stream:?}/{msg} while {other:?} of it still runs"),
             );
         }
         let lease = self.leases.get_mut(&tag).expect("bound");
@@ -268,12 +268,12 @@ impl Model {
             MState::Gone(End::Lost | End::Expired) | MState::Orphan { .. } => problem(
                 out,
                 Rule::Expiry,
-                format!("Run {inv:?} for {source:?}/{msg}, whose lease was lost or expired"),
+                format!("Run {inv:?} for {stream:?}/{msg}, whose lease was lost or expired"),
             ),
             other => problem(
                 out,
                 Rule::Model,
-                format!("Run {inv:?} for {source:?}/{msg} in state {other:?}"),
+                format!("Run {inv:?} for {stream:?}/{msg} in state {other:?}"),
             ),
         }
         lease.state = MState::Running {
@@ -350,7 +350,7 @@ impl Model {
                     Rule::Expiry,
                     format!(
                         "Renew names {:?}/{} which is no longer held ({:?})",
-                        lease.source, lease.msg, lease.state
+                        lease.stream, lease.msg, lease.state
                     ),
                 );
             } else if !lease.state.is_renewable() {
@@ -359,7 +359,7 @@ impl Model {
                     Rule::Model,
                     format!(
                         "Renew names {:?}/{} whose release is in flight ({:?})",
-                        lease.source, lease.msg, lease.state
+                        lease.stream, lease.msg, lease.state
                     ),
                 );
             }
@@ -394,7 +394,7 @@ impl Model {
         };
         let (now, ttl, retry) = (self.now, self.ttl(), self.cfg.retry.clone());
         let lease = self.leases.get_mut(&tag).expect("bound");
-        let what = format!("{op:?} of {:?}/{} ({id:?})", lease.source, lease.msg);
+        let what = format!("{op:?} of {:?}/{} ({id:?})", lease.stream, lease.msg);
         if !lease.state.is_held() {
             let rule = match (op, &lease.state) {
                 (Op::Ack, _) => Rule::AckAfterDone,

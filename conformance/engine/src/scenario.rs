@@ -18,7 +18,7 @@ pub const MAX_STEPS: usize = 96;
 pub const MAX_ITEMS: usize = 6;
 /// Most per-lease answers listed in one renew or ack answer (cycled over the leases).
 pub const MAX_ANSWERS: usize = 4;
-/// Size of the pool of message ids `Item::Pool` draws from, per source.
+/// Size of the pool of message ids `Item::Pool` draws from, per stream.
 pub const POOL: u8 = 4;
 
 /// A run: a configuration choice and the steps applied to it.
@@ -52,7 +52,7 @@ impl<'a> Arbitrary<'a> for Scenario {
     }
 }
 
-/// A small configuration: durations in milliseconds, few slots and sources, tiny renew chunks.
+/// A small configuration: durations in milliseconds, few slots and streams, tiny renew chunks.
 ///
 /// [`Setup::config`] turns it into a [`Config`]; the `Arbitrary` impl only produces setups that
 /// validate.
@@ -66,8 +66,8 @@ pub struct Setup {
     pub fetch_batch_size: usize,
     /// Leases held at once (`concurrency..=concurrency + 3`).
     pub max_leases: usize,
-    /// Sources served (1-3).
-    pub sources: u16,
+    /// Streams served (1-3).
+    pub streams: u16,
     /// Claim timeout (20-300 ms).
     pub claim_ms: u64,
     /// Heartbeat (`None`: the default `claim / 3`).
@@ -107,7 +107,7 @@ impl Default for Setup {
             prefetch: 0,
             fetch_batch_size: 500,
             max_leases: 4,
-            sources: 2,
+            streams: 2,
             claim_ms: 60,
             heartbeat_ms: None,
             margin_ms: None,
@@ -184,7 +184,7 @@ impl<'a> Arbitrary<'a> for Setup {
         Ok(Self {
             concurrency,
             max_leases,
-            sources: u.int_in_range(1..=3u16)?,
+            streams: u.int_in_range(1..=3u16)?,
             claim_ms,
             heartbeat_ms,
             margin_ms,
@@ -223,7 +223,7 @@ pub enum Step {
     /// Time passes while the driver is busy: no timeout fires, so the next input arrives with
     /// timers already overdue (the engine must run them first, or order them correctly).
     Stall(Jump),
-    /// Answer an outstanding fetch (the `pick`-th source with one) with these messages,
+    /// Answer an outstanding fetch (the `pick`-th stream with one) with these messages,
     /// possibly more than it asked for.
     Fetched {
         /// Which outstanding fetch.
@@ -236,11 +236,11 @@ pub enum Step {
         /// Which outstanding fetch.
         pick: u8,
     },
-    /// Deliver fresh messages on a source with no fetch outstanding (a late answer of a fetch
+    /// Deliver fresh messages on a stream with no fetch outstanding (a late answer of a fetch
     /// the driver gave up on); ignored once shutdown began.
     Unsolicited {
-        /// The source (modulo the number of sources).
-        source: u8,
+        /// The stream (modulo the number of streams).
+        stream: u8,
         /// How many fresh messages (at most [`MAX_ITEMS`]).
         count: u8,
     },
@@ -333,7 +333,7 @@ impl<'a> Arbitrary<'a> for Step {
             },
             90..=95 => Step::FetchFailed { pick: pick(u)? },
             96..=98 => Step::Unsolicited {
-                source: pick(u)?,
+                stream: pick(u)?,
                 count: pick(u)?,
             },
             99..=138 => Step::Finish {
@@ -405,7 +405,7 @@ pub enum Item {
         /// Delivery count selector.
         count: u8,
     },
-    /// A message from a small per-source pool of ids (so it may be held already, or have a
+    /// A message from a small per-stream pool of ids (so it may be held already, or have a
     /// cancelled invocation still winding down), same delivery count rule.
     Pool {
         /// Pool index (modulo [`POOL`]).
@@ -413,7 +413,7 @@ pub enum Item {
         /// Delivery count selector.
         count: u8,
     },
-    /// A redelivery of a message this worker holds on this source (new fence, count + 1);
+    /// A redelivery of a message this worker holds on this stream (new fence, count + 1);
     /// a fresh message when it holds none.
     Redeliver {
         /// Which held message.

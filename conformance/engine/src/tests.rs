@@ -1,7 +1,7 @@
 //! The checker must be able to fail: hand-made violations injected into a real run are reported
 //! under the right rule.
 
-use leasehold_core::{CancelReason, Effect, InvocationId, LeaseId, RenewId, SourceId};
+use leasehold_core::{CancelReason, Effect, InvocationId, LeaseId, RenewId, StreamId};
 
 use crate::{Finish, Harness, Item, Jump, RenewAnswer, Rule, Setup, Step};
 
@@ -9,7 +9,7 @@ fn one_slot() -> Setup {
     Setup {
         concurrency: 1,
         max_leases: 1,
-        sources: 1,
+        streams: 1,
         ..Setup::default()
     }
 }
@@ -138,7 +138,7 @@ fn a_fetch_while_every_slot_is_taken_is_reported() {
     let mut harness = Harness::new(&one_slot()).unwrap();
     apply(&mut harness, &[deliver_one()]);
     let fetch = Effect::Fetch {
-        source: SourceId(0),
+        stream: StreamId(0),
         max: 1,
         wait: std::time::Duration::ZERO,
     };

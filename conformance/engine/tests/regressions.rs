@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use leasehold_core::{Config, Effect, Fence, Fetched, LeaseEngine, LeaseId, MessageId, SourceId};
+use leasehold_core::{Config, Effect, Fence, Fetched, LeaseEngine, LeaseId, MessageId, StreamId};
 use leasehold_engine_check::{check, Finish, Item, Jump, Scenario, SettleAnswer, Setup, Step};
 
 fn ms(n: u64) -> Duration {
@@ -49,12 +49,12 @@ fn unsolicited_delivery_with_an_older_now_expires_on_time() {
     let mut engine = LeaseEngine::<()>::new(&config, t0).unwrap();
     drain(&mut engine); // Fetch { max 1 } sent at t0
                         // Empty answer at t0 + 50: the next fetch goes out at once, dated t0 + 50; it delivers "x".
-    engine.handle_fetched(t0 + ms(50), SourceId(0), vec![]);
+    engine.handle_fetched(t0 + ms(50), StreamId(0), vec![]);
     drain(&mut engine);
-    engine.handle_fetched(t0 + ms(50), SourceId(0), vec![fetched("x")]);
+    engine.handle_fetched(t0 + ms(50), StreamId(0), vec![fetched("x")]);
     drain(&mut engine); // Run x
                         // An unsolicited delivery, reported with an older `now`: released at once, held meanwhile.
-    engine.handle_fetched(t0 + ms(20), SourceId(0), vec![fetched("y")]);
+    engine.handle_fetched(t0 + ms(20), StreamId(0), vec![fetched("y")]);
     let y = released(&drain(&mut engine))[0];
     let deadline = engine
         .valid_until(y)
@@ -88,7 +88,7 @@ fn unsolicited_answer_dated_at_the_engine_clock() {
         setup: Setup {
             concurrency: 1,
             max_leases: 2,
-            sources: 1,
+            streams: 1,
             claim_ms: 100,
             ..Setup::default()
         },
@@ -104,7 +104,7 @@ fn unsolicited_answer_dated_at_the_engine_clock() {
             },
             Step::Skew { back_ms: 30 },
             Step::Unsolicited {
-                source: 0,
+                stream: 0,
                 count: 1,
             },
             Step::Wait(Jump::Long(255)),
@@ -202,7 +202,7 @@ fn no_release_resent_for_a_lease_that_expired_before_the_answer() {
         setup: Setup {
             concurrency: 1,
             max_leases: 2,
-            sources: 1,
+            streams: 1,
             claim_ms: 20, // TTL 18 ms
             poll_ms: 1,
             ..Setup::default()

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_core::{
     CancelReason, Config, DeadLetterReason, Effect, Fetched, InvocationId, LeaseEngine, LeaseId,
-    LeaseRef, MessageId, Outcome, RenewId, RenewResult, Settings, SettleResult, SourceId,
+    LeaseRef, MessageId, Outcome, RenewId, RenewResult, Settings, SettleResult, StreamId,
 };
 use leasehold_memory::Bytes;
 
@@ -22,7 +22,7 @@ type Time = Duration;
 
 /// Events on the queue.
 #[derive(Debug)]
-enum Ev {
+enum Scheduled {
     Publish(usize),
     Wake { r: usize, inc: u32, gen: u64 },
     Exec { call: usize, gen: u32 },
@@ -50,7 +50,7 @@ struct Item {
     at: Time,
     tie: u64,
     seq: u64,
-    ev: Ev,
+    ev: Scheduled,
 }
 
 impl PartialEq for Item {
@@ -76,7 +76,7 @@ struct Pause {
 }
 
 /// A handler invocation in flight on a replica.
-struct Inv {
+struct HandlerRun {
     run: usize,
     gen: u32,
     /// When and with what it finishes; `None`: it hangs.
@@ -90,7 +90,7 @@ struct Replica {
     pause: Option<Pause>,
     wake_gen: u64,
     open: BTreeSet<usize>,
-    invs: BTreeMap<InvocationId, Inv>,
+    handlers: BTreeMap<InvocationId, HandlerRun>,
     /// The last run of each lease of this incarnation (lookups only).
     lease_runs: HashMap<LeaseId, usize>,
     drained: bool,
@@ -99,7 +99,7 @@ struct Replica {
 }
 
 /// One run (handler invocation) as the checker sees it.
-struct RunRec {
+struct InvocationRecord {
     msg: usize,
     r: usize,
     live: bool,
@@ -132,7 +132,7 @@ struct Msg {
 
 enum Op {
     Fetch {
-        source: SourceId,
+        stream: StreamId,
         max: usize,
         wait: Duration,
     },
@@ -206,7 +206,7 @@ pub(crate) struct Sim<'a> {
     blocked: BTreeSet<usize>,
     msgs: Vec<Msg>,
     by_id: HashMap<MessageId, usize>,
-    runs: Vec<RunRec>,
+    runs: Vec<InvocationRecord>,
     trace: Trace,
     report: SeedReport,
     faults_active: bool,
@@ -288,7 +288,7 @@ impl<'a> Sim<'a> {
 
     // ----- plumbing ------------------------------------------------------------------------
 
-    fn at(&mut self, after: Duration, ev: Ev) {
+    fn at(&mut self, after: Duration, ev: Scheduled) {
         let at = self.now + after;
         self.seq += 1;
         let tie = self.rng.next_u64();
@@ -327,7 +327,7 @@ impl<'a> Sim<'a> {
         }
     }
 
-    fn m(&self, id: &MessageId) -> usize {
+    fn message_index(&self, id: &MessageId) -> usize {
         self.by_id[id]
     }
 
@@ -357,7 +357,7 @@ impl<'a> Sim<'a> {
                 failed_by: Vec::new(),
             });
             let at = self.rng.duration(Duration::ZERO, cfg.publish_until);
-            self.at(at, Ev::Publish(i));
+            self.at(at, Scheduled::Publish(i));
         }
         for r in 0..cfg.replicas {
             self.replicas.push(Replica {
@@ -367,7 +367,7 @@ impl<'a> Sim<'a> {
                 pause: None,
                 wake_gen: 0,
                 open: BTreeSet::new(),
-                invs: BTreeMap::new(),
+                handlers: BTreeMap::new(),
                 lease_runs: HashMap::new(),
                 drained: false,
                 link_bad_until: Duration::ZERO,
@@ -378,16 +378,16 @@ impl<'a> Sim<'a> {
                 let mut t = self.rng.exponential(mean);
                 while t < cfg.faults_until {
                     let ev = match kind {
-                        0 => Ev::Crash(r),
-                        1 => Ev::PauseStart(r, false),
-                        _ => Ev::LinkFault(r),
+                        0 => Scheduled::Crash(r),
+                        1 => Scheduled::PauseStart(r, false),
+                        _ => Scheduled::LinkFault(r),
                     };
                     self.at(t, ev);
                     t += self.rng.exponential(mean);
                 }
             }
         }
-        self.at(cfg.faults_until, Ev::FaultsStop);
+        self.at(cfg.faults_until, Scheduled::FaultsStop);
         while let Some(Reverse(item)) = self.queue.pop() {
             self.now = item.at;
             self.report.events += 1;
@@ -416,10 +416,10 @@ impl<'a> Sim<'a> {
         Ok(self.report)
     }
 
-    fn event(&mut self, ev: Ev) -> Res {
+    fn event(&mut self, ev: Scheduled) -> Res {
         match ev {
-            Ev::Publish(i) => self.publish(i),
-            Ev::Wake { r, inc, gen } => {
+            Scheduled::Publish(i) => self.publish(i),
+            Scheduled::Wake { r, inc, gen } => {
                 let rep = &self.replicas[r];
                 if rep.inc == inc && rep.wake_gen == gen && rep.pause.is_none() {
                     if let Some(engine) = self.replicas[r].engine.as_mut() {
@@ -429,8 +429,8 @@ impl<'a> Sim<'a> {
                 }
                 Ok(())
             }
-            Ev::Exec { call, gen } => self.exec(call, gen),
-            Ev::Deliver { r, inc, input } => {
+            Scheduled::Exec { call, gen } => self.exec(call, gen),
+            Scheduled::Deliver { r, inc, input } => {
                 let rep = &mut self.replicas[r];
                 if rep.inc != inc || rep.engine.is_none() {
                     return Ok(()); // for an incarnation that crashed
@@ -441,13 +441,13 @@ impl<'a> Sim<'a> {
                 }
                 self.input(r, input)
             }
-            Ev::Crash(r) => self.crash(r),
-            Ev::Restart(r) => self.start_replica(r),
-            Ev::PauseStart(r, after_renew) => {
+            Scheduled::Crash(r) => self.crash(r),
+            Scheduled::Restart(r) => self.start_replica(r),
+            Scheduled::PauseStart(r, after_renew) => {
                 self.pause(r, after_renew);
                 Ok(())
             }
-            Ev::LinkFault(r) => {
+            Scheduled::LinkFault(r) => {
                 if self.faults_active && self.replicas[r].engine.is_some() {
                     let claim = self.cfg.claim_timeout;
                     let until = self.now + self.rng.duration(claim / 4, claim * 2);
@@ -458,22 +458,22 @@ impl<'a> Sim<'a> {
                 }
                 Ok(())
             }
-            Ev::PauseEnd { r, id } => {
+            Scheduled::PauseEnd { r, id } => {
                 if self.replicas[r].pause.as_ref().is_some_and(|p| p.id == id) {
                     self.resume(r)?;
                 }
                 Ok(())
             }
-            Ev::FaultsStop => {
+            Scheduled::FaultsStop => {
                 self.faults_active = false;
                 self.log(Event::FaultsStop);
                 // Just after the last fault effect, so it is processed after every one of them.
                 let quiet = self.quiet_at.max(self.now) + Duration::from_millis(1);
                 self.report.quiet_at = quiet;
-                self.at(quiet - self.now, Ev::Quiet);
+                self.at(quiet - self.now, Scheduled::Quiet);
                 Ok(())
             }
-            Ev::Quiet => {
+            Scheduled::Quiet => {
                 self.quiet = true;
                 let behaviours: Vec<Behaviour> = self.msgs.iter().map(|m| m.behaviour).collect();
                 let bound =
@@ -482,10 +482,10 @@ impl<'a> Sim<'a> {
                 self.report.bound = bound;
                 self.deadline = Some(self.now + bound);
                 self.log(Event::Quiet { bound });
-                self.at(bound, Ev::Deadline);
+                self.at(bound, Scheduled::Deadline);
                 self.check_completed()
             }
-            Ev::Deadline => {
+            Scheduled::Deadline => {
                 if self.completed.is_none() {
                     let rows = self.store.pending(self.base + self.now);
                     let mut detail = format!(
@@ -494,7 +494,7 @@ impl<'a> Sim<'a> {
                         self.report.bound
                     );
                     for row in rows {
-                        let i = self.m(&row.id);
+                        let i = self.message_index(&row.id);
                         detail.push_str(&format!(
                             "\n    m{i} ({}) pending on c{} with count {}, idle {:?}",
                             self.msgs[i].behaviour, row.owner.0, row.delivery_count, row.idle
@@ -504,7 +504,7 @@ impl<'a> Sim<'a> {
                 }
                 Ok(())
             }
-            Ev::DrainDeadline => {
+            Scheduled::DrainDeadline => {
                 if !self.finished {
                     let stuck: Vec<String> = self
                         .replicas
@@ -565,7 +565,7 @@ impl<'a> Sim<'a> {
         rep.consumer = consumer;
         rep.pause = None;
         rep.open.clear();
-        rep.invs.clear();
+        rep.handlers.clear();
         rep.lease_runs.clear();
         rep.drained = false;
         if self.now > Duration::ZERO {
@@ -596,15 +596,15 @@ impl<'a> Sim<'a> {
         rep.inc += 1; // answers and outcomes for the dead incarnation are dropped
         rep.open.clear();
         rep.lease_runs.clear();
-        let invs = std::mem::take(&mut rep.invs);
-        for inv in invs.values() {
+        let handlers = std::mem::take(&mut rep.handlers);
+        for inv in handlers.values() {
             self.end_run(inv.run);
         }
         // A blocked fetch dies with its connection; requests already sent still reach the store.
         let calls = &self.calls;
         self.blocked.retain(|&c| calls[c].r != r);
         self.fault_effect_until(self.now + restart_in);
-        self.at(restart_in, Ev::Restart(r));
+        self.at(restart_in, Scheduled::Restart(r));
         Ok(())
     }
 
@@ -635,7 +635,7 @@ impl<'a> Sim<'a> {
             until: self.now + length,
         });
         self.fault_effect_until(self.now + length);
-        self.at(length, Ev::PauseEnd { r, id });
+        self.at(length, Scheduled::PauseEnd { r, id });
     }
 
     fn resume(&mut self, r: usize) -> Res {
@@ -664,7 +664,7 @@ impl<'a> Sim<'a> {
         self.pump(r)?;
         // Whatever another replica took over during the pause must be cancelled by now.
         let rep = &self.replicas[r];
-        for inv in rep.invs.values() {
+        for inv in rep.handlers.values() {
             let run = &self.runs[inv.run];
             if run.live && run.superseded {
                 return Err(self.fail(
@@ -682,7 +682,7 @@ impl<'a> Sim<'a> {
 
     /// No two live runs of one message on replicas that are not paused.
     fn check_single_runner(&self, r: usize) -> Res {
-        for inv in self.replicas[r].invs.values() {
+        for inv in self.replicas[r].handlers.values() {
             let run = &self.runs[inv.run];
             if !run.live {
                 continue;
@@ -746,10 +746,10 @@ impl<'a> Sim<'a> {
                 let call = &self.calls[c];
                 let engine = self.replicas[r].engine.as_mut().expect("live");
                 match (&call.op, answer) {
-                    (Op::Fetch { source, .. }, Answer::Fetched(got)) => {
-                        engine.handle_fetched(now, *source, got)
+                    (Op::Fetch { stream, .. }, Answer::Fetched(got)) => {
+                        engine.handle_fetched(now, *stream, got)
                     }
-                    (Op::Fetch { source, .. }, _) => engine.handle_fetch_failed(now, *source),
+                    (Op::Fetch { stream, .. }, _) => engine.handle_fetch_failed(now, *stream),
                     (Op::Renew { batch, .. }, Answer::Renewed(results)) => {
                         engine.handle_renewed(now, *batch, results)
                     }
@@ -769,10 +769,10 @@ impl<'a> Sim<'a> {
             }
             Input::Outcome(invocation, gen) => {
                 let rep = &mut self.replicas[r];
-                if rep.invs.get(&invocation).map(|i| i.gen) != Some(gen) {
+                if rep.handlers.get(&invocation).map(|i| i.gen) != Some(gen) {
                     return Ok(());
                 }
-                let inv = rep.invs.remove(&invocation).expect("checked");
+                let inv = rep.handlers.remove(&invocation).expect("checked");
                 let (_, outcome) = inv.end.expect("only finishing invocations report");
                 let consumer = rep.consumer;
                 let run = &mut self.runs[inv.run];
@@ -822,7 +822,7 @@ impl<'a> Sim<'a> {
         if let Some(t) = next {
             // A driver's timer fires a little late, never early.
             let late = self.rng.duration(Duration::ZERO, Duration::from_millis(2));
-            self.at(t - now + late, Ev::Wake { r, inc, gen });
+            self.at(t - now + late, Scheduled::Wake { r, inc, gen });
         }
         if self.shutdown.is_some() {
             self.check_drained()?;
@@ -863,7 +863,7 @@ impl<'a> Sim<'a> {
 
     fn effect_inner(&mut self, r: usize, effect: Effect) -> Res {
         match effect {
-            Effect::Fetch { source, max, wait } => self.send(r, Op::Fetch { source, max, wait }),
+            Effect::Fetch { stream, max, wait } => self.send(r, Op::Fetch { stream, max, wait }),
             Effect::Run { invocation, lease } => self.start_run(r, invocation, lease),
             Effect::Cancel { invocation, reason } => {
                 self.cancel(r, invocation, reason);
@@ -876,7 +876,7 @@ impl<'a> Sim<'a> {
                 // renew lands while its sender cannot act on anything.
                 if self.faults_active && self.rng.chance(self.cfg.pause_after_renew) {
                     let after = self.rng.duration(Duration::ZERO, Duration::from_millis(5));
-                    self.at(after, Ev::PauseStart(r, true));
+                    self.at(after, Scheduled::PauseStart(r, true));
                 }
                 Ok(())
             }
@@ -950,10 +950,10 @@ impl<'a> Sim<'a> {
 
     fn start_run(&mut self, r: usize, invocation: InvocationId, lease: LeaseId) -> Res {
         let lref = self.lease_ref(r, lease)?;
-        let msg = self.m(&lref.id);
+        let msg = self.message_index(&lref.id);
         // Serial per message on one replica, counting a cancelled invocation still winding down.
         if let Some(inv) = self.replicas[r]
-            .invs
+            .handlers
             .values()
             .find(|inv| self.runs[inv.run].msg == msg)
         {
@@ -987,7 +987,7 @@ impl<'a> Sim<'a> {
             self.report.paused_overlaps += 1;
         }
         let run = self.runs.len();
-        self.runs.push(RunRec {
+        self.runs.push(InvocationRecord {
             msg,
             r,
             live: true,
@@ -1021,7 +1021,7 @@ impl<'a> Sim<'a> {
             let after = *at - self.now;
             self.at(
                 after,
-                Ev::Deliver {
+                Scheduled::Deliver {
                     r,
                     inc,
                     input: Input::Outcome(invocation, 0),
@@ -1029,13 +1029,13 @@ impl<'a> Sim<'a> {
             );
         }
         self.replicas[r]
-            .invs
-            .insert(invocation, Inv { run, gen: 0, end });
+            .handlers
+            .insert(invocation, HandlerRun { run, gen: 0, end });
         Ok(())
     }
 
     fn cancel(&mut self, r: usize, invocation: InvocationId, reason: CancelReason) {
-        let Some(inv) = self.replicas[r].invs.get(&invocation) else {
+        let Some(inv) = self.replicas[r].handlers.get(&invocation) else {
             return; // it already reported
         };
         let (run, hangs, planned) = (inv.run, inv.end.is_none(), inv.end.as_ref().map(|e| e.0));
@@ -1070,13 +1070,13 @@ impl<'a> Sim<'a> {
             }
         };
         let rep = &mut self.replicas[r];
-        let inv = rep.invs.get_mut(&invocation).expect("checked");
+        let inv = rep.handlers.get_mut(&invocation).expect("checked");
         inv.gen += 1;
         inv.end = Some((at, outcome));
         let (inc, gen) = (rep.inc, inv.gen);
         self.at(
             react,
-            Ev::Deliver {
+            Scheduled::Deliver {
                 r,
                 inc,
                 input: Input::Outcome(invocation, gen),
@@ -1142,10 +1142,10 @@ impl<'a> Sim<'a> {
             Op::Fetch { .. } => Box::new([]),
             Op::Renew { leases, .. } | Op::Ack { leases } => leases
                 .iter()
-                .map(|(_, l)| (self.m(&l.id) as u32, l.fence.0))
+                .map(|(_, l)| (self.message_index(&l.id) as u32, l.fence.0))
                 .collect(),
             Op::Release { lref, .. } | Op::DeadLetter { lref, .. } => {
-                Box::new([(self.m(&lref.id) as u32, lref.fence.0)])
+                Box::new([(self.message_index(&lref.id) as u32, lref.fence.0)])
             }
         };
         let wait = match op {
@@ -1178,7 +1178,7 @@ impl<'a> Sim<'a> {
         let timeout = cfg.call_timeout + wait;
         self.at(
             timeout,
-            Ev::Deliver {
+            Scheduled::Deliver {
                 r,
                 inc,
                 input: Input::Timeout(c),
@@ -1189,14 +1189,14 @@ impl<'a> Sim<'a> {
             self.calls[c].answer = Some(Answer::Failed);
             self.at(
                 request,
-                Ev::Deliver {
+                Scheduled::Deliver {
                     r,
                     inc,
                     input: Input::Answer(c),
                 },
             );
         } else {
-            self.at(request, Ev::Exec { call: c, gen: 0 });
+            self.at(request, Scheduled::Exec { call: c, gen: 0 });
         }
         Ok(())
     }
@@ -1206,7 +1206,7 @@ impl<'a> Sim<'a> {
         for c in std::mem::take(&mut self.blocked) {
             self.calls[c].exec_gen += 1;
             let gen = self.calls[c].exec_gen;
-            self.at(Duration::ZERO, Ev::Exec { call: c, gen });
+            self.at(Duration::ZERO, Scheduled::Exec { call: c, gen });
         }
     }
 
@@ -1249,13 +1249,13 @@ impl<'a> Sim<'a> {
                         r: r as u16,
                         call: c as u32,
                     });
-                    self.at(wake - self.now, Ev::Exec { call: c, gen });
+                    self.at(wake - self.now, Scheduled::Exec { call: c, gen });
                     return Ok(());
                 }
                 self.blocked.remove(&c);
                 let mut list = Vec::with_capacity(got.len());
                 for f in &got {
-                    let m = self.m(&f.id);
+                    let m = self.message_index(&f.id);
                     list.push((m as u32, f.fence.0));
                     self.delivered(m, consumer, f.fence.0)?;
                 }
@@ -1276,7 +1276,7 @@ impl<'a> Sim<'a> {
                 let logged = leases
                     .iter()
                     .zip(&results)
-                    .map(|((_, l), res)| (self.m(&l.id) as u32, l.fence.0, *res))
+                    .map(|((_, l), res)| (self.message_index(&l.id) as u32, l.fence.0, *res))
                     .collect();
                 let answer = leases.iter().map(|(id, _)| *id).zip(results).collect();
                 self.log(Event::Renewed {
@@ -1317,7 +1317,7 @@ impl<'a> Sim<'a> {
         let (inc, after) = (call.inc, call.answer_delay);
         self.at(
             after,
-            Ev::Deliver {
+            Scheduled::Deliver {
                 r,
                 inc,
                 input: Input::Answer(c),
@@ -1366,7 +1366,7 @@ impl<'a> Sim<'a> {
         let logged = refs
             .iter()
             .zip(results)
-            .map(|(l, res)| (self.m(&l.id) as u32, l.fence.0, *res))
+            .map(|(l, res)| (self.message_index(&l.id) as u32, l.fence.0, *res))
             .collect();
         self.log(Event::Settled {
             r: r as u16,
@@ -1378,7 +1378,7 @@ impl<'a> Sim<'a> {
             if *result != SettleResult::Ok {
                 continue;
             }
-            let m = self.m(&lref.id);
+            let m = self.message_index(&lref.id);
             let msg = &self.msgs[m];
             let owner = msg.owner;
             if msg.removed.is_some() || owner != Some((consumer, lref.fence.0)) {
@@ -1458,7 +1458,10 @@ impl<'a> Sim<'a> {
             self.engine(r).handle_shutdown(now, deadline);
             self.pump(r)?;
         }
-        self.at(drain_bound(self.cfg, &self.settings), Ev::DrainDeadline);
+        self.at(
+            drain_bound(self.cfg, &self.settings),
+            Scheduled::DrainDeadline,
+        );
         self.check_drained()
     }
 
@@ -1487,12 +1490,12 @@ impl<'a> Sim<'a> {
                     ),
                 ));
             }
-            if !rep.invs.is_empty() {
+            if !rep.handlers.is_empty() {
                 return Err(self.fail(
                     Check::NoLeak,
                     format!(
                         "r{r} drained while {} invocation(s) still run",
-                        rep.invs.len()
+                        rep.handlers.len()
                     ),
                 ));
             }

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use leasehold_core::{
-    Config, Effect, Fence, Fetched, LeaseEngine, Outcome, SettleResult, SourceId,
+    Config, Effect, Fence, Fetched, LeaseEngine, Outcome, SettleResult, StreamId,
 };
 use leasehold_sim::{run_seed, Profile, SimConfig};
 
@@ -28,7 +28,7 @@ fn known_defect_release_resent_for_a_lease_expired_in_the_same_input() {
         fence: Fence(fence),
     };
     assert!(matches!(engine.poll_effect(), Some(Effect::Fetch { .. })));
-    engine.handle_fetched(t0, SourceId(0), vec![delivery(1)]);
+    engine.handle_fetched(t0, StreamId(0), vec![delivery(1)]);
     let Some(Effect::Run { invocation, lease }) = engine.poll_effect() else {
         panic!("expected a run");
     };
@@ -43,7 +43,7 @@ fn known_defect_release_resent_for_a_lease_expired_in_the_same_input() {
     while engine.poll_effect().is_some() {}
     // ...the store applies it, and this consumer's next fetch takes the message back (fence 2):
     // the engine adopts the new fence and keeps releasing.
-    engine.handle_fetched(t0 + Duration::from_secs(2), SourceId(0), vec![delivery(2)]);
+    engine.handle_fetched(t0 + Duration::from_secs(2), StreamId(0), vec![delivery(2)]);
     while engine.poll_effect().is_some() {}
     // The release's answer (sent with fence 1: Lost) arrives after a 20 s stall.
     engine.handle_released(t0 + Duration::from_secs(22), lease, SettleResult::Lost);

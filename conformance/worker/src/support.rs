@@ -281,7 +281,7 @@ impl Recorder {
         let index = record.runs.len();
         record.runs.push(Run {
             message: delivery.message().clone(),
-            id: delivery.id().clone(),
+            id: delivery.message_id().clone(),
             delivery_count: delivery.delivery_count(),
             attempt: delivery.attempt(),
             started: now,
@@ -289,7 +289,10 @@ impl Recorder {
             cancelled: None,
         });
         record.marks.push(Mark::Start(index));
-        let same = record.running.entry(delivery.id().clone()).or_insert(0);
+        let same = record
+            .running
+            .entry(delivery.message_id().clone())
+            .or_insert(0);
         *same += 1;
         let same = *same;
         record.max_same_message = record.max_same_message.max(same);

@@ -3,23 +3,23 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Extra, LeaseEngine, Outstanding, Source};
+use super::{Extra, LeaseEngine, Outstanding, Pacing};
 use crate::effect::Effect;
 use crate::lease::{Lease, State};
 use crate::timers::{ticks, Tick};
-use crate::types::{Fetched, InvocationId, LeaseId, SourceId};
+use crate::types::{Fetched, InvocationId, LeaseId, StreamId};
 
 impl<P> LeaseEngine<P> {
-    /// A fetch for `source` returned these messages (possibly none).
+    /// A fetch for `stream` returned these messages (possibly none).
     ///
     /// A message this engine already holds adopts the new delivery's fence and count and starts
     /// nothing. Messages beyond what the fetch asked for (or any during shutdown) are released
     /// at once, never run.
-    pub fn handle_fetched(&mut self, now: Instant, source: SourceId, messages: Vec<Fetched<P>>) {
+    pub fn handle_fetched(&mut self, now: Instant, stream: StreamId, messages: Vec<Fetched<P>>) {
         self.begin(now);
         let (mut budget, epoch) = match self
-            .sources
-            .get_mut(usize::from(source.0))
+            .streams
+            .get_mut(usize::from(stream.0))
             .and_then(|s| s.outstanding.take())
         {
             Some(Outstanding { max, epoch, wait }) => {
@@ -27,7 +27,7 @@ impl<P> LeaseEngine<P> {
                 let sent_at = self.epochs.sent_at(epoch);
                 let now = self.now;
                 let poll = self.durations.poll;
-                let src = &mut self.sources[usize::from(source.0)];
+                let src = &mut self.streams[usize::from(stream.0)];
                 src.failures = 0;
                 // Empty: the next fetch comes a poll interval after this one was sent — at once
                 // if the backend already blocked for its whole wait, since waiting again here
@@ -54,8 +54,8 @@ impl<P> LeaseEngine<P> {
                 self.stats.expired += 1;
                 continue;
             }
-            let hash = self.leases.hash(source, &message.id);
-            if let Some(id) = self.leases.find(hash, source, &message.id) {
+            let hash = self.leases.hash(stream, &message.id);
+            if let Some(id) = self.leases.find(hash, stream, &message.id) {
                 self.adopt(id, message, epoch);
                 continue;
             }
@@ -65,7 +65,7 @@ impl<P> LeaseEngine<P> {
             }
             self.renew_by(hb_due);
             if !take {
-                let id = self.create(hash, source, message, epoch, State::Blocked);
+                let id = self.create(hash, stream, message, epoch, State::Blocked);
                 self.settle(id, super::settle::Settle::Release(Duration::ZERO));
                 continue;
             }
@@ -73,27 +73,30 @@ impl<P> LeaseEngine<P> {
             let orphan = if self.orphans.is_empty() {
                 None
             } else {
-                self.orphans.get(&(source, message.id.clone())).copied()
+                self.orphans.get(&(stream, message.id.clone())).copied()
             };
             match orphan {
                 // An earlier invocation of this message still winds down: serial per message.
                 Some(orphan) => {
-                    let id = self.create(hash, source, message, epoch, State::Blocked);
+                    let id = self.create(hash, stream, message, epoch, State::Blocked);
                     if self.leases.get(orphan).is_some() {
                         self.extras.insert(orphan.slot, Extra::Successor(id));
                     }
                 }
                 // Every slot busy: a prefetched message waits, ready, for the next free one.
                 None if self.running >= self.cfg.concurrency => {
-                    self.create_ready(hash, source, message, epoch);
+                    self.create_ready(hash, stream, message, epoch);
                 }
                 // The common case: created running, its first run starts now.
                 None => {
                     let state = State::Running { cancelled: None };
-                    let id = self.create(hash, source, message, epoch, state);
-                    self.stats.runs += 1;
+                    let id = self.create(hash, stream, message, epoch, state);
+                    self.stats.invocations += 1;
                     self.effects.push_back(Effect::Run {
-                        invocation: InvocationId { lease: id, run: 1 },
+                        invocation: InvocationId {
+                            lease: id,
+                            attempt: 1,
+                        },
                         lease: id,
                     });
                 }
@@ -103,10 +106,10 @@ impl<P> LeaseEngine<P> {
         self.finish();
     }
 
-    /// A fetch for `source` failed; the next one backs off exponentially (capped).
-    pub fn handle_fetch_failed(&mut self, now: Instant, source: SourceId) {
+    /// A fetch for `stream` failed; the next one backs off exponentially (capped).
+    pub fn handle_fetch_failed(&mut self, now: Instant, stream: StreamId) {
         self.begin(now);
-        if let Some(src) = self.sources.get_mut(usize::from(source.0)) {
+        if let Some(src) = self.streams.get_mut(usize::from(stream.0)) {
             if let Some(Outstanding { max, epoch, .. }) = src.outstanding.take() {
                 src.failures = src.failures.saturating_add(1);
                 let factor = 1u32 << (src.failures - 1).min(20);
@@ -139,10 +142,10 @@ impl<P> LeaseEngine<P> {
         slots.min(leases)
     }
 
-    /// Issues fetches for due sources, sharing the budget round-robin, each for at most
+    /// Issues fetches for due streams, sharing the budget round-robin, each for at most
     /// `fetch_batch_size` messages.
     ///
-    /// With one source its fetch is returned rather than queued (it is the next effect anyway);
+    /// With one stream its fetch is returned rather than queued (it is the next effect anyway);
     /// with several, they are queued.
     pub(super) fn fetch(&mut self) -> Option<Effect> {
         if self.shutdown.is_some() {
@@ -159,8 +162,8 @@ impl<P> LeaseEngine<P> {
             .then(|| self.repolls.front())
             .flatten()
             .map(|e| e.due.saturating_sub(now));
-        if let [src] = &mut self.sources[..] {
-            // The loop below for one due source: it gets the whole budget, and may block.
+        if let [src] = &mut self.streams[..] {
+            // The loop below for one due stream: it gets the whole budget, and may block.
             if src.outstanding.is_some() || src.next_at > now {
                 return None;
             }
@@ -171,48 +174,48 @@ impl<P> LeaseEngine<P> {
         None
     }
 
-    /// [`fetch`](Self::fetch) with several sources: queues a fetch for each due one, sharing
+    /// [`fetch`](Self::fetch) with several streams: queues a fetch for each due one, sharing
     /// the budget round-robin.
     fn fetch_shared(&mut self, mut budget: usize, until_repoll: Option<Tick>) {
         let now = self.now;
-        let is_due = |s: &Source| s.outstanding.is_none() && s.next_at <= now;
-        let due = self.sources.iter().filter(|s| is_due(s)).count();
+        let is_due = |s: &Pacing| s.outstanding.is_none() && s.next_at <= now;
+        let due = self.streams.iter().filter(|s| is_due(s)).count();
         if due == 0 {
             return;
         }
         let starved = due > budget;
         let mut shares = due.min(budget);
-        let n = self.sources.len();
-        let start = self.next_source;
+        let n = self.streams.len();
+        let start = self.next_stream;
         // Round-robin from `start` (< n), without a division per step.
         for i in (start..n).chain(0..start) {
             if shares == 0 {
                 break;
             }
-            if !is_due(&self.sources[i]) {
+            if !is_due(&self.streams[i]) {
                 continue;
             }
             let max = budget.div_ceil(shares).min(self.cfg.fetch_batch_size);
             shares -= 1;
             budget -= max;
-            let mut wait = if starved { 0 } else { self.sources[i].wait };
+            let mut wait = if starved { 0 } else { self.streams[i].wait };
             if let Some(until) = until_repoll {
                 wait = wait.min(until);
             }
-            self.next_source = if i + 1 == n { 0 } else { i + 1 };
+            self.next_stream = if i + 1 == n { 0 } else { i + 1 };
             let fetch = self.open_fetch(i, max, wait);
             self.effects.push_back(fetch);
         }
     }
 
-    /// Marks a fetch of up to `max` for source `i` outstanding, its room reserved.
+    /// Marks a fetch of up to `max` for stream `i` outstanding, its room reserved.
     #[inline]
     fn open_fetch(&mut self, i: usize, max: usize, wait: Tick) -> Effect {
         let epoch = self.epochs.open(self.now);
-        self.sources[i].outstanding = Some(Outstanding { max, epoch, wait });
+        self.streams[i].outstanding = Some(Outstanding { max, epoch, wait });
         self.reserved += max;
         Effect::Fetch {
-            source: SourceId(i as u16),
+            stream: StreamId(i as u16),
             max,
             wait: Duration::from_nanos(wait),
         }
@@ -225,7 +228,7 @@ impl<P> LeaseEngine<P> {
     fn create(
         &mut self,
         hash: u64,
-        source: SourceId,
+        stream: StreamId,
         message: Fetched<P>,
         epoch: u64,
         state: State,
@@ -242,7 +245,7 @@ impl<P> LeaseEngine<P> {
                 epoch,
                 delivery_count: message.delivery_count,
                 attempt: u32::from(state.is_running()),
-                source,
+                stream,
                 state,
             },
         );
@@ -253,8 +256,8 @@ impl<P> LeaseEngine<P> {
     /// [`create`](Self::create) in state ready (a prefetched message), kept out of line: the
     /// common path of a delivery, created running, stays small.
     #[inline(never)]
-    fn create_ready(&mut self, hash: u64, source: SourceId, message: Fetched<P>, epoch: u64) {
-        self.create(hash, source, message, epoch, State::Ready);
+    fn create_ready(&mut self, hash: u64, stream: StreamId, message: Fetched<P>, epoch: u64) {
+        self.create(hash, stream, message, epoch, State::Ready);
     }
 
     /// A held message was delivered again: adopt the newer delivery, start nothing.

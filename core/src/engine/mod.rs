@@ -20,11 +20,11 @@ use crate::config::{Config, ConfigError, Settings};
 use crate::effect::{Effect, Stats};
 use crate::lease::{Lease, LeaseTable, State};
 use crate::timers::{ticks, Entry, Epochs, Fifo, Heap, Rng, Tick, Timers};
-use crate::types::{DeadLetterReason, LeaseId, MessageId, SourceId};
+use crate::types::{DeadLetterReason, LeaseId, MessageId, StreamId};
 
-/// Per-source fetch pacing.
+/// Per-stream fetch pacing.
 #[derive(Debug)]
-struct Source {
+struct Pacing {
     /// The fetch awaiting its result.
     outstanding: Option<Outstanding>,
     /// No fetch before this instant.
@@ -102,9 +102,9 @@ pub struct LeaseEngine<P> {
     /// Release delays, dead-letter reasons and orphans' successors, by slot.
     extras: hashbrown::HashMap<u32, Extra>,
     /// Invocations still winding down after their lease was lost, by message.
-    orphans: HashMap<(SourceId, MessageId), LeaseId>,
-    sources: Vec<Source>,
-    next_source: usize,
+    orphans: HashMap<(StreamId, MessageId), LeaseId>,
+    streams: Vec<Pacing>,
+    next_stream: usize,
     /// Slots promised to outstanding fetches.
     reserved: usize,
     held: usize,
@@ -146,17 +146,17 @@ impl<P> std::fmt::Debug for LeaseEngine<P> {
 const EFFECTS_KEPT: usize = 64;
 
 impl<P> LeaseEngine<P> {
-    /// An engine serving one source, starting at `now`.
+    /// An engine serving one stream, starting at `now`.
     pub fn new(config: &Config, now: Instant) -> Result<Self, ConfigError> {
-        Self::with_sources(config, 1, now)
+        Self::with_streams(config, 1, now)
     }
 
-    /// An engine serving `sources` sources (streams) with one shared concurrency budget;
-    /// they are numbered `SourceId(0)..SourceId(sources - 1)`.
-    pub fn with_sources(config: &Config, sources: u16, now: Instant) -> Result<Self, ConfigError> {
+    /// An engine serving `streams` streams with one shared concurrency budget;
+    /// they are numbered `StreamId(0)..StreamId(streams - 1)`.
+    pub fn with_streams(config: &Config, streams: u16, now: Instant) -> Result<Self, ConfigError> {
         let cfg = config.validate()?;
-        if sources == 0 {
-            return Err(ConfigError::NoSources);
+        if streams == 0 {
+            return Err(ConfigError::NoStreams);
         }
         let durations = Durations {
             lease_ttl: ticks(cfg.lease_ttl()),
@@ -165,7 +165,7 @@ impl<P> LeaseEngine<P> {
             poll: ticks(cfg.poll_interval),
             max_processing_time: ticks(cfg.max_processing_time),
         };
-        let source = || Source {
+        let stream = || Pacing {
             outstanding: None,
             next_at: 0,
             wait: durations.poll,
@@ -181,8 +181,8 @@ impl<P> LeaseEngine<P> {
             leases: LeaseTable::new(),
             extras: hashbrown::HashMap::new(),
             orphans: HashMap::new(),
-            sources: (0..sources).map(|_| source()).collect(),
-            next_source: 0,
+            streams: (0..streams).map(|_| stream()).collect(),
+            next_stream: 0,
             reserved: 0,
             held: 0,
             running: 0,
@@ -282,8 +282,8 @@ impl<P> LeaseEngine<P> {
                 return Some(others.map_or(shutdown.deadline, |o| o.min(shutdown.deadline)));
             }
         } else if self.fetch_budget() > 0 {
-            for source in self.sources.iter().filter(|s| s.outstanding.is_none()) {
-                consider(source.next_at);
+            for stream in self.streams.iter().filter(|s| s.outstanding.is_none()) {
+                consider(stream.next_at);
             }
         }
         any.then(|| self.instant(next))
@@ -486,7 +486,7 @@ impl<P> LeaseEngine<P> {
             && !self.drained
             && self.held == 0
             && self.running == 0
-            && self.sources.iter().all(|s| s.outstanding.is_none())
+            && self.streams.iter().all(|s| s.outstanding.is_none())
         {
             self.drained = true;
             self.effects.push_back(Effect::Drained);

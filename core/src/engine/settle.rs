@@ -23,7 +23,7 @@ impl<P> LeaseEngine<P> {
         self.begin(now);
         let id = invocation.lease;
         let state = match self.leases.get(id) {
-            Some(lease) if lease.attempt == invocation.run && lease.state.is_running() => {
+            Some(lease) if lease.attempt == invocation.attempt && lease.state.is_running() => {
                 lease.state
             }
             _ => return self.finish(),
@@ -154,9 +154,12 @@ impl<P> LeaseEngine<P> {
         lease.attempt += 1;
         let run = lease.attempt;
         self.set_state(id, State::Running { cancelled: None });
-        self.stats.runs += 1;
+        self.stats.invocations += 1;
         self.effects.push_back(Effect::Run {
-            invocation: InvocationId { lease: id, run },
+            invocation: InvocationId {
+                lease: id,
+                attempt: run,
+            },
             lease: id,
         });
     }
@@ -168,7 +171,7 @@ impl<P> LeaseEngine<P> {
         if let State::Running { cancelled: None } = lease.state {
             let invocation = InvocationId {
                 lease: id,
-                run: lease.attempt,
+                attempt: lease.attempt,
             };
             self.set_state(
                 id,
@@ -368,7 +371,7 @@ impl<P> LeaseEngine<P> {
             _ => self.stats.lost += 1,
         }
         if let State::Running { cancelled } = lease.state {
-            let key = (lease.source, lease.id.clone());
+            let key = (lease.stream, lease.id.clone());
             if cancelled.is_none() {
                 self.cancel(id, reason);
             }
@@ -383,7 +386,7 @@ impl<P> LeaseEngine<P> {
     /// A cancelled invocation of a lost lease reported: free its slot, unblock its successor.
     fn end_orphan(&mut self, id: LeaseId) {
         if let Some(lease) = self.leases.get(id) {
-            let key = (lease.source, lease.id.clone());
+            let key = (lease.stream, lease.id.clone());
             if self.orphans.get(&key) == Some(&id) {
                 self.orphans.remove(&key);
             }

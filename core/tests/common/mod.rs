@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_core::{
     CancelReason, Config, DeadLetterReason, Effect, Fence, Fetched, InvocationId, LeaseEngine,
-    LeaseId, MessageId, Outcome, RenewId, RenewResult, SettleResult, SourceId,
+    LeaseId, MessageId, Outcome, RenewId, RenewResult, SettleResult, StreamId,
 };
 
 /// `n` milliseconds.
@@ -19,8 +19,8 @@ pub fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
 }
 
-/// The only source of a single-source engine.
-pub const S0: SourceId = SourceId(0);
+/// The only stream of a single-stream engine.
+pub const S0: StreamId = StreamId(0);
 
 /// A small, fast configuration: claim 3 s, heartbeat 1 s, margin 300 ms (lease valid 2.7 s after
 /// the send time of its last confirmation), poll 1 s, re-poll 400 ms, no retry jitter
@@ -65,10 +65,10 @@ pub fn delivery(id: u64, delivery_count: u32, fence: u64) -> Fetched<String> {
     }
 }
 
-/// `Effect::Fetch` for source 0.
+/// `Effect::Fetch` for stream 0.
 pub fn fetch(max: usize, wait: Duration) -> Effect {
     Effect::Fetch {
-        source: S0,
+        stream: S0,
         max,
         wait,
     }
@@ -93,12 +93,12 @@ pub fn one_run(effects: &[Effect]) -> (InvocationId, LeaseId) {
     }
 }
 
-/// The `Fetch` effects, as `(source, max, wait)`.
-pub fn fetches(effects: &[Effect]) -> Vec<(SourceId, usize, Duration)> {
+/// The `Fetch` effects, as `(stream, max, wait)`.
+pub fn fetches(effects: &[Effect]) -> Vec<(StreamId, usize, Duration)> {
     effects
         .iter()
         .filter_map(|e| match e {
-            Effect::Fetch { source, max, wait } => Some((*source, *max, *wait)),
+            Effect::Fetch { stream, max, wait } => Some((*stream, *max, *wait)),
             _ => None,
         })
         .collect()
@@ -247,8 +247,8 @@ pub struct Sim {
     pub busy_loops: Vec<String>,
     /// Other invariant violations (concurrency, max_leases, two runs of one message).
     pub violations: Vec<String>,
-    fetches: Vec<(SourceId, usize)>,
-    runs: Vec<(InvocationId, (SourceId, MessageId))>,
+    fetches: Vec<(StreamId, usize)>,
+    runs: Vec<(InvocationId, (StreamId, MessageId))>,
     renews: Vec<(RenewId, Vec<LeaseId>)>,
     acks: Vec<LeaseId>,
     releases: Vec<LeaseId>,
@@ -261,9 +261,9 @@ pub struct Sim {
 }
 
 impl Sim {
-    /// A simulation of `config` on `sources` sources, driven by `seed`.
-    pub fn new(config: &Config, sources: u16, seed: u64, t0: Instant) -> Self {
-        let engine = LeaseEngine::with_sources(config, sources, t0).expect("valid config");
+    /// A simulation of `config` on `streams` streams, driven by `seed`.
+    pub fn new(config: &Config, streams: u16, seed: u64, t0: Instant) -> Self {
+        let engine = LeaseEngine::with_streams(config, streams, t0).expect("valid config");
         let settings = engine.settings().clone();
         let mut sim = Self {
             engine,
@@ -303,10 +303,10 @@ impl Sim {
     fn after(&mut self, input: &str) {
         while let Some(effect) = self.engine.poll_effect() {
             match &effect {
-                Effect::Fetch { source, max, .. } => self.fetches.push((*source, *max)),
+                Effect::Fetch { stream, max, .. } => self.fetches.push((*stream, *max)),
                 Effect::Run { invocation, lease } => {
                     let l = self.engine.lease(*lease).expect("a run's lease is known");
-                    let key = (l.source(), l.message_id().clone());
+                    let key = (l.stream(), l.message_id().clone());
                     if self.runs.iter().any(|(_, k)| *k == key) {
                         self.violations.push(format!(
                             "step {} ({input}): second concurrent Run of {key:?}",
@@ -377,9 +377,9 @@ impl Sim {
                 let mut fetches = std::mem::take(&mut self.fetches);
                 let picked = self.pick(&mut fetches);
                 self.fetches = fetches;
-                let Some((source, max)) = picked else { return };
+                let Some((stream, max)) = picked else { return };
                 if self.rng.chance(10) {
-                    self.engine.handle_fetch_failed(self.now, source);
+                    self.engine.handle_fetch_failed(self.now, stream);
                     return self.after("fetch failed");
                 }
                 let n = self.rng.below(max as u64 + 1 + u64::from(self.overdeliver));
@@ -395,7 +395,7 @@ impl Sim {
                         }
                     })
                     .collect();
-                self.engine.handle_fetched(self.now, source, messages);
+                self.engine.handle_fetched(self.now, stream, messages);
                 self.after("fetched");
             }
             3..=5 => {

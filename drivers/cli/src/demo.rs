@@ -461,7 +461,7 @@ impl fmt::Display for DemoReport {
             (
                 "invocations",
                 self.invocations.to_string(),
-                format!("engines counted {} runs", self.engine.runs),
+                format!("engines counted {} invocations", self.engine.invocations),
             ),
             (
                 "re-invocations",
@@ -722,7 +722,7 @@ fn add_stats(total: &mut Stats, s: &Stats) {
     total.delivered += s.delivered;
     total.redelivered += s.redelivered;
     total.overflow += s.overflow;
-    total.runs += s.runs;
+    total.invocations += s.invocations;
     total.pending += s.pending;
     total.failures += s.failures;
     total.acked += s.acked;

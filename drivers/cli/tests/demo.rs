@@ -35,7 +35,7 @@ fn check(options: &DemoOptions) {
     // The workers' own counters agree with what the handlers saw.
     assert_eq!(report.shutdown.acked, report.acked as u64, "{report}");
     assert_eq!(report.shutdown.dead_lettered, poison as u64, "{report}");
-    assert_eq!(report.engine.runs, report.invocations, "{report}");
+    assert_eq!(report.engine.invocations, report.invocations, "{report}");
     // Pending messages were re-invoked, failing ones retried.
     assert!(report.reinvocations > 0, "{report}");
     assert!(

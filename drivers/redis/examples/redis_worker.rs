@@ -34,7 +34,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             println!(
                 "{} (delivery {}): {}",
-                job.id(),
+                job.message_id(),
                 job.delivery_count(),
                 job.message()
             );

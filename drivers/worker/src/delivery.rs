@@ -67,7 +67,7 @@ impl<M> Delivery<M> {
     }
 
     /// The message's id in the backend.
-    pub fn id(&self) -> &MessageId {
+    pub fn message_id(&self) -> &MessageId {
         &self.meta.id
     }
 

@@ -14,7 +14,7 @@ use futures::future::{select, Either};
 use futures::FutureExt;
 use leasehold_core::{
     Backend, BackendError, BackendResult, Effect, Fetched, InvocationId, LeaseEngine, LeaseId,
-    LeaseRef, Outcome, RenewId, RenewResult, SettleResult, SourceId, Stats,
+    LeaseRef, Outcome, RenewId, RenewResult, SettleResult, Stats, StreamId,
 };
 
 use crate::cancel::Cancellation;
@@ -33,12 +33,12 @@ pub(crate) struct Stream<B: Backend> {
 
 /// Everything that reaches the driver: results of the tasks it spawned, and commands.
 pub(crate) enum Event<P> {
-    Fetched(SourceId, BackendResult<Vec<Fetched<P>>>),
+    Fetched(StreamId, BackendResult<Vec<Fetched<P>>>),
     Outcome(InvocationId, Outcome),
     Renewed(RenewId, BackendResult<Vec<(LeaseId, RenewResult)>>),
     /// The leases of an ack call, and the backend's answer per lease (`None`: the call
     /// failed).
-    Acked(SourceId, Vec<LeaseId>, Option<Vec<SettleResult>>),
+    Acked(StreamId, Vec<LeaseId>, Option<Vec<SettleResult>>),
     Released(LeaseId, SettleResult),
     DeadLettered(LeaseId, SettleResult),
     Shutdown(Duration, Option<oneshot::Sender<ShutdownReport>>),
@@ -111,9 +111,9 @@ pub(crate) struct Driver<R: Runtime, B: Backend> {
     /// a trip through the inbox.
     ready: Vec<Event<B::Payload>>,
     invocations: Invocations,
-    /// Per source, dropping it abandons the fetch in flight.
+    /// Per stream, dropping it abandons the fetch in flight.
     fetch_abandon: Vec<Option<oneshot::Sender<()>>>,
-    /// Per source: `Some` while an ack call is in flight, holding the acks due meanwhile.
+    /// Per stream: `Some` while an ack call is in flight, holding the acks due meanwhile.
     acks_waiting: Vec<Option<Vec<LeaseId>>>,
     waiters: Vec<oneshot::Sender<ShutdownReport>>,
     options: DriverOptions,
@@ -258,12 +258,12 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
 
     fn handle(&mut self, now: Instant, event: Event<B::Payload>) {
         match event {
-            Event::Fetched(source, Ok(messages)) => {
-                self.engine.handle_fetched(now, source, messages);
+            Event::Fetched(stream, Ok(messages)) => {
+                self.engine.handle_fetched(now, stream, messages);
             }
-            Event::Fetched(source, Err(error)) => {
-                tracing::warn!(stream = %self.streams[usize::from(source.0)].name, %error, "fetch failed");
-                self.engine.handle_fetch_failed(now, source);
+            Event::Fetched(stream, Err(error)) => {
+                tracing::warn!(stream = %self.streams[usize::from(stream.0)].name, %error, "fetch failed");
+                self.engine.handle_fetch_failed(now, stream);
             }
             Event::Outcome(invocation, outcome) => {
                 self.invocations.remove(&invocation);
@@ -279,7 +279,7 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
                 tracing::warn!(%error, "renew failed");
                 self.engine.handle_renew_failed(now, batch);
             }
-            Event::Acked(source, leases, results) => {
+            Event::Acked(stream, leases, results) => {
                 match results {
                     Some(results) => self
                         .engine
@@ -289,9 +289,9 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
                         .handle_acked(now, leases.into_iter().map(|id| (id, SettleResult::Failed))),
                 }
                 // The stream's ack call is back: send what came due meanwhile as one batch.
-                let waiting = &mut self.acks_waiting[usize::from(source.0)];
+                let waiting = &mut self.acks_waiting[usize::from(stream.0)];
                 match waiting.take() {
-                    Some(leases) if !leases.is_empty() => self.send_acks(source, leases),
+                    Some(leases) if !leases.is_empty() => self.send_acks(stream, leases),
                     _ => {}
                 }
             }
@@ -317,7 +317,7 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
     fn execute(&mut self) {
         while let Some(effect) = self.engine.poll_effect() {
             match effect {
-                Effect::Fetch { source, max, wait } => self.fetch(source, max, wait),
+                Effect::Fetch { stream, max, wait } => self.fetch(stream, max, wait),
                 Effect::Run { invocation, lease } => self.run_handler(invocation, lease),
                 Effect::Cancel { invocation, reason } => {
                     if let Some(cancellation) = self.invocations.get(&invocation) {
@@ -328,10 +328,10 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
                 Effect::Ack { leases } => self.ack(leases),
                 Effect::Release { lease, delay } => self.release(lease, delay),
                 Effect::DeadLetter { lease, reason } => {
-                    let Some((source, lease_ref)) = self.resolve(lease) else {
+                    let Some((stream, lease_ref)) = self.resolve(lease) else {
                         continue;
                     };
-                    let backend = self.backend(source);
+                    let backend = self.backend(stream);
                     let call = async move { backend.dead_letter(&lease_ref, &reason).await };
                     self.call(call, move |result| {
                         Event::DeadLettered(lease, result.unwrap_or(SettleResult::Failed))
@@ -342,13 +342,13 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
         }
     }
 
-    fn backend(&self, source: SourceId) -> Arc<B> {
-        self.streams[usize::from(source.0)].backend.clone()
+    fn backend(&self, stream: StreamId) -> Arc<B> {
+        self.streams[usize::from(stream.0)].backend.clone()
     }
 
-    /// The leases the engine still knows, grouped by source (in source order), with their
+    /// The leases the engine still knows, grouped by stream (in stream order), with their
     /// backend references.
-    fn by_source(&self, leases: Vec<LeaseId>) -> Vec<(SourceId, Vec<LeaseId>, Vec<LeaseRef>)> {
+    fn by_stream(&self, leases: Vec<LeaseId>) -> Vec<(StreamId, Vec<LeaseId>, Vec<LeaseRef>)> {
         if self.streams.len() == 1 {
             let (mut ids, mut refs) = (Vec::with_capacity(leases.len()), Vec::new());
             refs.reserve_exact(leases.len());
@@ -361,30 +361,30 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
             return if ids.is_empty() {
                 Vec::new()
             } else {
-                vec![(SourceId(0), ids, refs)]
+                vec![(StreamId(0), ids, refs)]
             };
         }
-        let mut groups: BTreeMap<SourceId, (Vec<LeaseId>, Vec<LeaseRef>)> = BTreeMap::new();
+        let mut groups: BTreeMap<StreamId, (Vec<LeaseId>, Vec<LeaseRef>)> = BTreeMap::new();
         for id in leases {
-            if let Some((source, lease_ref)) = self.resolve(id) {
-                let (ids, refs) = groups.entry(source).or_default();
+            if let Some((stream, lease_ref)) = self.resolve(id) {
+                let (ids, refs) = groups.entry(stream).or_default();
                 ids.push(id);
                 refs.push(lease_ref);
             }
         }
         groups
             .into_iter()
-            .map(|(source, (ids, refs))| (source, ids, refs))
+            .map(|(stream, (ids, refs))| (stream, ids, refs))
             .collect()
     }
 
-    fn resolve(&self, lease: LeaseId) -> Option<(SourceId, LeaseRef)> {
+    fn resolve(&self, lease: LeaseId) -> Option<(StreamId, LeaseRef)> {
         let lease = self.engine.lease(lease)?;
         let lease_ref = LeaseRef {
             id: lease.message_id().clone(),
             fence: lease.fence(),
         };
-        Some((lease.source(), lease_ref))
+        Some((lease.stream(), lease_ref))
     }
 
     /// Runs a backend call bounded by the call timeout; its result becomes an event.
@@ -426,15 +426,15 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
     /// Fetches; a fetch that does not complete in place runs in a task that shutdown can
     /// abandon: a fetch blocked waiting for new entries must not hold shutdown up, and dropping
     /// it loses nothing (the `Backend::fetch` contract).
-    fn fetch(&mut self, source: SourceId, max: usize, wait: Duration) {
-        let backend = self.backend(source);
+    fn fetch(&mut self, stream: StreamId, max: usize, wait: Duration) {
+        let backend = self.backend(stream);
         let mut fetch = Box::pin(async move { backend.fetch(max, wait).await });
         if let Some(result) = fetch.as_mut().now_or_never() {
-            self.ready.push(Event::Fetched(source, result));
+            self.ready.push(Event::Fetched(stream, result));
             return;
         }
         let (abandon, abandoned) = oneshot::channel::<()>();
-        self.fetch_abandon[usize::from(source.0)] = Some(abandon);
+        self.fetch_abandon[usize::from(stream.0)] = Some(abandon);
         self.spawn_call(
             wait + self.options.call_timeout,
             Box::pin(async move {
@@ -443,7 +443,7 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
                     Either::Right(_) => Err(BackendError::transient("fetch abandoned at shutdown")),
                 }
             }),
-            move |result| Event::Fetched(source, result),
+            move |result| Event::Fetched(stream, result),
         );
     }
 
@@ -451,7 +451,7 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
         let Some(lease) = self.engine.lease(lease_id) else {
             return;
         };
-        let source = usize::from(lease.source().0);
+        let stream = usize::from(lease.stream().0);
         let cancellation = Cancellation::new();
         cancellation.set_valid_until(self.base, self.engine.valid_until(lease_id));
         let handed = Invocation {
@@ -464,23 +464,23 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
         };
         let payload = lease.payload().clone();
         self.invocations.insert(invocation, cancellation);
-        Arc::clone(&self.streams[source].dispatch).dispatch(payload, handed);
+        Arc::clone(&self.streams[stream].dispatch).dispatch(payload, handed);
     }
 
     fn renew(&mut self, batch: RenewId, leases: Vec<LeaseId>) {
         let calls: Vec<_> = self
-            .by_source(leases)
+            .by_stream(leases)
             .into_iter()
-            .map(|(source, ids, refs)| {
-                let backend = self.backend(source);
+            .map(|(stream, ids, refs)| {
+                let backend = self.backend(stream);
                 async move {
                     let results = backend.renew(&refs).await?;
                     Ok::<_, BackendError>(ids.into_iter().zip(results).collect::<Vec<_>>())
                 }
             })
             .collect();
-        // Sources answer independently: a failed one leaves its leases out (they keep their
-        // state); only when every source failed is the batch reported failed.
+        // Streams answer independently: a failed one leaves its leases out (they keep their
+        // state); only when every stream failed is the batch reported failed.
         let call = async move {
             let mut merged = Vec::new();
             let mut last_error = None;
@@ -504,39 +504,39 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
     fn ack(&mut self, leases: Vec<LeaseId>) {
         if self.streams.len() == 1 {
             // One stream: every lease is its; `send_acks` drops any the engine forgot.
-            self.ack_source(SourceId(0), leases);
+            self.ack_stream(StreamId(0), leases);
             return;
         }
         let mut groups: Vec<Vec<LeaseId>> = vec![Vec::new(); self.streams.len()];
         for id in leases {
             if let Some(lease) = self.engine.lease(id) {
-                groups[usize::from(lease.source().0)].push(id);
+                groups[usize::from(lease.stream().0)].push(id);
             }
         }
-        for (source, leases) in groups.into_iter().enumerate() {
+        for (stream, leases) in groups.into_iter().enumerate() {
             if !leases.is_empty() {
-                let source = SourceId(u16::try_from(source).expect("at most 65535 streams"));
-                self.ack_source(source, leases);
+                let stream = StreamId(u16::try_from(stream).expect("at most 65535 streams"));
+                self.ack_stream(stream, leases);
             }
         }
     }
 
-    fn ack_source(&mut self, source: SourceId, leases: Vec<LeaseId>) {
-        match &mut self.acks_waiting[usize::from(source.0)] {
+    fn ack_stream(&mut self, stream: StreamId, leases: Vec<LeaseId>) {
+        match &mut self.acks_waiting[usize::from(stream.0)] {
             Some(waiting) => waiting.extend(leases),
             slot @ None => {
                 *slot = Some(Vec::new());
-                self.send_acks(source, leases);
+                self.send_acks(stream, leases);
             }
         }
     }
 
-    /// One ack call for `leases` of `source`; marks the stream's ack call in flight. Leases
+    /// One ack call for `leases` of `stream`; marks the stream's ack call in flight. Leases
     /// the engine no longer knows are left out.
-    fn send_acks(&mut self, source: SourceId, mut leases: Vec<LeaseId>) {
+    fn send_acks(&mut self, stream: StreamId, mut leases: Vec<LeaseId>) {
         let mut refs = Vec::with_capacity(leases.len());
         leases.retain(|&id| match self.engine.lease(id) {
-            Some(lease) if lease.source() == source => {
+            Some(lease) if lease.stream() == stream => {
                 refs.push(LeaseRef {
                     id: lease.message_id().clone(),
                     fence: lease.fence(),
@@ -546,21 +546,21 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
             _ => false,
         });
         if leases.is_empty() {
-            self.acks_waiting[usize::from(source.0)] = None;
+            self.acks_waiting[usize::from(stream.0)] = None;
             return;
         }
-        self.acks_waiting[usize::from(source.0)].get_or_insert_with(Vec::new);
-        let backend = self.backend(source);
+        self.acks_waiting[usize::from(stream.0)].get_or_insert_with(Vec::new);
+        let backend = self.backend(stream);
         self.call(async move { backend.ack(&refs).await }, move |result| {
-            Event::Acked(source, leases, result.ok())
+            Event::Acked(stream, leases, result.ok())
         });
     }
 
     fn release(&mut self, lease: LeaseId, delay: Duration) {
-        let Some((source, lease_ref)) = self.resolve(lease) else {
+        let Some((stream, lease_ref)) = self.resolve(lease) else {
             return;
         };
-        let backend = self.backend(source);
+        let backend = self.backend(stream);
         self.call(
             async move { backend.release(&lease_ref, delay).await },
             move |result| Event::Released(lease, result.unwrap_or(SettleResult::Failed)),

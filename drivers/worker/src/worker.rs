@@ -192,7 +192,7 @@ where
             ));
         }
         let sources = u16::try_from(self.streams.len()).map_err(|_| WorkerError::TooManyStreams)?;
-        let engine = LeaseEngine::with_sources(&self.config, sources, self.runtime.now())?;
+        let engine = LeaseEngine::with_streams(&self.config, sources, self.runtime.now())?;
         let config_timeout = engine.settings().claim_timeout;
         for stream in &self.streams {
             match stream.backend.claim_timeout() {

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use leasehold_core::{Config, Effect, Fence, Fetched, LeaseEngine, Outcome, SourceId};
+use leasehold_core::{Config, Effect, Fence, Fetched, LeaseEngine, Outcome, StreamId};
 use leasehold_worker::{CancelReason, Cancellation};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
@@ -24,7 +24,7 @@ fn outcome_racing_cancel_is_never_acked_when_cancel_wins() {
             delivery_count: 1,
             fence: Fence(1),
         };
-        engine.handle_fetched(t0, SourceId(0), vec![delivery]);
+        engine.handle_fetched(t0, StreamId(0), vec![delivery]);
         let Some(Effect::Run { invocation, .. }) = engine.poll_effect() else {
             panic!("the delivery runs")
         };

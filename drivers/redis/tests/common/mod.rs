@@ -421,7 +421,7 @@ impl Runs {
     pub fn record<M: Copy + Into<u64>>(&self, worker: &'static str, d: &Delivery<M>) {
         self.0.lock().unwrap().push(Run {
             worker,
-            id: d.id().as_str().to_string(),
+            id: d.message_id().as_str().to_string(),
             message: (*d.message()).into(),
             delivery_count: d.delivery_count(),
         });
@@ -625,7 +625,10 @@ pub async fn live_work_is_not_reclaimed_with_one_worker<T: TestRt>(rt: T) {
     );
     let stats = settled_stats(&env.runtime(), &worker, |s| s.acked >= 1).await;
     assert_no_loss(&stats, "a");
-    assert_eq!((stats.runs, stats.acked, stats.redelivered), (1, 1, 0));
+    assert_eq!(
+        (stats.invocations, stats.acked, stats.redelivered),
+        (1, 1, 0)
+    );
     worker.shutdown(Duration::from_secs(2)).await;
 }
 
@@ -742,7 +745,7 @@ pub async fn crashed_worker_fails_over_to_a_peer<T: TestRt>(rt: T) {
         ]
     );
     let stats = settled_stats(&env.runtime(), &peer, |s| s.acked >= 1).await;
-    assert_eq!((stats.runs, stats.acked), (1, 1), "{stats:?}");
+    assert_eq!((stats.invocations, stats.acked), (1, 1), "{stats:?}");
     assert_eq!(env.xlen(DEAD).await, 0);
     peer.shutdown(Duration::from_secs(2)).await;
     // Only now: the dead worker's handle must not have asked for a graceful shutdown earlier.
@@ -820,7 +823,7 @@ pub async fn takeover_is_not_stolen_back_and_cancels_the_handler<T: TestRt>(rt: 
     assert_eq!(env.xlen(STREAM).await, 1);
     assert_eq!(
         (
-            stats.runs,
+            stats.invocations,
             stats.lost,
             stats.cancelled,
             stats.acked,
@@ -878,10 +881,17 @@ pub async fn late_ack_after_takeover_leaves_the_new_owner_entry<T: TestRt>(rt: T
                 while log.renew_calls() == calls {
                     sleep(&runtime, Duration::from_millis(2)).await;
                 }
-                let args: Vec<String> = ["XCLAIM", STREAM, GROUP, "peer", "0", d.id().as_str()]
-                    .iter()
-                    .map(|a| a.to_string())
-                    .collect();
+                let args: Vec<String> = [
+                    "XCLAIM",
+                    STREAM,
+                    GROUP,
+                    "peer",
+                    "0",
+                    d.message_id().as_str(),
+                ]
+                .iter()
+                .map(|a| a.to_string())
+                .collect();
                 rt.unblock(move || command(&server, &args)).await;
                 flag.store(d.cancellation().is_cancelled(), Ordering::SeqCst);
                 Outcome::Done
@@ -1251,7 +1261,7 @@ pub async fn max_processing_time_cancels_and_retries<T: TestRt>(rt: T) {
     );
     let stats = worker.stats().await.expect("running");
     assert_eq!(
-        (stats.runs, stats.cancelled, stats.failures),
+        (stats.invocations, stats.cancelled, stats.failures),
         (2, 1, 1),
         "{stats:?}"
     );
@@ -1462,7 +1472,7 @@ pub async fn shutdown_hands_waiting_messages_back_at_once<T: TestRt>(rt: T) {
         .start()
         .expect("valid worker");
     env.wait_stats(&worker, "three messages wait for a re-poll", |s| {
-        s.pending == 3 && s.runs == 4
+        s.pending == 3 && s.invocations == 4
     })
     .await;
     let report = worker.shutdown(Duration::from_secs(2)).await;
