@@ -1,8 +1,8 @@
-//! Worker-level scenarios (`common`) against a real, throwaway `redis-server`, on smol: workers
-//! run on an executor shared by this binary's tests; a crashing worker gets an executor of its
-//! own that stops being run under it.
+//! The worker scenario suite (`scenarios/`) against a real, throwaway `redis-server`, on smol:
+//! workers run on an executor shared by this binary's tests; a crashing worker gets an executor
+//! of its own that stops being run under it.
 
-mod common;
+mod scenarios;
 
 use std::future::Future;
 use std::sync::{Arc, LazyLock};
@@ -30,7 +30,7 @@ static SHARED: LazyLock<Arc<Executor<'static>>> = LazyLock::new(|| {
     executor
 });
 
-impl common::TestRt for Smol {
+impl scenarios::support::TestRt for Smol {
     type Runtime = SmolRuntime;
     type Isolated = IsolatedSmol;
 
@@ -72,7 +72,7 @@ struct IsolatedSmol {
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-impl common::Isolated for IsolatedSmol {
+impl scenarios::support::Isolated for IsolatedSmol {
     type Runtime = SmolRuntime;
 
     fn runtime(&self) -> SmolRuntime {
@@ -107,4 +107,4 @@ impl Drop for IsolatedSmol {
     }
 }
 
-common::all_scenarios!(Smol, smol::block_on);
+scenarios::all_scenarios!(Smol, smol::block_on);

@@ -1,8 +1,8 @@
-//! Worker-level scenarios (`common`) against a real, throwaway `redis-server`, on tokio: each
-//! test gets a multi-thread runtime of its own; a crashing worker gets a separate runtime that
-//! is shut down under it.
+//! The worker scenario suite (`scenarios/`) against a real, throwaway `redis-server`, on tokio:
+//! each test gets a multi-thread runtime of its own; a crashing worker gets a separate runtime
+//! that is shut down under it.
 
-mod common;
+mod scenarios;
 
 use std::future::Future;
 
@@ -12,7 +12,7 @@ use leasehold_tokio::TokioRuntime;
 #[derive(Clone)]
 struct Tokio(TokioRuntime);
 
-impl common::TestRt for Tokio {
+impl scenarios::support::TestRt for Tokio {
     type Runtime = TokioRuntime;
     type Isolated = IsolatedTokio;
 
@@ -51,7 +51,7 @@ impl IsolatedTokio {
     }
 }
 
-impl common::Isolated for IsolatedTokio {
+impl scenarios::support::Isolated for IsolatedTokio {
     type Runtime = TokioRuntime;
 
     fn runtime(&self) -> TokioRuntime {
@@ -93,4 +93,4 @@ fn block_on<F: Future>(future: F) -> F::Output {
         .block_on(future)
 }
 
-common::all_scenarios!(Tokio(TokioRuntime::current()), block_on);
+scenarios::all_scenarios!(Tokio(TokioRuntime::current()), block_on);
