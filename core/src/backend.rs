@@ -21,7 +21,17 @@ pub struct LeaseRef {
     pub fence: Fence,
 }
 
-/// Whether an error is worth retrying.
+impl<P> From<&Fetched<P>> for LeaseRef {
+    /// The lease a fetch just handed out.
+    fn from(message: &Fetched<P>) -> Self {
+        Self {
+            id: message.id.clone(),
+            fence: message.fence,
+        }
+    }
+}
+
+/// Whether an error is worth retrying. Exhaustive: the backend contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
     /// Timeouts, lost connections, a server restarting: retry with backoff.

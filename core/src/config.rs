@@ -6,6 +6,13 @@ use std::time::Duration;
 /// overflowing, so a wild configuration is an error here rather than a panic hours later.
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 
+/// Largest value of any count knob (`concurrency`, `prefetch`, `max_leases`, the batch sizes):
+/// 16 Mi, far beyond what one worker can hold, small enough that sums of knobs never overflow.
+pub const MAX_COUNT: usize = 1 << 24;
+
+/// The claim timeout when neither the configuration nor the backend says otherwise.
+pub const DEFAULT_CLAIM_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Exponential backoff applied after a failed attempt.
 ///
 /// The delay after the `n`-th delivery failed is `initial × multiplier^(n-1)`, capped at `max`,
@@ -51,8 +58,8 @@ pub struct Config {
     concurrency: usize,
     prefetch: usize,
     fetch_batch_size: usize,
-    max_leases: usize,
-    claim_timeout: Duration,
+    max_leases: Option<usize>,
+    claim_timeout: Option<Duration>,
     heartbeat_interval: Option<Duration>,
     expiry_margin: Option<Duration>,
     poll_interval: Duration,
@@ -62,6 +69,7 @@ pub struct Config {
     retry: RetryPolicy,
     max_deliveries: u32,
     shutdown_grace: Duration,
+    cancel_grace: Option<Duration>,
     renew_batch_size: usize,
     fetch_backoff_max: Duration,
     seed: u64,
@@ -73,8 +81,8 @@ impl Default for Config {
             concurrency: 1,
             prefetch: 0,
             fetch_batch_size: 500,
-            max_leases: 1000,
-            claim_timeout: Duration::from_secs(60),
+            max_leases: None,
+            claim_timeout: None,
             heartbeat_interval: None,
             expiry_margin: None,
             poll_interval: Duration::from_secs(1),
@@ -84,6 +92,7 @@ impl Default for Config {
             retry: RetryPolicy::default(),
             max_deliveries: 10,
             shutdown_grace: Duration::from_secs(30),
+            cancel_grace: None,
             renew_batch_size: 1000,
             fetch_backoff_max: Duration::from_secs(30),
             seed: 0x1ea5_e401d,
@@ -110,19 +119,24 @@ impl Config {
         concurrency: usize => concurrency = std::convert::identity;
         /// Messages fetched ahead of free invocation slots (default 0). They are held (leased
         /// and heartbeated) and start the moment a slot frees, so handling never waits for a
-        /// fetch round trip; the next fetch can go out while every slot is busy. Bounded in
-        /// effect by `max_leases`. Keep it 0 for long jobs: a prefetched message waits here
-        /// while an idle replica could have run it.
+        /// fetch round trip; the next fetch can go out while every slot is busy. They count
+        /// against `max_leases`, which grows to fit them unless it is set. Keep it 0 for long
+        /// jobs: a prefetched message waits here while an idle replica could have run it.
         prefetch: usize => prefetch = std::convert::identity;
         /// Largest number of messages one fetch asks for (default 500, like Kafka's
         /// `max.poll.records`). Room beyond it is fetched by the next fetch, which goes out as
         /// soon as this one is answered, while its messages are being handled: with `prefetch`
         /// well above it, fetching and handling overlap. Also bounds one reply's size.
         fetch_batch_size: usize => fetch_batch_size = std::convert::identity;
-        /// Max leases held at once: running, waiting for a re-poll, or being settled (default 1000).
-        max_leases: usize => max_leases = std::convert::identity;
-        /// A lease not renewed for this long may be taken by another replica (default 60 s).
-        claim_timeout: Duration => claim_timeout = std::convert::identity;
+        /// Max leases held at once: running, waiting for a re-poll, prefetched, or being
+        /// settled (default: 1000, or `concurrency + prefetch` when that is more). Set below
+        /// `concurrency + prefetch`, it is an error rather than a silent cap on the prefetch.
+        max_leases: usize => max_leases = Some;
+        /// A lease not renewed for this long may be taken by another replica. Usually left
+        /// unset: a worker then takes it from its backend, which must know it anyway (it decides
+        /// when a peer may take a message over); set here it must equal the backend's. Without
+        /// either, 60 s.
+        claim_timeout: Duration => claim_timeout = Some;
         /// Cadence of the batched renew (default `claim_timeout / 3`; at most `claim_timeout / 2`).
         heartbeat_interval: Duration => heartbeat_interval = Some;
         /// Safety margin: a lease is considered lost locally once `claim_timeout - margin` has
@@ -144,6 +158,11 @@ impl Config {
         max_deliveries: u32 => max_deliveries = std::convert::identity;
         /// How long shutdown waits for running invocations (default 30 s).
         shutdown_grace: Duration => shutdown_grace = std::convert::identity;
+        /// How long a cancelled invocation may run on before the driver drops it (default:
+        /// 1 s, or half the `expiry_margin` when that is less). A lease that expired locally may
+        /// lapse on the backend `expiry_margin` later, so the grace must end before that:
+        /// longer is an error, since a peer could then run the message while it still runs here.
+        cancel_grace: Duration => cancel_grace = Some;
         /// Largest number of leases in one `Renew` effect; bigger heartbeats are chunked (default 1000).
         renew_batch_size: usize => renew_batch_size = std::convert::identity;
         /// Cap of the backoff after failed fetches (default 30 s).
@@ -152,18 +171,46 @@ impl Config {
         seed: u64 => seed = std::convert::identity;
     }
 
+    /// The claim timeout if one was set (a worker otherwise takes its backend's).
+    pub fn configured_claim_timeout(&self) -> Option<Duration> {
+        self.claim_timeout
+    }
+
     /// Checks every knob and resolves the derived defaults.
     pub fn validate(&self) -> Result<Settings, ConfigError> {
         use ConfigError as E;
         if self.concurrency == 0 {
             return Err(E::ZeroConcurrency);
         }
-        if self.max_leases < self.concurrency {
-            return Err(E::MaxLeasesBelowConcurrency {
-                max_leases: self.max_leases,
-                concurrency: self.concurrency,
-            });
+        for (knob, value) in [
+            ("concurrency", self.concurrency),
+            ("prefetch", self.prefetch),
+            ("max_leases", self.max_leases.unwrap_or(0)),
+            ("fetch_batch_size", self.fetch_batch_size),
+            ("renew_batch_size", self.renew_batch_size),
+        ] {
+            if value > MAX_COUNT {
+                return Err(E::CountTooLarge { knob, value });
+            }
         }
+        let wanted = self.concurrency + self.prefetch;
+        let max_leases = match self.max_leases {
+            None => wanted.max(1000),
+            Some(max_leases) if max_leases < self.concurrency => {
+                return Err(E::MaxLeasesBelowConcurrency {
+                    max_leases,
+                    concurrency: self.concurrency,
+                })
+            }
+            Some(max_leases) if max_leases < wanted => {
+                return Err(E::PrefetchBeyondMaxLeases {
+                    max_leases,
+                    concurrency: self.concurrency,
+                    prefetch: self.prefetch,
+                })
+            }
+            Some(max_leases) => max_leases,
+        };
         if self.renew_batch_size == 0 {
             return Err(E::ZeroRenewBatch);
         }
@@ -173,11 +220,12 @@ impl Config {
         if self.max_deliveries == 0 {
             return Err(E::ZeroMaxDeliveries);
         }
-        let heartbeat_interval = self.heartbeat_interval.unwrap_or(self.claim_timeout / 3);
-        let expiry_margin = self.expiry_margin.unwrap_or(self.claim_timeout / 10);
+        let claim_timeout = self.claim_timeout.unwrap_or(DEFAULT_CLAIM_TIMEOUT);
+        let heartbeat_interval = self.heartbeat_interval.unwrap_or(claim_timeout / 3);
+        let expiry_margin = self.expiry_margin.unwrap_or(claim_timeout / 10);
         let repoll_interval = self.repoll_interval.unwrap_or(self.poll_interval);
         for (knob, value) in [
-            ("claim_timeout", self.claim_timeout),
+            ("claim_timeout", claim_timeout),
             ("heartbeat_interval", heartbeat_interval),
             ("poll_interval", self.poll_interval),
             ("repoll_interval", repoll_interval),
@@ -192,7 +240,7 @@ impl Config {
             }
         }
         for (knob, value) in [
-            ("claim_timeout", self.claim_timeout),
+            ("claim_timeout", claim_timeout),
             ("heartbeat_interval", heartbeat_interval),
             ("expiry_margin", expiry_margin),
             ("poll_interval", self.poll_interval),
@@ -207,20 +255,31 @@ impl Config {
                 return Err(E::DurationTooLong { knob, value });
             }
         }
-        if heartbeat_interval > self.claim_timeout / 2 {
+        if heartbeat_interval > claim_timeout / 2 {
             return Err(E::HeartbeatTooSlow {
                 heartbeat: heartbeat_interval,
-                claim_timeout: self.claim_timeout,
+                claim_timeout,
             });
         }
         // A renew sent on schedule must land before the local expiry: heartbeat + margin < claim.
-        if expiry_margin + heartbeat_interval >= self.claim_timeout {
+        if expiry_margin + heartbeat_interval >= claim_timeout {
             return Err(E::MarginTooWide {
                 margin: expiry_margin,
                 heartbeat: heartbeat_interval,
-                claim_timeout: self.claim_timeout,
+                claim_timeout,
             });
         }
+        // A cancelled invocation must be gone before its lease can lapse on the backend.
+        let cancel_grace = match self.cancel_grace {
+            None => (expiry_margin / 2).min(Duration::from_secs(1)),
+            Some(grace) if grace >= expiry_margin => {
+                return Err(E::CancelGraceBeyondMargin {
+                    grace,
+                    margin: expiry_margin,
+                })
+            }
+            Some(grace) => grace,
+        };
         if !(self.retry.multiplier.is_finite() && self.retry.multiplier >= 1.0) {
             return Err(E::BadMultiplier(self.retry.multiplier));
         }
@@ -240,8 +299,8 @@ impl Config {
             concurrency: self.concurrency,
             prefetch: self.prefetch,
             fetch_batch_size: self.fetch_batch_size,
-            max_leases: self.max_leases,
-            claim_timeout: self.claim_timeout,
+            max_leases,
+            claim_timeout,
             heartbeat_interval,
             expiry_margin,
             poll_interval: self.poll_interval,
@@ -251,6 +310,7 @@ impl Config {
             retry: self.retry.clone(),
             max_deliveries: self.max_deliveries,
             shutdown_grace: self.shutdown_grace,
+            cancel_grace,
             renew_batch_size: self.renew_batch_size,
             fetch_backoff_max: self.fetch_backoff_max.max(self.poll_interval),
             seed: self.seed,
@@ -289,6 +349,8 @@ pub struct Settings {
     pub max_deliveries: u32,
     /// See [`Config::shutdown_grace`].
     pub shutdown_grace: Duration,
+    /// See [`Config::cancel_grace`].
+    pub cancel_grace: Duration,
     /// See [`Config::renew_batch_size`].
     pub renew_batch_size: usize,
     /// See [`Config::fetch_backoff_max`] (never below `poll_interval`).
@@ -321,6 +383,40 @@ pub enum ConfigError {
         max_leases: usize,
         /// The configured `concurrency`.
         concurrency: usize,
+    },
+    /// `max_leases` leaves no room for the prefetch.
+    #[error(
+        "max_leases ({max_leases}) must be at least concurrency + prefetch ({concurrency} + \
+         {prefetch}): prefetched messages are held too; raise max_leases (or leave it unset, \
+         and it grows to fit) or lower prefetch"
+    )]
+    PrefetchBeyondMaxLeases {
+        /// The configured `max_leases`.
+        max_leases: usize,
+        /// The configured `concurrency`.
+        concurrency: usize,
+        /// The configured `prefetch`.
+        prefetch: usize,
+    },
+    /// A count knob exceeds [`MAX_COUNT`].
+    #[error("{knob} is {value}; counts are limited to {MAX_COUNT}")]
+    CountTooLarge {
+        /// The knob's name.
+        knob: &'static str,
+        /// The configured value.
+        value: usize,
+    },
+    /// The cancel grace outlasts the expiry margin.
+    #[error(
+        "cancel_grace ({grace:?}) must be shorter than expiry_margin ({margin:?}): a cancelled \
+         handler of an expired lease could still run when a peer takes the message over; \
+         shorten the grace or widen the margin"
+    )]
+    CancelGraceBeyondMargin {
+        /// The configured grace.
+        grace: Duration,
+        /// The resolved expiry margin.
+        margin: Duration,
     },
     /// `renew_batch_size` is 0.
     #[error("renew_batch_size must be at least 1")]

@@ -11,6 +11,9 @@ use crate::types::{CancelReason, DeadLetterReason, InvocationId, LeaseId, RenewI
 /// [`LeaseEngine::lease`](crate::LeaseEngine::lease) when it executes them (right after polling).
 /// Every effect except `Cancel` and `Drained` expects exactly one result back through the
 /// matching `handle_*` method; a driver that gives up on a call reports it as failed.
+///
+/// Exhaustive on purpose: a driver must execute every effect, so a new one should fail its
+/// build rather than be skipped by a wildcard arm.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
     /// Fetch up to `max` messages from `stream`, new or reclaimable ones. The backend may block
@@ -34,8 +37,9 @@ pub enum Effect {
         /// The lease it runs under.
         lease: LeaseId,
     },
-    /// Signal the invocation to stop; drop it if it does not finish within a short grace. Its
-    /// outcome is discarded, but must still be reported so its slot is freed.
+    /// Signal the invocation to stop; drop it if it does not finish within
+    /// [`cancel_grace`](crate::Settings::cancel_grace). Its outcome is discarded, but must still
+    /// be reported so its slot is freed.
     Cancel {
         /// The invocation to stop.
         invocation: InvocationId,
@@ -79,6 +83,7 @@ pub enum Effect {
 
 /// Counters of what the engine did, for metrics and the shutdown report.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Stats {
     /// Messages delivered by fetches (including duplicates and overflow).
     pub delivered: u64,

@@ -5,6 +5,7 @@ use std::hash::BuildHasher;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 
+use crate::backend::LeaseRef;
 use crate::types::{CancelReason, Fence, LeaseId, MessageId, StreamId};
 
 /// A lease the engine holds on one message, as a driver sees it when executing an effect.
@@ -51,6 +52,13 @@ impl<P> Lease<P> {
     /// How many invocations this delivery has had (1 during the first).
     pub fn attempt(&self) -> u32 {
         self.attempt
+    }
+    /// What a backend needs to act on this lease: the message id and the current fence.
+    pub fn lease_ref(&self) -> LeaseRef {
+        LeaseRef {
+            id: self.id.clone(),
+            fence: self.fence,
+        }
     }
 }
 

@@ -109,7 +109,9 @@ mod timers;
 mod types;
 
 pub use backend::{Backend, BackendError, BackendResult, ErrorKind, LeaseRef};
-pub use config::{Config, ConfigError, RetryPolicy, Settings, MAX_DURATION};
+pub use config::{
+    Config, ConfigError, RetryPolicy, Settings, DEFAULT_CLAIM_TIMEOUT, MAX_COUNT, MAX_DURATION,
+};
 pub use effect::{Effect, Stats};
 pub use engine::LeaseEngine;
 pub use lease::Lease;

@@ -56,9 +56,14 @@ impl From<u64> for MessageId {
 
 /// A fencing token: the backend's proof that a delivery is still the current one.
 ///
-/// Every takeover of a message yields a new fence (on Redis: the delivery count, which each
-/// takeover increments), so an operation carrying an old fence is refused. Handlers may pass it
-/// to downstream systems that can reject stale writers.
+/// Every takeover of a message yields a new, larger fence, so an operation carrying an old
+/// fence is refused. Handlers may pass it to downstream systems that can reject stale writers.
+///
+/// The fence and the [delivery count](Fetched::delivery_count) are two things: the count says
+/// how often a message was delivered (it decides when a failing message is dead-lettered), the
+/// fence only has to change at every takeover. The Redis and in-memory backends use the
+/// delivery count as the fence (each takeover increments it, a renew does not), so there the
+/// two are equal; another backend may use any token that grows with each takeover.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Fence(pub u64);
 
@@ -104,6 +109,9 @@ impl InvocationId {
 pub struct RenewId(pub(crate) u64);
 
 /// What a handler invocation came to.
+///
+/// Exhaustive on purpose: these are the only things an invocation can come to, and a driver or
+/// a test matching on them should hear about a new one from the compiler.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// Finished: the message is acked.
@@ -130,7 +138,29 @@ pub enum Outcome {
     },
 }
 
+impl Outcome {
+    /// A failed attempt, retried after the retry policy's backoff.
+    pub fn retry() -> Self {
+        Self::Retry { delay: None }
+    }
+
+    /// A failed attempt, retried once `delay` has passed (instead of the backoff).
+    pub fn retry_after(delay: Duration) -> Self {
+        Self::Retry { delay: Some(delay) }
+    }
+
+    /// The message can never succeed: dead-letter it at once, with `reason`.
+    pub fn reject(reason: impl Into<String>) -> Self {
+        Self::Reject {
+            reason: reason.into(),
+        }
+    }
+}
+
 /// Why an invocation was cancelled.
+///
+/// Exhaustive on purpose: these are the engine's only reasons to stop a handler, and drivers
+/// encode them compactly (one byte beside the cancel signal).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CancelReason {
     /// A renew reported the lease lost: another consumer may run the message now.
@@ -145,6 +175,7 @@ pub enum CancelReason {
 
 /// Why a message is dead-lettered.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DeadLetterReason {
     /// The handler rejected the message.
     Rejected(String),
@@ -172,7 +203,7 @@ impl fmt::Display for DeadLetterReason {
     }
 }
 
-/// A backend's answer for one lease of a `Renew` batch.
+/// A backend's answer for one lease of a `Renew` batch. Exhaustive: the backend contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RenewResult {
     /// Still ours: the lease's idle time was reset.
@@ -181,7 +212,8 @@ pub enum RenewResult {
     Lost,
 }
 
-/// A backend's answer for one lease of an `Ack`, `Release` or `DeadLetter`.
+/// A backend's answer for one lease of an `Ack`, `Release` or `DeadLetter`. Exhaustive: the
+/// backend contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SettleResult {
     /// Done.

@@ -360,3 +360,124 @@ fn bad_repoll_spread_is_refused() {
     ));
     assert_eq!(Config::default().validate().unwrap().repoll_spread, 0.0);
 }
+
+/// Prefetched messages are held too: `max_leases` grows to fit them when it is not set, so
+/// `prefetch` is never capped silently.
+#[test]
+fn max_leases_grows_to_fit_the_prefetch_unless_set() {
+    let s = Config::default()
+        .concurrency(100)
+        .prefetch(3000)
+        .validate()
+        .unwrap();
+    assert_eq!((s.prefetch, s.max_leases), (3000, 3100));
+    let s = Config::default()
+        .concurrency(10)
+        .prefetch(5)
+        .validate()
+        .unwrap();
+    assert_eq!(s.max_leases, 1000, "the default when it is more");
+    let s = Config::default().concurrency(2000).validate().unwrap();
+    assert_eq!(s.max_leases, 2000, "every running invocation holds a lease");
+}
+
+/// `ConfigError::PrefetchBeyondMaxLeases`: an explicit `max_leases` below concurrency + prefetch.
+#[test]
+fn prefetch_beyond_an_explicit_max_leases_is_refused() {
+    refused(
+        Config::default()
+            .concurrency(100)
+            .prefetch(3000)
+            .max_leases(1000),
+        ConfigError::PrefetchBeyondMaxLeases {
+            max_leases: 1000,
+            concurrency: 100,
+            prefetch: 3000,
+        },
+        &["max_leases", "1000", "100 + 3000", "raise max_leases"],
+    );
+    assert!(Config::default()
+        .concurrency(100)
+        .prefetch(3000)
+        .max_leases(3100)
+        .validate()
+        .is_ok());
+}
+
+/// `ConfigError::CountTooLarge`: absurd counts are refused, never accepted and overflowed later.
+#[test]
+fn counts_beyond_the_limit_are_refused() {
+    use leasehold_core::MAX_COUNT;
+    refused(
+        Config::default().prefetch(usize::MAX),
+        ConfigError::CountTooLarge {
+            knob: "prefetch",
+            value: usize::MAX,
+        },
+        &["prefetch", "limited"],
+    );
+    refused(
+        Config::default().concurrency(MAX_COUNT + 1),
+        ConfigError::CountTooLarge {
+            knob: "concurrency",
+            value: MAX_COUNT + 1,
+        },
+        &["concurrency"],
+    );
+    refused(
+        Config::default().max_leases(MAX_COUNT + 1),
+        ConfigError::CountTooLarge {
+            knob: "max_leases",
+            value: MAX_COUNT + 1,
+        },
+        &["max_leases"],
+    );
+    assert!(Config::default().prefetch(MAX_COUNT - 1).validate().is_ok());
+}
+
+/// `ConfigError::CancelGraceBeyondMargin`: a cancelled handler must be gone before its lease can
+/// lapse on the backend, so the grace is shorter than the expiry margin; by default it is 1 s or
+/// half the margin, whichever is less.
+#[test]
+fn cancel_grace_must_end_within_the_expiry_margin() {
+    let s = Config::default().validate().unwrap();
+    assert_eq!(s.cancel_grace, secs(1), "margin 6 s: the default 1 s");
+    let s = Config::default()
+        .claim_timeout(Duration::from_millis(10))
+        .validate()
+        .unwrap();
+    assert_eq!(s.expiry_margin, Duration::from_millis(1));
+    assert_eq!(
+        s.cancel_grace,
+        Duration::from_micros(500),
+        "half the margin"
+    );
+    refused(
+        Config::default()
+            .claim_timeout(Duration::from_millis(10))
+            .cancel_grace(secs(1)),
+        ConfigError::CancelGraceBeyondMargin {
+            grace: secs(1),
+            margin: Duration::from_millis(1),
+        },
+        &["cancel_grace", "expiry_margin", "shorter"],
+    );
+    assert!(Config::default()
+        .claim_timeout(secs(10))
+        .cancel_grace(Duration::from_millis(999))
+        .validate()
+        .is_ok());
+}
+
+/// The claim timeout is said once: unset, the config reports none (a worker takes its
+/// backend's) and validates with the default.
+#[test]
+fn an_unset_claim_timeout_is_the_backends_or_the_default() {
+    assert_eq!(Config::default().configured_claim_timeout(), None);
+    assert_eq!(
+        Config::default().validate().unwrap().claim_timeout,
+        secs(60)
+    );
+    let config = Config::default().claim_timeout(secs(5));
+    assert_eq!(config.configured_claim_timeout(), Some(secs(5)));
+}

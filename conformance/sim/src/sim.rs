@@ -833,10 +833,7 @@ impl<'a> Sim<'a> {
     fn lease_ref(&self, r: usize, lease: LeaseId) -> Res<LeaseRef> {
         let engine = self.replicas[r].engine.as_ref().expect("live");
         match engine.lease(lease) {
-            Some(l) => Ok(LeaseRef {
-                id: l.message_id().clone(),
-                fence: l.fence(),
-            }),
+            Some(l) => Ok(l.lease_ref()),
             None => Err(self.fail(
                 Check::Engine,
                 format!("r{r}: an effect names lease {lease:?}, which the engine does not know"),

@@ -66,13 +66,7 @@ async fn drain<S: CommandStore>(prop: &str, store: &S) -> Vec<Vec<u8>> {
         if batch.is_empty() {
             return entries;
         }
-        let leases: Vec<_> = batch
-            .iter()
-            .map(|m| LeaseRef {
-                id: m.id.clone(),
-                fence: m.fence,
-            })
-            .collect();
+        let leases: Vec<_> = batch.iter().map(LeaseRef::from).collect();
         consumer.ack(&leases).await.expect("ack");
         entries.extend(batch.into_iter().map(|m| m.payload.as_ref().to_vec()));
         ensure!(prop, entries.len() < 10_000, "the stream never runs dry");

@@ -97,10 +97,7 @@ pub use worker::{
 };
 
 fn lease<P>(message: &Fetched<P>) -> LeaseRef {
-    LeaseRef {
-        id: message.id.clone(),
-        fence: message.fence,
-    }
+    LeaseRef::from(message)
 }
 
 fn payload<B: Backend<Payload: From<Vec<u8>>>>(bytes: &[u8]) -> B::Payload {

@@ -30,8 +30,9 @@ pub const LONG_CLAIM: Duration = Duration::from_secs(10);
 pub const SHORT_CLAIM: Duration = Duration::from_secs(1);
 /// First retry delay; doubles per failed delivery, no jitter.
 pub const RETRY_INITIAL: Duration = Duration::from_millis(20);
-/// How long a cancelled handler may run on before the driver drops it.
-pub const CANCEL_GRACE: Duration = Duration::from_millis(100);
+/// How long a cancelled handler may run on before the driver drops it: within the expiry
+/// margin of the short claim timeout (a tenth of it), as the config requires.
+pub const CANCEL_GRACE: Duration = Duration::from_millis(50);
 /// How long a test waits for something that must happen before it fails. Generous: reaching it
 /// means the behaviour is missing, not that the machine is slow.
 pub const PATIENCE: Duration = Duration::from_secs(8);
@@ -52,13 +53,12 @@ pub fn base_config() -> Config {
             jitter: 0.0,
         })
         .shutdown_grace(Duration::from_secs(2))
+        .cancel_grace(CANCEL_GRACE)
 }
 
-/// A worker builder on the runtime under test, with `config` and the suite's cancel grace.
+/// A worker builder on the runtime under test, with `config`.
 pub fn builder<T: TestRuntime>(rt: &T, config: Config) -> WorkerBuilder<T::Runtime, Probe> {
-    WorkerBuilder::new(rt.runtime())
-        .config(config)
-        .cancel_grace(CANCEL_GRACE)
+    WorkerBuilder::new(rt.runtime()).config(config)
 }
 
 /// Polls `done` every few milliseconds of the runtime's time until it holds; panics with `what`

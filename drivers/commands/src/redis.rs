@@ -9,7 +9,11 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use leasehold_redis::{backend_error as redis_error, check_credentials, RedisBackend, RedisConfig};
+use leasehold_core::MAX_DURATION;
+use leasehold_redis::{
+    backend_error as redis_error, check_credentials, ConnectError, RedisBackend, RedisConfig,
+    RedisConfigError,
+};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Script;
 
@@ -66,20 +70,27 @@ impl RedisStoreConfig {
         self
     }
 
-    fn validate(&self) -> Result<(), StoreError> {
-        if self.queue.is_empty() || self.queue.contains(['{', '}']) {
-            return Err(StoreError::fatal(format!(
-                "queue name {:?} must be non-empty and free of braces (it is the keys' hash tag)",
-                self.queue
-            )));
+    fn validate(&self) -> Result<(), RedisConfigError> {
+        if self.url.is_empty() {
+            return Err(RedisConfigError::Empty("url"));
+        }
+        if self.queue.is_empty() {
+            return Err(RedisConfigError::Empty("queue"));
+        }
+        if self.queue.contains(['{', '}']) {
+            return Err(RedisConfigError::BraceInTag {
+                what: "queue",
+                name: self.queue.clone(),
+            });
         }
         if self.group.is_empty() {
-            return Err(StoreError::fatal("group must not be empty"));
+            return Err(RedisConfigError::Empty("group"));
         }
-        if self.ttl < Duration::from_millis(1) || self.command_timeout.is_zero() {
-            return Err(StoreError::fatal(
-                "ttl must be at least 1 ms and command_timeout greater than zero",
-            ));
+        if self.ttl < Duration::from_millis(1) || self.ttl > MAX_DURATION {
+            return Err(RedisConfigError::Ttl(self.ttl));
+        }
+        if self.command_timeout.is_zero() {
+            return Err(RedisConfigError::ZeroCommandTimeout);
         }
         Ok(())
     }
@@ -108,10 +119,14 @@ impl std::fmt::Debug for RedisCommandStore {
 
 impl RedisCommandStore {
     /// Connects (reconnecting on its own after a dropped connection).
-    pub async fn connect(config: RedisStoreConfig) -> Result<Self, StoreError> {
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectError::Config`] when the configuration cannot work (nothing is sent), and
+    /// [`ConnectError::Redis`] when Redis cannot be reached or refuses the credentials.
+    pub async fn connect(config: RedisStoreConfig) -> Result<Self, ConnectError> {
         config.validate()?;
-        let client = redis::Client::open(config.url.as_str())
-            .map_err(|e| redis_error("bad Redis URL", e))?;
+        let client = leasehold_redis::client(&config.url)?;
         // Fails at once on a wrong password or a bad TLS setup, as the backend does.
         check_credentials(&client, config.command_timeout).await?;
         let conn = client
@@ -232,6 +247,6 @@ impl CommandStore for RedisCommandStore {
         let config = RedisConfig::new(&self.config.url, &self.stream, &self.config.group)
             .claim_timeout(claim_timeout)
             .command_timeout(self.config.command_timeout);
-        RedisBackend::connect(config).await
+        Ok(RedisBackend::connect(config).await?)
     }
 }

@@ -50,7 +50,6 @@ pub struct CommandWorkerBuilder<R: Runtime, S: CommandStore> {
     status_interval: Duration,
     status_spread: f64,
     max_attempts: u32,
-    cancel_grace: Duration,
     handlers: HashMap<String, Arc<dyn ErasedHandler>>,
 }
 
@@ -69,7 +68,6 @@ impl<R: Runtime, S: CommandStore> CommandWorkerBuilder<R, S> {
             status_interval: Duration::from_secs(5),
             status_spread: 1.0,
             max_attempts: 5,
-            cancel_grace: Duration::from_secs(1),
             handlers: HashMap::new(),
         }
     }
@@ -110,13 +108,6 @@ impl<R: Runtime, S: CommandStore> CommandWorkerBuilder<R, S> {
     #[must_use]
     pub fn max_attempts(mut self, attempts: u32) -> Self {
         self.max_attempts = attempts;
-        self
-    }
-
-    /// How long a cancelled handler may run on before it is dropped (default 1 s).
-    #[must_use]
-    pub fn cancel_grace(mut self, grace: Duration) -> Self {
-        self.cancel_grace = grace;
         self
     }
 
@@ -163,7 +154,6 @@ impl<R: Runtime, S: CommandStore> CommandWorkerBuilder<R, S> {
         let handle = Arc::clone(&dispatcher);
         let worker = WorkerBuilder::new(self.runtime.clone())
             .config(config)
-            .cancel_grace(self.cancel_grace)
             .stream_with_codec(STREAM, backend, Json::<Entry>::default(), move |delivery| {
                 let dispatcher = Arc::clone(&handle);
                 async move { dispatcher.handle(delivery).await }

@@ -13,10 +13,7 @@ use loom::thread;
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 fn lease(message: &Fetched<Bytes>) -> LeaseRef {
-    LeaseRef {
-        id: message.id.clone(),
-        fence: message.fence,
-    }
+    LeaseRef::from(message)
 }
 
 /// A stream with one message, delivered to `a` (fence 1), and a second consumer `b`.

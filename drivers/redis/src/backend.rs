@@ -13,7 +13,7 @@ use leasehold_core::{
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncConnectionConfig, RedisError, Script, Value};
 
-use crate::config::{unique_consumer_name, RedisConfig};
+use crate::config::{unique_consumer_name, ConnectError, RedisConfig, RedisConfigError};
 
 /// A script made of shared Lua helpers followed by its own file.
 macro_rules! script {
@@ -69,6 +69,12 @@ impl std::fmt::Debug for RedisBackend {
     }
 }
 
+/// A client for `url`; a URL that does not parse is a configuration error (whose text never
+/// repeats the URL: it may hold a password).
+pub fn client(url: &str) -> Result<redis::Client, RedisConfigError> {
+    redis::Client::open(url).map_err(|e| RedisConfigError::Url(e.to_string()))
+}
+
 /// Opens one plain connection to `client`'s server: a wrong password, an unknown user or a
 /// bad TLS setup is a fatal error here, at once, where a connection manager would retry it for
 /// seconds. A transient failure (the server not up yet) passes: the manager's retries handle it.
@@ -96,12 +102,15 @@ pub async fn check_credentials(client: &redis::Client, timeout: Duration) -> Bac
 impl RedisBackend {
     /// Connects, and creates the stream and group if they do not exist (the group starts at
     /// the stream's beginning, so existing entries are consumed as they are).
-    pub async fn connect(config: RedisConfig) -> BackendResult<Self> {
-        config
-            .validate()
-            .map_err(|e| BackendError::fatal(e.to_string()))?;
-        let client = redis::Client::open(config.url.as_str())
-            .map_err(|e| BackendError::fatal(format!("bad Redis URL: {e}")).with_source(e))?;
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectError::Config`] when the configuration cannot work (nothing is sent), and
+    /// [`ConnectError::Redis`] when Redis cannot be reached, refuses the credentials, or
+    /// fails to create the group.
+    pub async fn connect(config: RedisConfig) -> Result<Self, ConnectError> {
+        config.validate()?;
+        let client = client(&config.url)?;
         check_credentials(&client, config.command_timeout).await?;
         let reconnect = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.command_timeout))
@@ -243,18 +252,18 @@ impl RedisBackend {
         for (id, payload) in parse_read(read, self.config.field.as_bytes())
             .ok_or_else(|| BackendError::fatal("unexpected reply from XREADGROUP"))?
         {
-            let lease = LeaseRef {
-                id: id.into(),
-                fence: Fence(1),
-            };
             match payload {
                 Some(payload) => fetched.push(Fetched {
-                    id: lease.id,
+                    id: id.into(),
                     payload,
                     delivery_count: 1,
-                    fence: lease.fence,
+                    fence: Fence(1),
                 }),
                 None => {
+                    let lease = LeaseRef {
+                        id: id.into(),
+                        fence: Fence(1),
+                    };
                     // Never deliverable. Should this fail, the entry stays pending with us
                     // and the fetch script dead-letters it when it is reclaimed.
                     let reason = format!("entry has no field \"{}\"", self.config.field);

@@ -2,21 +2,72 @@
 
 use std::time::Duration;
 
-use leasehold_core::MAX_DURATION;
+use leasehold_core::{BackendError, ErrorKind, MAX_DURATION};
 
-/// A [`RedisConfig`] that cannot work.
+/// A Redis configuration that cannot work: found before anything is sent to Redis.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum RedisConfigError {
     /// A name is empty.
     #[error("{0} must not be empty")]
     Empty(&'static str),
+    /// The URL does not parse. The reason never repeats the URL, which may hold a password.
+    #[error("bad Redis URL: {0}")]
+    Url(String),
     /// The claim timeout is zero, below a millisecond or above a year.
     #[error("claim_timeout must be between 1 ms and one year, got {0:?}")]
     ClaimTimeout(Duration),
     /// A trim length of zero would delete every entry.
     #[error("max_len must be at least 1 when set")]
     ZeroMaxLen,
+    /// A command timeout of zero would fail every command.
+    #[error("command_timeout must be greater than zero")]
+    ZeroCommandTimeout,
+    /// A name that becomes a key's hash tag holds a brace.
+    #[error("{what} {name:?} must be free of braces: it is the hash tag of its keys")]
+    BraceInTag {
+        /// Which name.
+        what: &'static str,
+        /// The name given.
+        name: String,
+    },
+    /// A time to live outside 1 ms ..= one year.
+    #[error("ttl must be between 1 ms and one year, got {0:?}")]
+    Ttl(Duration),
+}
+
+/// Why connecting to Redis failed: a configuration that cannot work, or Redis itself.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// The configuration cannot work; nothing was sent.
+    #[error(transparent)]
+    Config(#[from] RedisConfigError),
+    /// Redis could not be reached, refused the credentials, or failed a setup command.
+    #[error(transparent)]
+    Redis(#[from] BackendError),
+}
+
+impl ConnectError {
+    /// Whether trying again may help: never for a bad configuration, nor for a fatal Redis
+    /// error (wrong password, missing permissions).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::Config(_) => ErrorKind::Fatal,
+            Self::Redis(error) => error.kind(),
+        }
+    }
+}
+
+impl From<ConnectError> for BackendError {
+    fn from(error: ConnectError) -> Self {
+        match error {
+            ConnectError::Redis(error) => error,
+            ConnectError::Config(error) => {
+                BackendError::fatal(error.to_string()).with_source(error)
+            }
+        }
+    }
 }
 
 /// Configuration of a [`RedisBackend`](crate::RedisBackend): one stream, one consumer group,
@@ -112,6 +163,9 @@ impl RedisConfig {
     }
 
     pub(crate) fn validate(&self) -> Result<(), RedisConfigError> {
+        if self.command_timeout.is_zero() {
+            return Err(RedisConfigError::ZeroCommandTimeout);
+        }
         for (what, value) in [
             ("url", &self.url),
             ("stream", &self.stream),

@@ -33,5 +33,5 @@
 mod backend;
 mod config;
 
-pub use backend::{check_credentials, error as backend_error, RedisBackend};
-pub use config::{RedisConfig, RedisConfigError};
+pub use backend::{check_credentials, client, error as backend_error, RedisBackend};
+pub use config::{ConnectError, RedisConfig, RedisConfigError};

@@ -17,10 +17,7 @@ async fn round_trip(backend: &RedisBackend) {
     let batch = backend.fetch(10, Duration::ZERO).await.unwrap();
     assert_eq!(batch.len(), 1);
     assert_eq!((&batch[0].id, &batch[0].payload[..]), (&id, &b"hi"[..]));
-    let lease = LeaseRef {
-        id: batch[0].id.clone(),
-        fence: batch[0].fence,
-    };
+    let lease = LeaseRef::from(&batch[0]);
     assert_eq!(backend.ack(&[lease]).await.unwrap(), [SettleResult::Ok]);
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use leasehold_core::{Backend, BackendResult, DeadLetterReason, LeaseRef};
 
-use crate::codec::Codec;
+use crate::codec::Decode;
 
 /// What a `consume` closure may return: `bool`, or a `Result<bool, E>` whose error releases
 /// the message like `false` does.
@@ -35,17 +35,14 @@ pub async fn consume<B, M, C, F, A>(backend: &B, codec: &C, f: F) -> BackendResu
 where
     B: Backend,
     B::Payload: AsRef<[u8]>,
-    C: Codec<M>,
+    C: Decode<M>,
     F: FnOnce(M) -> A,
     A: IntoAck,
 {
     let Some(message) = backend.fetch(1, Duration::ZERO).await?.into_iter().next() else {
         return Ok(false);
     };
-    let lease = LeaseRef {
-        id: message.id,
-        fence: message.fence,
-    };
+    let lease = LeaseRef::from(&message);
     let decoded = match codec.decode(message.payload.as_ref()) {
         Ok(decoded) => decoded,
         Err(error) => {

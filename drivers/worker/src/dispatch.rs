@@ -22,9 +22,9 @@ use futures::FutureExt;
 use leasehold_core::{Fence, InvocationId, MessageId, Outcome};
 
 use crate::cancel::Cancellation;
-use crate::codec::Codec;
+use crate::codec::Decode;
 use crate::delivery::{Delivery, IntoOutcome, Meta, StreamScope};
-use crate::driver::Event;
+use crate::event::Event;
 use crate::inbox::Inbox;
 use crate::runtime::Runtime;
 
@@ -78,7 +78,7 @@ where
     R: Runtime,
     P: AsRef<[u8]> + Send + 'static,
     M: Send + 'static,
-    C: Codec<M>,
+    C: Decode<M>,
     H: Fn(Delivery<M>) -> F + Send + Sync + 'static,
     F: Future + Send + 'static,
     F::Output: IntoOutcome,
@@ -147,7 +147,7 @@ where
     R: Runtime,
     P: AsRef<[u8]> + Send + 'static,
     M: Send + 'static,
-    C: Codec<M>,
+    C: Decode<M>,
     H: Fn(Delivery<M>) -> F + Send + Sync + 'static,
     F: Future + Send + 'static,
     F::Output: IntoOutcome,
@@ -169,7 +169,7 @@ where
     R: Runtime,
     P: AsRef<[u8]> + Send + 'static,
     M: Send + 'static,
-    C: Codec<M>,
+    C: Decode<M>,
     H: Fn(Delivery<M>) -> F + Send + Sync + 'static,
     F: Future + Send + 'static,
     F::Output: IntoOutcome,

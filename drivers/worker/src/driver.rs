@@ -13,15 +13,16 @@ use futures::channel::oneshot;
 use futures::future::{select, Either};
 use futures::FutureExt;
 use leasehold_core::{
-    Backend, BackendError, BackendResult, Effect, Fetched, InvocationId, LeaseEngine, LeaseId,
-    LeaseRef, Outcome, RenewId, RenewResult, SettleResult, Stats, StreamId,
+    Backend, BackendError, BackendResult, Effect, InvocationId, LeaseEngine, LeaseId, LeaseRef,
+    RenewId, SettleResult, StreamId,
 };
 
 use crate::cancel::Cancellation;
 use crate::dispatch::{Dispatch, Invocation};
+use crate::event::Event;
 use crate::inbox::Inbox;
+use crate::report::ShutdownReport;
 use crate::runtime::Runtime;
-use crate::worker::ShutdownReport;
 
 /// One stream served by the worker.
 pub(crate) struct Stream<B: Backend> {
@@ -29,20 +30,6 @@ pub(crate) struct Stream<B: Backend> {
     pub(crate) backend: Arc<B>,
     /// Starts its handler's tasks.
     pub(crate) dispatch: Arc<dyn Dispatch<B::Payload>>,
-}
-
-/// Everything that reaches the driver: results of the tasks it spawned, and commands.
-pub(crate) enum Event<P> {
-    Fetched(StreamId, BackendResult<Vec<Fetched<P>>>),
-    Outcome(InvocationId, Outcome),
-    Renewed(RenewId, BackendResult<Vec<(LeaseId, RenewResult)>>),
-    /// The leases of an ack call, and the backend's answer per lease (`None`: the call
-    /// failed).
-    Acked(StreamId, Vec<LeaseId>, Option<Vec<SettleResult>>),
-    Released(LeaseId, SettleResult),
-    DeadLettered(LeaseId, SettleResult),
-    Shutdown(Duration, Option<oneshot::Sender<ShutdownReport>>),
-    Stats(oneshot::Sender<Stats>),
 }
 
 /// Loop turns without awaiting after which the driver yields to the executor.
@@ -65,8 +52,6 @@ async fn yield_now() {
 /// Tunables of the driver itself (the engine has its own config).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct DriverOptions {
-    /// How long a cancelled handler may take to finish before its future is dropped.
-    pub(crate) cancel_grace: Duration,
     /// Bound on one backend call (a fetch gets its `wait` on top).
     pub(crate) call_timeout: Duration,
 }
@@ -380,11 +365,7 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
 
     fn resolve(&self, lease: LeaseId) -> Option<(StreamId, LeaseRef)> {
         let lease = self.engine.lease(lease)?;
-        let lease_ref = LeaseRef {
-            id: lease.message_id().clone(),
-            fence: lease.fence(),
-        };
-        Some((lease.stream(), lease_ref))
+        Some((lease.stream(), lease.lease_ref()))
     }
 
     /// Runs a backend call bounded by the call timeout; its result becomes an event.
@@ -537,10 +518,7 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
         let mut refs = Vec::with_capacity(leases.len());
         leases.retain(|&id| match self.engine.lease(id) {
             Some(lease) if lease.stream() == stream => {
-                refs.push(LeaseRef {
-                    id: lease.message_id().clone(),
-                    fence: lease.fence(),
-                });
+                refs.push(lease.lease_ref());
                 true
             }
             _ => false,

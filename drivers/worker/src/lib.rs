@@ -33,14 +33,18 @@ mod dispatch;
 #[cfg(not(loom))]
 mod driver;
 #[cfg(not(loom))]
+mod event;
+#[cfg(not(loom))]
 mod inbox;
+#[cfg(not(loom))]
+mod report;
 #[cfg(not(loom))]
 mod runtime;
 #[cfg(not(loom))]
 mod worker;
 
 #[cfg(not(loom))]
-pub use codec::{Codec, CodecError, Json, Raw};
+pub use codec::{Codec, CodecError, Decode, Encode, Json, Raw};
 #[cfg(not(loom))]
 pub use consume::{consume, IntoAck};
 #[cfg(not(loom))]
@@ -48,6 +52,8 @@ pub use delivery::{Delivery, IntoOutcome};
 #[cfg(not(loom))]
 pub use dispatch::panic_message;
 #[cfg(not(loom))]
+pub use report::ShutdownReport;
+#[cfg(not(loom))]
 pub use runtime::{BoxFuture, Runtime};
 #[cfg(not(loom))]
-pub use worker::{ShutdownReport, Worker, WorkerBuilder, WorkerError};
+pub use worker::{Worker, WorkerBuilder, WorkerError};

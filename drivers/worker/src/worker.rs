@@ -5,14 +5,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::channel::oneshot;
-use leasehold_core::{Backend, Config, ConfigError, LeaseEngine, Stats};
+use leasehold_core::{Backend, Config, ConfigError, LeaseEngine, Settings, Stats};
 use serde::de::DeserializeOwned;
 
-use crate::codec::{Codec, Json};
+use crate::codec::{Decode, Json};
 use crate::delivery::{Delivery, IntoOutcome};
 use crate::dispatch::{Env, MakeDispatch};
-use crate::driver::{Driver, DriverOptions, Event, Stream};
+use crate::driver::{Driver, DriverOptions, Stream};
+use crate::event::Event;
 use crate::inbox::Inbox;
+use crate::report::ShutdownReport;
 use crate::runtime::Runtime;
 
 /// Why a worker could not start.
@@ -34,10 +36,11 @@ pub enum WorkerError {
     /// A driver option is out of range.
     #[error("{0}")]
     Option(&'static str),
-    /// A backend lets others take leases after a different idle time than the engine assumes.
+    /// A backend lets others take leases after a different idle time than the config says.
     #[error(
         "stream {stream:?}: the backend's claim timeout is {backend:?} but the worker's config \
-         says {config:?}; set both to the same value"
+         says {config:?}; leave it out of the config (the worker then takes the backend's) or \
+         set both to the same value"
     )]
     ClaimTimeoutMismatch {
         /// The stream's name.
@@ -47,37 +50,22 @@ pub enum WorkerError {
         /// The engine config's claim timeout.
         config: Duration,
     },
-}
-
-/// What shutdown did, from the worker's counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ShutdownReport {
-    /// Messages acked over the worker's life.
-    pub acked: u64,
-    /// Leases released back (failed attempts, and waiting messages handed back at shutdown).
-    pub released: u64,
-    /// Invocations cancelled (lease lost, max processing time, shutdown grace over).
-    pub cancelled: u64,
-    /// Messages dead-lettered.
-    pub dead_lettered: u64,
-    /// Leases lost or expired.
-    pub lost: u64,
-    /// Leases given up after the deadline because the backend kept failing (they lapse on the
-    /// backend after the claim timeout).
-    pub abandoned: u64,
-}
-
-impl From<Stats> for ShutdownReport {
-    fn from(stats: Stats) -> Self {
-        Self {
-            acked: stats.acked,
-            released: stats.released,
-            cancelled: stats.cancelled,
-            dead_lettered: stats.dead_lettered,
-            lost: stats.lost + stats.expired,
-            abandoned: stats.abandoned,
-        }
-    }
+    /// Two streams' backends have different claim timeouts, and one engine heartbeats both.
+    #[error(
+        "streams {first:?} and {second:?} have different claim timeouts ({first_timeout:?} and \
+         {second_timeout:?}); one worker renews all its leases on one cadence: give them the \
+         same claim timeout or serve them from separate workers"
+    )]
+    ClaimTimeoutsDiffer {
+        /// One stream.
+        first: String,
+        /// Its backend's claim timeout.
+        first_timeout: Duration,
+        /// Another stream.
+        second: String,
+        /// Its backend's claim timeout.
+        second_timeout: Duration,
+    },
 }
 
 /// A stream added to the builder: its dispatcher is made at `start`, when the inbox exists.
@@ -105,24 +93,17 @@ where
             runtime,
             config: Config::default(),
             options: DriverOptions {
-                cancel_grace: Duration::from_secs(1),
                 call_timeout: Duration::from_secs(10),
             },
             streams: Vec::new(),
         }
     }
 
-    /// The engine configuration (concurrency, claim timeout, ...), validated by [`start`](Self::start).
+    /// The engine configuration (concurrency, retries, cancel grace, ...), validated by
+    /// [`start`](Self::start). Leave its claim timeout unset to take the backends'.
     #[must_use]
     pub fn config(mut self, config: Config) -> Self {
         self.config = config;
-        self
-    }
-
-    /// How long a cancelled handler may run on before its future is dropped (default 1 s).
-    #[must_use]
-    pub fn cancel_grace(mut self, grace: Duration) -> Self {
-        self.options.cancel_grace = grace;
         self
     }
 
@@ -143,7 +124,7 @@ where
     #[must_use]
     pub fn stream<M, H, F>(self, name: impl Into<String>, backend: B, handler: H) -> Self
     where
-        M: DeserializeOwned + serde::Serialize + Send + 'static,
+        M: DeserializeOwned + Send + 'static,
         H: Fn(Delivery<M>) -> F + Send + Sync + 'static,
         F: Future + Send + 'static,
         F::Output: IntoOutcome,
@@ -163,7 +144,7 @@ where
     ) -> Self
     where
         M: Send + 'static,
-        C: Codec<M>,
+        C: Decode<M>,
         H: Fn(Delivery<M>) -> F + Send + Sync + 'static,
         F: Future + Send + 'static,
         F::Output: IntoOutcome,
@@ -174,6 +155,50 @@ where
             make: crate::dispatch::make(codec, handler),
         });
         self
+    }
+
+    /// The config with the claim timeout its backends know, or an error when they disagree
+    /// with it or with each other.
+    fn config_with_claim_timeout(&self) -> Result<Config, WorkerError> {
+        let known = self
+            .streams
+            .iter()
+            .filter_map(|s| Some((&s.name, s.backend.claim_timeout()?)));
+        match self.config.configured_claim_timeout() {
+            Some(config) => {
+                for (stream, backend) in known {
+                    if backend != config {
+                        return Err(WorkerError::ClaimTimeoutMismatch {
+                            stream: stream.to_string(),
+                            backend,
+                            config,
+                        });
+                    }
+                }
+                Ok(self.config.clone())
+            }
+            None => {
+                let mut adopted: Option<(&Arc<str>, Duration)> = None;
+                for (stream, timeout) in known {
+                    match adopted {
+                        Some((first, first_timeout)) if first_timeout != timeout => {
+                            return Err(WorkerError::ClaimTimeoutsDiffer {
+                                first: first.to_string(),
+                                first_timeout,
+                                second: stream.to_string(),
+                                second_timeout: timeout,
+                            })
+                        }
+                        Some(_) => {}
+                        None => adopted = Some((stream, timeout)),
+                    }
+                }
+                Ok(match adopted {
+                    Some((_, timeout)) => self.config.clone().claim_timeout(timeout),
+                    None => self.config.clone(),
+                })
+            }
+        }
     }
 
     /// Validates everything and starts the worker's driver task.
@@ -192,27 +217,16 @@ where
             ));
         }
         let sources = u16::try_from(self.streams.len()).map_err(|_| WorkerError::TooManyStreams)?;
-        let engine = LeaseEngine::with_streams(&self.config, sources, self.runtime.now())?;
-        let config_timeout = engine.settings().claim_timeout;
-        for stream in &self.streams {
-            match stream.backend.claim_timeout() {
-                Some(backend) if backend != config_timeout => {
-                    return Err(WorkerError::ClaimTimeoutMismatch {
-                        stream: stream.name.to_string(),
-                        backend,
-                        config: config_timeout,
-                    })
-                }
-                _ => {}
-            }
-        }
-        let shutdown_grace = engine.settings().shutdown_grace;
+        let config = self.config_with_claim_timeout()?;
+        let engine = LeaseEngine::with_streams(&config, sources, self.runtime.now())?;
+        let settings = engine.settings().clone();
+        let cancel_grace = settings.cancel_grace;
         let inbox = Arc::new(Inbox::new());
         let env = Env {
             rt: self.runtime.clone(),
             inbox: inbox.clone(),
             base: self.runtime.now(),
-            grace: self.options.cancel_grace,
+            grace: cancel_grace,
         };
         let base = env.base;
         let streams = self
@@ -235,16 +249,17 @@ where
         self.runtime.spawn(Box::pin(driver.run()));
         Ok(Worker {
             inbox,
-            shutdown_grace,
+            settings,
             shut_down: false,
         })
     }
 }
 
 /// A running worker. Dropping it starts a graceful shutdown with the configured grace.
+#[must_use = "dropping a Worker shuts it down at once; keep it, and call shutdown() to wait"]
 pub struct Worker<P> {
     inbox: Arc<Inbox<Event<P>>>,
-    shutdown_grace: Duration,
+    settings: Settings,
     shut_down: bool,
 }
 
@@ -255,6 +270,12 @@ impl<P> std::fmt::Debug for Worker<P> {
 }
 
 impl<P> Worker<P> {
+    /// The configuration the worker runs with, every default resolved (the claim timeout is
+    /// its backends' when the config left it out).
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
     /// Stops fetching, hands waiting messages back at once, lets running handlers finish for up
     /// to `grace` (then cancels them and hands their messages back), and returns once no lease
     /// is held.
@@ -282,7 +303,9 @@ impl<P> Worker<P> {
 impl<P> Drop for Worker<P> {
     fn drop(&mut self) {
         if !self.shut_down {
-            let _ = self.inbox.send(Event::Shutdown(self.shutdown_grace, None));
+            let _ = self
+                .inbox
+                .send(Event::Shutdown(self.settings.shutdown_grace, None));
         }
     }
 }

@@ -86,10 +86,10 @@ pub fn builder_with_claim<F: Fixture>(
                     initial: Duration::from_millis(10),
                     max: Duration::from_millis(50),
                     ..Default::default()
-                }),
+                })
+                .cancel_grace(Duration::from_millis(50)),
         )
         .status_interval(STATUS)
-        .cancel_grace(Duration::from_millis(200))
 }
 
 /// Polls `done` until it holds, or fails the test after `PATIENCE`.

@@ -16,10 +16,7 @@ pub fn stream() -> (MemoryStream, ManualClock) {
 }
 
 pub fn lease(message: &Fetched<Bytes>) -> LeaseRef {
-    LeaseRef {
-        id: message.id.clone(),
-        fence: message.fence,
-    }
+    LeaseRef::from(message)
 }
 
 pub fn lease_of(id: &MessageId, fence: u64) -> LeaseRef {

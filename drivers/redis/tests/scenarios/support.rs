@@ -29,8 +29,9 @@ pub const CLAIM: Duration = Duration::from_secs(1);
 pub const HEARTBEAT: Duration = Duration::from_millis(300);
 /// How long an empty fetch waits (blocking on Redis) before the next.
 pub const POLL: Duration = Duration::from_millis(50);
-/// How long a cancelled handler may run on before the driver drops it.
-pub const CANCEL_GRACE: Duration = Duration::from_millis(100);
+/// How long a cancelled handler may run on before the driver drops it: within the expiry
+/// margin (a tenth of the claim timeout), as the config requires.
+pub const CANCEL_GRACE: Duration = Duration::from_millis(50);
 /// Bound on one backend call.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a test waits for something that must happen. Generous: reaching it means the
@@ -354,8 +355,7 @@ pub fn builder<R: Runtime, B: Backend<Payload = Bytes>>(
     config: Config,
 ) -> WorkerBuilder<R, B> {
     WorkerBuilder::new(runtime)
-        .config(config)
-        .cancel_grace(CANCEL_GRACE)
+        .config(config.cancel_grace(CANCEL_GRACE))
         .call_timeout(CALL_TIMEOUT)
 }
 
