@@ -1,4 +1,4 @@
-//! Engine configuration: every knob of the design table, validated once at construction.
+//! Engine configuration: every knob with its default, validated once at construction.
 
 use std::time::Duration;
 

@@ -21,7 +21,8 @@
 //!    (slots and `prefetch` room);
 //! 2. at most one invocation per message at a time, also when a held message is delivered again;
 //! 3. an ack only after `Done`, never for a lease lost or expired locally (fencing);
-//! 4. every held lease is in a renew at least every `heartbeat_interval`;
+//! 4. every held lease is in a renew at least every `heartbeat_interval`, one round at a time (an
+//!    unanswered round delays the next), except while its release is in flight;
 //! 5. a lease without a successful renew for `claim_timeout - margin` (from the renew's *send*
 //!    time) is dropped: its invocation is cancelled and its result discarded;
 //! 6. after [`Effect::Drained`] no lease is held;

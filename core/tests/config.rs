@@ -1,5 +1,5 @@
-//! Configuration: defaults as in DESIGN's table, derived values, and a clear error (never a panic)
-//! for every bad value.
+//! Configuration: the documented defaults, derived values, and a clear error (never a panic) for
+//! every bad value.
 
 use std::time::{Duration, Instant};
 
@@ -32,11 +32,11 @@ fn refused(config: Config, expected: ConfigError, says: &[&str]) {
     );
 }
 
-/// The defaults are DESIGN's table: concurrency 1, max_leases 1000, claim 60 s, heartbeat 20 s
+/// The documented defaults: concurrency 1, max_leases 1000, claim 60 s, heartbeat 20 s
 /// (claim / 3), poll 1 s, re-poll = poll, max processing 15 min, retry 1 s ×2 capped at 5 min
 /// with jitter, max_deliveries 10, shutdown grace 30 s.
 #[test]
-fn defaults_match_the_design_table() {
+fn defaults_are_the_documented_ones() {
     let s = Config::default().validate().expect("defaults are valid");
     assert_eq!(s.concurrency, 1);
     assert_eq!(s.max_leases, 1000);

@@ -1,6 +1,6 @@
-//! The checks run once an input's effects are drained: the invariants of DESIGN §3 and the
-//! agreement of the engine's public view (`held`, `running`, `lease`, `valid_until`,
-//! `poll_timeout`, `is_drained`) with the reference model.
+//! The checks run once an input's effects are drained: guarantees 1 to 7 of `leasehold-core`'s
+//! crate docs, numbered as there, and the agreement of the engine's public view (`held`,
+//! `running`, `lease`, `valid_until`, `poll_timeout`, `is_drained`) with the reference model.
 
 use std::time::Instant;
 
@@ -157,7 +157,7 @@ impl Model {
         }
     }
 
-    /// Invariant 1 and 2 on the state.
+    /// Guarantees 1 and 2 on the state.
     fn check_capacity(&self, out: &mut Problems) {
         let (running, reserved, held) = (self.runs.len(), self.reserved(), self.held_counted());
         let (capacity, max_leases) = (self.capacity(), self.cfg.max_leases);
@@ -209,7 +209,7 @@ impl Model {
         }
     }
 
-    /// Invariant 4: with no round outstanding, every renewable held lease was named in a
+    /// Guarantee 4: with no round outstanding, every renewable held lease was named in a
     /// `Renew` (or fetched) less than `heartbeat_interval` ago; a round names all of them.
     fn check_heartbeat(&self, out: &mut Problems) {
         if let Some(round) = self.round.as_ref().filter(|r| r.step == self.input) {
@@ -246,7 +246,7 @@ impl Model {
         }
     }
 
-    /// Invariant 7, and that `poll_timeout` is no later than any timer the model knows is due.
+    /// Guarantee 7, and that `poll_timeout` is no later than any timer the model knows is due.
     fn check_timers(&self, timeout: Option<Instant>, out: &mut Problems) {
         let now = self.now;
         if let Some(t) = timeout.filter(|t| *t <= now) {
@@ -325,7 +325,7 @@ impl Model {
         }
     }
 
-    /// Invariant 6.
+    /// Guarantee 6.
     fn check_drain(&self, engine: &LeaseEngine<Tag>, out: &mut Problems) {
         if engine.is_drained() != self.drained {
             problem(

@@ -42,15 +42,15 @@ impl std::fmt::Display for Input {
     }
 }
 
-/// Drives one engine through a scenario, checking all invariants after every input.
+/// Drives one engine through a scenario, checking the engine's guarantees after every input.
 ///
 /// Each scenario step becomes one engine input (a `Wait` becomes one `handle_timeout` per
 /// `poll_timeout` passed, as a real driver does). After each input the harness drains every
 /// effect, checks it against the reference model, records what is now outstanding (fetches per
 /// stream, running invocations, renew chunks, acks, releases, dead-letters), then checks the
-/// invariants of DESIGN §3 and the engine's public view (`held`, `running`, `lease`,
-/// `valid_until`, `poll_timeout`, `is_drained`) against the model. The first input with a
-/// problem ends the run with a [`Violation`] listing every problem found after it.
+/// guarantees of `leasehold-core`'s crate docs and the engine's public view (`held`, `running`,
+/// `lease`, `valid_until`, `poll_timeout`, `is_drained`) against the model. The first input with
+/// a problem ends the run with a [`Violation`] listing every problem found after it.
 pub struct Harness {
     engine: LeaseEngine<Tag>,
     model: Model,

@@ -11,10 +11,10 @@
 //! the fuzz target and the proptest generate them.
 //!
 //! A [`Harness`] plays driver and backend for one engine and, after every input, checks the
-//! eight invariants of DESIGN §3 and a reference model of its own (see [`Rule`] for what each
-//! check covers), returning a [`Violation`] that names the rule, the step and the recent
-//! history. [`check`] also runs the scenario a second time and compares the effects
-//! (determinism).
+//! guarantees listed in the crate docs of `leasehold-core` (as invariants 1 to 7, numbered as
+//! there) and a reference model of its own (see [`Rule`] for what each check covers), returning
+//! a [`Violation`] that names the rule, the step and the recent history. [`check`] also runs the
+//! scenario a second time and compares the effects (determinism).
 //!
 //! # What is checked
 //!
@@ -22,7 +22,8 @@
 //! *Running* counts `Run` effects whose outcome was not reported yet, cancelled ones included.
 //! A lease's *confirmation* is the send time of the fetch that (re)delivered it or of the last
 //! renew answered `Kept` for it (unless a redelivery came after that renew was sent);
-//! *TTL* is `claim_timeout - expiry_margin`.
+//! *TTL* is `claim_timeout - expiry_margin`. The numbers are those of the guarantees in
+//! `leasehold-core`'s crate docs.
 //!
 //! 1. **Capacity** ([`Rule::Capacity`]). At every `Run`: running ≤ `concurrency`. At every
 //!    `Fetch` and after every input: running + the `max` of every outstanding fetch ≤

@@ -2,24 +2,24 @@
 
 use std::fmt;
 
-/// The guarantee a problem breaks: one of DESIGN §3's invariants, the reference model, or
-/// determinism.
+/// The guarantee a problem breaks: one of those listed in `leasehold-core`'s crate docs (shown
+/// as "invariant N" with the number it has there), the reference model, or determinism.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Rule {
-    /// Invariant 1: running ≤ concurrency, held ≤ max_leases, no fetch while full.
+    /// Guarantee 1: running ≤ concurrency, held ≤ max_leases, no fetch while full.
     Capacity,
-    /// Invariant 2: at most one running invocation per message.
+    /// Guarantee 2: at most one running invocation per message.
     Serial,
-    /// Invariant 3: an ack only after `Done`, never for a lost or expired lease.
+    /// Guarantee 3: an ack only after `Done`, never for a lost or expired lease.
     AckAfterDone,
-    /// Invariant 4: every held, renewable lease is renewed at least every heartbeat interval.
+    /// Guarantee 4: every held, renewable lease is renewed at least every heartbeat interval.
     Heartbeat,
-    /// Invariant 5: a lease not renewed for `claim_timeout - margin` is dropped: cancelled,
+    /// Guarantee 5: a lease not renewed for `claim_timeout - margin` is dropped: cancelled,
     /// never acted on again.
     Expiry,
-    /// Invariant 6: `Drained` once, after shutdown, with nothing held or running.
+    /// Guarantee 6: `Drained` once, after shutdown, with nothing held or running.
     Drain,
-    /// Invariant 7: `poll_timeout` is `None` or after `now`.
+    /// Guarantee 7: `poll_timeout` is `None` or after `now`.
     NoBusyLoop,
     /// The engine disagrees with the reference model (state, counts, expected effects, timers).
     Model,

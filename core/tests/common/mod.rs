@@ -1,5 +1,9 @@
 //! Helpers shared by the engine's integration tests: effect draining and filtering, deliveries,
 //! and a small randomized (but seeded, hence reproducible) driver for whole-engine scenarios.
+//!
+//! Every test starts at `t0` and moves time by hand (`t0 + ms(..)`); the engine is driven through
+//! `handle_*` and its effects are drained and compared exactly. The guarantees the tests name are
+//! numbered as in the crate docs of `leasehold-core`.
 #![allow(dead_code)]
 
 use std::time::{Duration, Instant};
@@ -187,7 +191,7 @@ pub fn message_of<P>(engine: &LeaseEngine<P>, lease: LeaseId) -> MessageId {
         .clone()
 }
 
-/// Asserts the no-busy-loop rule: `poll_timeout()` is `None` or strictly after `now`.
+/// Asserts guarantee 7 (no busy loop): `poll_timeout()` is `None` or strictly after `now`.
 pub fn assert_no_busy_loop<P>(engine: &LeaseEngine<P>, now: Instant) {
     if let Some(at) = engine.poll_timeout() {
         assert!(
@@ -230,7 +234,7 @@ impl TestRng {
 }
 
 /// A driver that plays backend and handlers at random (from a seed), on virtual time, and
-/// records every effect and every rule violation it observes.
+/// records every effect and every breach of guarantees 1, 2 and 7 it observes.
 pub struct Sim {
     /// The engine under test.
     pub engine: LeaseEngine<u64>,
@@ -243,9 +247,9 @@ pub struct Sim {
     pub log: Vec<Effect>,
     /// `poll_timeout()` after each input.
     pub timeouts: Vec<Option<Instant>>,
-    /// Inputs after which `poll_timeout()` was not after `now`.
+    /// Inputs after which `poll_timeout()` was not after `now` (guarantee 7).
     pub busy_loops: Vec<String>,
-    /// Other invariant violations (concurrency, max_leases, two runs of one message).
+    /// Breaches of guarantees 1 and 2 (concurrency, max_leases, two runs of one message).
     pub violations: Vec<String>,
     fetches: Vec<(StreamId, usize)>,
     runs: Vec<(InvocationId, (StreamId, MessageId))>,
@@ -299,7 +303,7 @@ impl Sim {
         }
     }
 
-    /// Drains effects into the log and the outstanding work, then checks the rules.
+    /// Drains effects into the log and the outstanding work, then checks the guarantees.
     fn after(&mut self, input: &str) {
         while let Some(effect) = self.engine.poll_effect() {
             match &effect {
