@@ -336,9 +336,9 @@ fn retry_cap_below_first_delay_is_refused() {
 
 /// `ConfigError::NoStreams`: `LeaseEngine::with_streams(.., 0, ..)` is an error, not a panic.
 #[test]
-fn an_engine_without_sources_is_refused() {
+fn an_engine_without_streams_is_refused() {
     let err = LeaseEngine::<()>::with_streams(&Config::default(), 0, Instant::now())
-        .expect_err("zero sources must be refused");
+        .expect_err("zero streams must be refused");
     assert_eq!(err, ConfigError::NoStreams);
     assert!(err.to_string().contains("at least one stream"));
     assert!(LeaseEngine::<()>::with_streams(&Config::default(), 1, Instant::now()).is_ok());

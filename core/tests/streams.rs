@@ -12,7 +12,7 @@ use leasehold_core::{Effect, Fence, LeaseEngine, Outcome, StreamId};
 
 /// Streams share one concurrency budget.
 #[test]
-fn sources_share_one_concurrency_budget() {
+fn streams_share_one_concurrency_budget() {
     let t0 = Instant::now();
     let mut e = LeaseEngine::<String>::with_streams(&config().concurrency(2), 2, t0).unwrap();
     let s1 = StreamId(1);
@@ -68,7 +68,7 @@ fn fetches_go_round_robin() {
 /// A `Pending` message on stream 0 does not block stream 1; equal ids on two streams are two
 /// messages.
 #[test]
-fn pending_on_one_source_does_not_block_another() {
+fn pending_on_one_stream_does_not_block_another() {
     let t0 = Instant::now();
     let mut e = LeaseEngine::<String>::with_streams(&config().concurrency(1), 2, t0).unwrap();
     let s1 = StreamId(1);
