@@ -308,7 +308,7 @@ impl Model {
             }
         }
         for (at, rule, what, tag) in due {
-            if at > now && !timeout.is_some_and(|t| t <= at) {
+            if at > now && timeout.is_none_or(|t| t > at) {
                 let of = tag.map_or(String::new(), |t| {
                     format!(" of {}", Who(&self.leases[&t], t))
                 });

@@ -548,7 +548,7 @@ impl Model {
                     continue;
                 };
                 let lease = self.lease(tag);
-                let stale = !gens.get(&tag).is_some_and(|gen| lease.gen <= *gen);
+                let stale = gens.get(&tag).is_none_or(|gen| lease.gen > *gen);
                 if !lease.state.is_held() || stale {
                     continue;
                 }

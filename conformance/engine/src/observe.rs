@@ -312,7 +312,7 @@ impl Model {
                 );
             }
         }
-        if !self.round.as_ref().is_some_and(|r| r.step == input) {
+        if self.round.as_ref().is_none_or(|r| r.step != input) {
             self.round = Some(Round {
                 step: input,
                 sent_at: self.now,

@@ -121,7 +121,8 @@
 //! ## Broken backends
 //!
 //! [`StoreKind::Model`] with a [`Flaw`] runs the same scenarios against a store whose renew
-//! steals messages back (the earlier Java implementation's unconditional `XCLAIM` heartbeat) or
+//! steals messages back (a heartbeat that is a plain, unconditional `XCLAIM`, the classic hole of
+//! Redis Streams consumers) or
 //! whose ack ignores the owner; `tests/broken.rs` asserts the checks catch both.
 #![forbid(unsafe_code)]
 

@@ -3,12 +3,11 @@
 //! [`MemoryStore`] is the real thing: one [`MemoryStream`] on a [`ManualClock`] and one
 //! [`MemoryBackend`] consumer per replica incarnation, driven through the backend's synchronous
 //! `*_now` methods. [`ModelStore`] is a small re-implementation of the same semantics (the
-//! Redis-Streams model of DESIGN §4: pending list with owner, delivery count = fence, idle
-//! time, reclaim of those claimable longest first, half-and-half split between reclaims and new
-//! entries), written
-//! so that one operation can be broken on purpose: [`Flaw::RenewStealsBack`] is the earlier Java
-//! implementation's unconditional `XCLAIM` heartbeat, [`Flaw::AckIgnoresOwner`] its unchecked
-//! `XACK`. Without a flaw it makes exactly the decisions the memory backend makes, which a test
+//! lease model of Redis Streams: pending list with owner, delivery count = fence, idle time,
+//! reclaim of those claimable longest first, half-and-half split between reclaims and new
+//! entries), written so that one operation can be broken on purpose:
+//! [`Flaw::RenewStealsBack`] is a heartbeat that is a plain `XCLAIM` (no owner check),
+//! [`Flaw::AckIgnoresOwner`] a plain `XACK`. Without a flaw it makes exactly the decisions the memory backend makes, which a test
 //! checks by comparing whole runs.
 //!
 //! The memory backend's public API cannot express "steal back" (its renew is owner-checked and

@@ -8,7 +8,7 @@ fn first_failure(cfg: &SimConfig, bound: u64) -> Option<Failure> {
     (0..bound).find_map(|seed| run_seed(cfg, seed).err().map(|f| *f))
 }
 
-/// The earlier Java implementation's hole: renew is an unconditional `XCLAIM` (no owner check,
+/// The classic hole of a plain-`XCLAIM` heartbeat: renew is an unconditional `XCLAIM` (no owner check,
 /// no fence). Against this engine it needs a heartbeat that lands after a peer's takeover while
 /// its sender is paused, the window the lease-edge profile aims at; there it is caught within a
 /// few seeds, and the test allows 200.

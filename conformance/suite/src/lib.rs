@@ -20,13 +20,18 @@
 //! with a quarter claim timeout of margin.
 //!
 //! The worker-level properties (`worker_*`, [`consume_compat`]) run a real `leasehold-tokio`
-//! worker over the backend and need a real-time factory; expand [`worker_suite!`] for them.
+//! worker over the backend and need a real-time factory; expand [`backend_worker_suite!`] for them.
 //!
-//! The [`commands`] module does the same for a command-queue store
-//! ([`leasehold_commands::CommandStore`]): expand [`command_store_suite!`].
+//! With the `commands` feature, the `commands` module does the same for a command-queue store
+//! (`leasehold_commands::CommandStore`): expand `command_store_suite!`. Without it the suite
+//! needs neither the command queue nor a Redis client.
 //!
 //! See `conformance/GUIDE.md` for the SPI contract method by method.
 
+#![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+#[cfg(feature = "commands")]
 pub mod commands;
 
 use std::collections::HashSet;
@@ -881,10 +886,10 @@ macro_rules! backend_suite {
 /// Needs `tokio` (features `rt`, `macros`) in the calling crate.
 ///
 /// ```text
-/// leasehold_conformance::worker_suite!(MyRealTimeFactory::new());
+/// leasehold_conformance::backend_worker_suite!(MyRealTimeFactory::new());
 /// ```
 #[macro_export]
-macro_rules! worker_suite {
+macro_rules! backend_worker_suite {
     ($factory:expr) => {
         $crate::backend_suite!(@each $factory;
             worker_backpressure_and_serial,

@@ -5,7 +5,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use leasehold_conformance::{backend_suite, worker_suite, BackendFactory, DeadLetterInfo};
+use leasehold_conformance::{backend_suite, backend_worker_suite, BackendFactory, DeadLetterInfo};
 use leasehold_memory::{ManualClock, MemoryBackend, MemoryStream, StreamConfig};
 
 /// Fresh streams on one manual clock; `advance` moves it, so the suite runs in no real time.
@@ -101,4 +101,4 @@ impl BackendFactory for RealTimeMemoryFactory {
     }
 }
 
-worker_suite!(RealTimeMemoryFactory::default());
+backend_worker_suite!(RealTimeMemoryFactory::default());

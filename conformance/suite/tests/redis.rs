@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use leasehold_conformance::{backend_suite, worker_suite, BackendFactory, DeadLetterInfo};
+use leasehold_conformance::{backend_suite, backend_worker_suite, BackendFactory, DeadLetterInfo};
 use leasehold_redis::{RedisBackend, RedisConfig};
 use leasehold_redis_harness::{RedisServer, Reply};
 
@@ -98,4 +98,4 @@ fn dead_letter(entry: &Reply) -> DeadLetterInfo {
 }
 
 backend_suite!(RedisFactory::new());
-worker_suite!(RedisFactory::new());
+backend_worker_suite!(RedisFactory::new());

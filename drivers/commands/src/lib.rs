@@ -25,8 +25,8 @@
 //! - States expire after a TTL (default 7 days) refreshed on each write; Redis keys share a
 //!   hash tag, so the queue works on Redis Cluster.
 //!
-//! Stores: [`MemoryCommandStore`] (in process) and [`RedisCommandStore`]; a store of your own
-//! implements [`CommandStore`].
+//! Stores: `MemoryCommandStore` (in process, feature `memory`) and `RedisCommandStore` (feature
+//! `redis`), both on by default; a store of your own implements [`CommandStore`].
 //!
 //! ```
 //! use std::time::Duration;
@@ -79,11 +79,14 @@
 //! # }
 //! ```
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod dispatch;
 mod handler;
+#[cfg(feature = "memory")]
 mod memory;
 mod queue;
+#[cfg(feature = "redis")]
 mod redis;
 mod signal;
 mod state;
@@ -94,8 +97,10 @@ use std::time::Duration;
 
 pub use dispatch::CommandStats;
 pub use handler::{CommandContext, CommandHandler, HandlerError, Step, StopReason};
+#[cfg(feature = "memory")]
 pub use memory::MemoryCommandStore;
 pub use queue::{CommandQueue, QueueError, Submitted};
+#[cfg(feature = "redis")]
 pub use redis::{RedisCommandStore, RedisStoreConfig};
 pub use state::{Command, CommandState, Status};
 pub use store::{CancelFeed, CommandStore, StoreError, Submit};

@@ -90,7 +90,7 @@ impl CommandStore for MemoryCommandStore {
             return Ok(Submit::Exists(Box::new(existing.clone())));
         }
         inner.submits += 1;
-        if inner.submits % SWEEP_EVERY == 0 {
+        if inner.submits.is_multiple_of(SWEEP_EVERY) {
             inner.states.retain(|_, (_, expires)| *expires > now);
         }
         // Both under the lock: no reader sees the state without the entry or the reverse.

@@ -113,6 +113,7 @@ impl CommandState {
         self.completed_at = Some(unix_millis());
     }
 
+    #[cfg(feature = "redis")]
     pub(crate) fn to_json(&self) -> String {
         serde_json::to_string(self).expect("a CommandState always serializes")
     }

@@ -10,6 +10,7 @@ use leasehold_core::{
     SettleResult,
 };
 
+use crate::config::MemoryError;
 use crate::stream::MemoryStream;
 use crate::wakeup;
 
@@ -28,11 +29,26 @@ pub struct MemoryBackend {
     name: Arc<str>,
 }
 
-impl MemoryBackend {
-    pub(crate) fn new(stream: MemoryStream, name: Arc<str>) -> Self {
-        Self { stream, name }
+impl MemoryStream {
+    /// A backend handle for the consumer `name` of this stream's group.
+    ///
+    /// Names identify lease owners, so each live worker needs its own. Dropping the handle frees
+    /// the name; the messages it held stay pending under that name until the claim timeout
+    /// lets another consumer reclaim them, exactly like a crashed Redis consumer.
+    ///
+    /// # Errors
+    ///
+    /// If `name` is empty or a live consumer of this stream already has it.
+    pub fn consumer(&self, name: &str) -> Result<MemoryBackend, MemoryError> {
+        let name = self.store().register(name)?;
+        Ok(MemoryBackend {
+            stream: self.clone(),
+            name,
+        })
     }
+}
 
+impl MemoryBackend {
     /// This consumer's name.
     pub fn name(&self) -> &str {
         &self.name

@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use leasehold_core::MessageId;
 
-use crate::backend::MemoryBackend;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{MemoryError, StreamConfig};
 use crate::inspect::{DeadLetter, PendingInfo};
@@ -57,20 +56,6 @@ impl MemoryStream {
                 claim_timeout: config.claim_timeout,
             }),
         })
-    }
-
-    /// A backend handle for the consumer `name` of this stream's group.
-    ///
-    /// Names identify lease owners, so each live worker needs its own. Dropping the handle frees
-    /// the name; the messages it held stay pending under that name until the claim timeout
-    /// lets another consumer reclaim them, exactly like a crashed Redis consumer.
-    ///
-    /// # Errors
-    ///
-    /// If `name` is empty or a live consumer of this stream already has it.
-    pub fn consumer(&self, name: &str) -> Result<MemoryBackend, MemoryError> {
-        let name = self.store().register(name)?;
-        Ok(MemoryBackend::new(self.clone(), name))
     }
 
     /// Appends a message and returns its id (`"0-1"`, `"0-2"`, …). Equal payloads are distinct

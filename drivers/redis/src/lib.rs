@@ -29,6 +29,7 @@
 //! (`NOGROUP`) is recreated by the next fetch; its leases are reported lost. Keys are
 //! hash-tagged so every script is Redis Cluster safe.
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
 mod config;

@@ -115,7 +115,7 @@ async fn no_steal_back_and_no_stale_ack_after_a_takeover() {
     let (a, b) = (consumer(&server, "a").await, consumer(&server, "b").await);
     a.publish(Bytes::from_static(b"x")).await.unwrap();
     let first = a.fetch(1, Duration::ZERO).await.unwrap().remove(0);
-    // A raw XCLAIM by "b" (what the Java renew did, with no owner check) takes it over.
+    // A raw XCLAIM by "b" (a renew with no owner check, the classic steal-back) takes it over.
     let _: redis::Value = redis::cmd("XCLAIM")
         .arg("jobs")
         .arg("workers")

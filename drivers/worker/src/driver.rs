@@ -164,7 +164,7 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
                 // Something is ready already: no timer needed, but let other tasks run now
                 // and then, since calls completing in place keep this loop busy.
                 busy += 1;
-                if busy % YIELD_EVERY == 0 {
+                if busy.is_multiple_of(YIELD_EVERY) {
                     yield_now().await;
                 }
                 true

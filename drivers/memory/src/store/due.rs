@@ -50,7 +50,7 @@ impl Due {
     pub(crate) fn insert(&mut self, at: Instant, seq: u64) -> Record {
         let stamp = self.next_stamp;
         self.next_stamp += 1;
-        let place = if self.queue.back().map_or(true, |&(last, ..)| last <= at) {
+        let place = if self.queue.back().is_none_or(|&(last, ..)| last <= at) {
             self.queue.push_back((at, stamp, seq));
             self.in_queue += 1;
             Place::Queue

@@ -1,5 +1,5 @@
 -- Renew: reset the idle time of the entries this consumer owns with the given fence. XCLAIM
--- alone checks no owner (the earlier implementation's steal-back); JUSTID keeps the count.
+-- alone checks no owner (a late heartbeat would steal the entry back); JUSTID keeps the count.
 -- KEYS: stream. ARGV: group, consumer, lowest id, highest id, then id, fence pairs ascending
 -- by id. Returns 1 (kept) / 0 (lost) per id.
 local stream, group, consumer = KEYS[1], ARGV[1], ARGV[2]

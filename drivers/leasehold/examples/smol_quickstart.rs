@@ -1,9 +1,9 @@
-//! A worker on smol over the in-memory backend: `cargo run -p leasehold-smol --example smol_quickstart`
+//! A worker on smol over the in-memory backend: `cargo run -p leasehold --example smol_quickstart`
 
 use std::time::Duration;
 
-use leasehold_memory::{MemoryStream, StreamConfig};
-use leasehold_smol::{Config, Delivery, Outcome};
+use leasehold::memory::{MemoryStream, StreamConfig};
+use leasehold::{Config, Delivery, Outcome};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     smol::block_on(async {
@@ -12,7 +12,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             stream.publish(serde_json::to_vec(&n)?);
         }
 
-        let worker = leasehold_smol::worker()
+        let worker = leasehold::smol::worker()
             .config(Config::default().concurrency(8))
             .stream(
                 "numbers",

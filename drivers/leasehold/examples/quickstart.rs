@@ -1,9 +1,9 @@
-//! A worker on tokio over the in-memory backend: `cargo run -p leasehold-tokio --example tokio_quickstart`
+//! A worker on tokio over the in-memory backend: `cargo run -p leasehold --example quickstart`
 
 use std::time::Duration;
 
-use leasehold_memory::{MemoryStream, StreamConfig};
-use leasehold_tokio::{Config, Delivery, Outcome};
+use leasehold::memory::{MemoryStream, StreamConfig};
+use leasehold::{Config, Delivery, Outcome};
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize)]
@@ -14,12 +14,10 @@ struct Resize {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let stream = MemoryStream::new(StreamConfig::new(Duration::from_secs(60)))?;
-    for image in 1..=3 {
-        stream.publish(serde_json::to_vec(&Resize { image })?);
-    }
+    stream.publish(serde_json::to_vec(&Resize { image: 42 })?);
 
-    let worker = leasehold_tokio::worker()
-        .config(Config::default().concurrency(8)) // claim timeout 60 s, like the stream
+    let worker = leasehold::tokio::worker()
+        .config(Config::default().concurrency(8)) // the claim timeout comes from the stream
         .stream(
             "images",
             stream.consumer("worker-1")?,
@@ -29,7 +27,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     job.message().image,
                     job.attempt()
                 );
-                Outcome::Done
+                Outcome::Done // or Pending (invoke again later), retry(), reject(why); a panic is a failure
             },
         )
         .start()?;
@@ -37,7 +35,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     while !stream.is_empty() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let report = worker.shutdown(Duration::from_secs(30)).await;
+    let report = worker.shutdown(Duration::from_secs(30)).await; // acked, released, cancelled, ...
     println!("{report:?}");
     Ok(())
 }

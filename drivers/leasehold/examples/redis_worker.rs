@@ -1,0 +1,37 @@
+//! A worker on Redis Streams: `cargo run -p leasehold --example redis_worker`
+//!
+//! Consumes the stream `jobs` of the Redis at 127.0.0.1:6379 with the consumer group `workers`;
+//! each entry's `data` field holds a JSON string. Ctrl-C shuts down gracefully.
+
+use std::time::Duration;
+
+use leasehold::redis::{RedisBackend, RedisConfig};
+use leasehold::{Delivery, Outcome};
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // The claim timeout is the backend's (it decides when a peer may take a message over);
+    // the worker takes it from there.
+    let config = RedisConfig::new("redis://127.0.0.1:6379/", "jobs", "workers")
+        .claim_timeout(Duration::from_secs(60));
+    let backend = RedisBackend::connect(config).await?;
+
+    let worker = leasehold::tokio::worker()
+        .stream("jobs", backend, |job: Delivery<String>| async move {
+            if !job.lease_valid() {
+                return Outcome::retry(); // lost it while stalled: commit nothing
+            }
+            println!(
+                "{} (delivery {}): {}",
+                job.message_id(),
+                job.delivery_count(),
+                job.message()
+            );
+            Outcome::Done
+        })
+        .start()?;
+
+    tokio::signal::ctrl_c().await?;
+    worker.shutdown(Duration::from_secs(30)).await;
+    Ok(())
+}
