@@ -320,6 +320,7 @@ impl Config {
 
 /// A validated configuration with every derived default resolved.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Settings {
     /// See [`Config::concurrency`].
     pub concurrency: usize,

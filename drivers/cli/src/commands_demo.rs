@@ -209,19 +209,6 @@ impl CommandsReport {
     }
 }
 
-fn add(a: CommandStats, b: CommandStats) -> CommandStats {
-    CommandStats {
-        executed: a.executed + b.executed,
-        checked: a.checked + b.checked,
-        succeeded: a.succeeded + b.succeeded,
-        failed: a.failed + b.failed,
-        errors: a.errors + b.errors,
-        dropped_after_cancel: a.dropped_after_cancel + b.dropped_after_cancel,
-        cancel_signals: a.cancel_signals + b.cancel_signals,
-        store_errors: a.store_errors + b.store_errors,
-    }
-}
-
 /// Runs the demo on tokio and the memory store.
 pub fn run(options: &CommandsOptions) -> Result<CommandsReport, CliError> {
     if options.commands == 0 || options.replicas == 0 {
@@ -308,7 +295,7 @@ async fn drive(
     }
     let mut stats = CommandStats::default();
     let leaving = replicas.remove(0);
-    stats = add(stats, leaving.stats());
+    stats = stats + leaving.stats();
     leaving.shutdown(Duration::from_secs(5)).await;
     replicas.push(replica(&queue, &cloud, &options).await?);
 
@@ -322,7 +309,7 @@ async fn drive(
         }
     }
     for replica in replicas {
-        stats = add(stats, replica.stats());
+        stats = stats + replica.stats();
         replica.shutdown(Duration::from_secs(5)).await;
     }
     let elapsed = started.elapsed();

@@ -35,6 +35,7 @@ pub(crate) struct Entry {
 
 /// Counters of one command worker.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CommandStats {
     /// `execute` calls.
     pub executed: u64,
@@ -52,6 +53,24 @@ pub struct CommandStats {
     pub cancel_signals: u64,
     /// Store calls that failed (each retried with backoff).
     pub store_errors: u64,
+}
+
+/// The counters of several workers together (replicas of one queue, say).
+impl std::ops::Add for CommandStats {
+    type Output = Self;
+
+    fn add(self, other: Self) -> Self {
+        Self {
+            executed: self.executed + other.executed,
+            checked: self.checked + other.checked,
+            succeeded: self.succeeded + other.succeeded,
+            failed: self.failed + other.failed,
+            errors: self.errors + other.errors,
+            dropped_after_cancel: self.dropped_after_cancel + other.dropped_after_cancel,
+            cancel_signals: self.cancel_signals + other.cancel_signals,
+            store_errors: self.store_errors + other.store_errors,
+        }
+    }
 }
 
 #[derive(Default)]

@@ -219,6 +219,7 @@ async fn watch_cancels<R: Runtime, S: CommandStore>(
 }
 
 /// A running command worker. Dropping it starts a graceful shutdown.
+#[must_use = "dropping a CommandWorker shuts it down at once; keep it, and call shutdown() to wait"]
 pub struct CommandWorker<S: CommandStore> {
     worker: Option<Worker<S::Payload>>,
     dispatcher: Arc<Dispatcher<S>>,
