@@ -171,3 +171,32 @@ fn tempdir() -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// A configuration that cannot work is a `ConnectError::Config` before anything is sent, and
+/// its text never repeats the URL, which may hold a password.
+#[tokio::test]
+async fn a_bad_configuration_is_a_config_error_that_keeps_the_password_out() {
+    use leasehold_redis::{ConnectError, RedisConfigError};
+    for url in [
+        "redis://:hunter2@127.0.0.1:notaport/",
+        "ftp://:hunter2@127.0.0.1/",
+    ] {
+        let error = RedisBackend::connect(RedisConfig::new(url, "jobs", "workers"))
+            .await
+            .expect_err("no such URL connects");
+        assert!(
+            matches!(error, ConnectError::Config(RedisConfigError::Url(_))),
+            "{error:?}"
+        );
+        assert_eq!(error.kind(), ErrorKind::Fatal);
+        assert!(!error.to_string().contains("hunter2"), "{error}");
+        assert!(!format!("{error:?}").contains("hunter2"), "{error:?}");
+    }
+    let error = RedisBackend::connect(RedisConfig::new("redis://127.0.0.1:1/", "", "workers"))
+        .await
+        .expect_err("an empty stream name");
+    assert!(
+        matches!(error, ConnectError::Config(RedisConfigError::Empty("stream"))),
+        "{error:?}"
+    );
+}
