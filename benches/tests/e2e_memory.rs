@@ -1,8 +1,9 @@
-//! The benchmark runs end to end on a small count and every leasehold round acks every message.
-//! (Its figures are not asserted: they come from `leasehold bench`, not from tests.)
+//! The memory end-to-end benchmark runs on a small count and every leasehold round acks every
+//! message. (Its figures are not asserted: they come from `cargo bench --bench e2e-memory`, not
+//! from tests.)
 
-use leasehold_cli::bench::{self, BenchOptions};
-use leasehold_cli::CliError;
+use leasehold_benches::e2e::memory::{self as bench, BenchOptions};
+use leasehold_benches::e2e::BenchError;
 
 #[test]
 fn bench_runs_interleaved_rounds() {
@@ -51,6 +52,6 @@ fn bench_rejects_bad_options() {
             ..BenchOptions::default()
         },
     ] {
-        assert!(matches!(bench::run(&options), Err(CliError::Invalid(_))));
+        assert!(matches!(bench::run(&options), Err(BenchError::Invalid(_))));
     }
 }

@@ -1,5 +1,6 @@
-//! `leasehold bench`: messages per second through a worker on the in-memory backend with a
-//! no-op handler, against the minimal async consumer measured in the same run.
+//! Messages per second through a worker on the in-memory backend with a no-op handler, against
+//! the minimal async consumer measured in the same run
+//! (`cargo bench -p leasehold-benches --bench e2e-memory`).
 //!
 //! - **baseline**: `n` messages pre-sent into a tokio unbounded mpsc channel; one task receives
 //!   them and spawns a task per message that runs the no-op handler. No lease, no ack, and no
@@ -21,9 +22,9 @@ use leasehold_memory::{Bytes, MemoryStream, StreamConfig};
 use leasehold_tokio::{Config, Delivery, Raw, TokioRuntime, WorkerBuilder};
 use tokio::sync::Notify;
 
-use crate::counting::{AckCounter, CallCounts, Counting};
-use crate::stats::{cpu_time, grouped, median};
-use crate::CliError;
+use super::counting::{AckCounter, CallCounts, Counting};
+use super::stats::{cpu_time, grouped, median};
+use super::BenchError;
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -173,25 +174,25 @@ impl fmt::Display for BenchReport {
 }
 
 /// Runs the benchmark on a fresh tokio multi-thread runtime.
-pub fn run(options: &BenchOptions) -> Result<BenchReport, CliError> {
+pub fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
     if options.messages == 0 {
-        return Err(CliError::Invalid("--messages must be at least 1".into()));
+        return Err(BenchError::Invalid("--messages must be at least 1".into()));
     }
     if options.rounds == 0 {
-        return Err(CliError::Invalid("--rounds must be at least 1".into()));
+        return Err(BenchError::Invalid("--rounds must be at least 1".into()));
     }
     if options.threads == Some(0) {
-        return Err(CliError::Invalid("--threads must be at least 1".into()));
+        return Err(BenchError::Invalid("--threads must be at least 1".into()));
     }
     if options.concurrency.is_empty() || options.concurrency.contains(&0) {
-        return Err(CliError::Invalid(
+        return Err(BenchError::Invalid(
             "--concurrency takes one or more values, each at least 1".into(),
         ));
     }
     for &concurrency in &options.concurrency {
         worker_config(concurrency).validate()?;
     }
-    let runtime = crate::exec::tokio_runtime(options.threads)?;
+    let runtime = super::tokio_runtime(options.threads)?;
     let threads = runtime.metrics().num_workers();
     let rt = TokioRuntime::from_handle(runtime.handle().clone());
     let bar = progress_bar(options);
@@ -239,7 +240,7 @@ fn rate(messages: usize, took: Duration) -> f64 {
 
 /// The defaults, except the concurrency under test (and `max_leases`, which must not be below
 /// it) and a short poll interval: the last fetch of a round waits that long for new messages,
-/// and shutdown waits for that fetch (outside the measured time, but it slows the command).
+/// and shutdown waits for that fetch (outside the measured time, but it slows the benchmark).
 fn worker_config(concurrency: usize) -> Config {
     Config::default()
         .concurrency(concurrency)
@@ -286,7 +287,7 @@ async fn leasehold_round(
     rt: TokioRuntime,
     messages: usize,
     concurrency: usize,
-) -> Result<Round, CliError> {
+) -> Result<Round, BenchError> {
     let stream = MemoryStream::new(StreamConfig::default())?;
     for _ in 0..messages {
         stream.publish(Bytes::from_static(PAYLOAD));
@@ -317,7 +318,7 @@ async fn leasehold_round(
     let round = clock.stop(calls);
     let report = worker.shutdown(Duration::from_secs(5)).await;
     if report.acked != messages as u64 || !stream.is_empty() {
-        return Err(CliError::Invalid(format!(
+        return Err(BenchError::Invalid(format!(
             "benchmark round lost messages: {} acked of {messages}, {} left in the stream",
             report.acked,
             stream.len()

@@ -1,8 +1,8 @@
-//! `leasehold bench-redis` runs end to end on a small count against its own redis-server, and
-//! every round processes every message. (Its figures are not asserted: they are for people.)
+//! The Redis end-to-end benchmark runs on a small count against its own redis-server, and every
+//! round processes every message. (Its figures are not asserted: they are for people.)
 
-use leasehold_cli::bench_redis::{self, RedisBenchOptions, Variant};
-use leasehold_cli::CliError;
+use leasehold_benches::e2e::redis::{self as bench_redis, RedisBenchOptions, Variant};
+use leasehold_benches::e2e::BenchError;
 
 /// Every CPU figure present is finite and not negative; the server's is always readable.
 fn assert_cpu(variant: &Variant) {
@@ -138,7 +138,7 @@ fn bench_redis_rejects_bad_options() {
     ] {
         assert!(matches!(
             bench_redis::run(&options),
-            Err(CliError::Invalid(_))
+            Err(BenchError::Invalid(_))
         ));
     }
 }
