@@ -38,6 +38,9 @@ pub struct MemoryArgs {
     /// No progress bar.
     #[arg(long)]
     pub no_progress: bool,
+    /// Print the results as JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
     /// Added by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     pub bench: bool,
@@ -72,6 +75,14 @@ impl Bench for MemoryArgs {
 
     fn run(&self) -> Result<BenchReport, BenchError> {
         memory::run(&self.options())
+    }
+
+    fn wants_json(&self) -> bool {
+        self.json
+    }
+
+    fn json(report: &BenchReport) -> serde_json::Value {
+        report.to_json()
     }
 }
 
@@ -112,6 +123,9 @@ pub struct RedisArgs {
     /// No progress spinner.
     #[arg(long)]
     pub no_progress: bool,
+    /// Print the results as JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
     /// Added by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     pub bench: bool,
@@ -149,6 +163,14 @@ impl Bench for RedisArgs {
 
     fn run(&self) -> Result<RedisBenchReport, BenchError> {
         redis::run(&self.options())
+    }
+
+    fn wants_json(&self) -> bool {
+        self.json
+    }
+
+    fn json(report: &RedisBenchReport) -> serde_json::Value {
+        report.to_json()
     }
 }
 
@@ -218,7 +240,8 @@ mod tests {
     fn cargo_bench_flag_is_ignored() {
         let args = MemoryArgs::try_parse_from(["e2e-memory", "--rounds", "2", "--bench"]).unwrap();
         assert_eq!(args.options().rounds, 2);
-        let args = RedisArgs::try_parse_from(["e2e-redis", "--bench"]).unwrap();
+        let args = RedisArgs::try_parse_from(["e2e-redis", "--bench", "--json"]).unwrap();
+        assert!(args.json);
         assert_eq!(args.options().prefetch, [0, 3000]);
     }
 

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 use leasehold_memory::{Bytes, MemoryStream, StreamConfig};
 use leasehold_tokio::{Config, Delivery, Raw, TokioRuntime, WorkerBuilder};
+use serde_json::{json, Value};
 use tokio::sync::Notify;
 
 use super::counting::{AckCounter, CallCounts, Counting};
@@ -98,6 +99,37 @@ impl BenchRow {
     pub fn ratio(&self) -> f64 {
         self.leasehold_median() / self.baseline_median().max(f64::MIN_POSITIVE)
     }
+
+    /// The row as JSON: the medians and their ratio, then every round.
+    pub fn to_json(&self) -> Value {
+        let cpu = |samples: &[f64]| (!samples.is_empty()).then(|| median(samples));
+        json!({
+            "concurrency": self.concurrency,
+            "baseline_msg_per_s": self.baseline_median(),
+            "leasehold_msg_per_s": self.leasehold_median(),
+            "ratio": self.ratio(),
+            "baseline_cpu_us_per_msg": cpu(&self.baseline_cpu),
+            "leasehold_cpu_us_per_msg": cpu(&self.leasehold_cpu),
+            "rounds": {
+                "baseline_msg_per_s": self.baseline,
+                "leasehold_msg_per_s": self.leasehold,
+                "baseline_cpu_us_per_msg": self.baseline_cpu,
+                "leasehold_cpu_us_per_msg": self.leasehold_cpu,
+                "calls": self.calls.iter().map(|c| c.to_json()).collect::<Vec<_>>(),
+            },
+        })
+    }
+}
+
+impl Calls {
+    fn to_json(self) -> Value {
+        json!({
+            "fetches": self.fetches,
+            "fetched": self.fetched,
+            "acks": self.acks,
+            "renews": self.renews,
+        })
+    }
 }
 
 /// The whole measurement.
@@ -109,6 +141,21 @@ pub struct BenchReport {
     pub threads: usize,
     /// One row per concurrency setting.
     pub rows: Vec<BenchRow>,
+}
+
+impl BenchReport {
+    /// The results as JSON (what `--json` prints): the options, and per concurrency the medians,
+    /// the ratio and every round.
+    pub fn to_json(&self) -> Value {
+        let o = &self.options;
+        json!({
+            "bench": "e2e-memory",
+            "messages": o.messages,
+            "rounds": o.rounds,
+            "threads": self.threads,
+            "rows": self.rows.iter().map(BenchRow::to_json).collect::<Vec<_>>(),
+        })
+    }
 }
 
 impl fmt::Display for BenchReport {

@@ -9,8 +9,8 @@
 //!   with `cargo bench -p leasehold-benches --bench e2e-redis`.
 //!
 //! Each bench target is a thin layer over [`main`]: the flags ([`args`]) are parsed with clap
-//! (a bad flag is a usage error, exit code 2), the benchmark runs, and its table goes to
-//! stdout. Tests call [`memory::run`] and
+//! (a bad flag is a usage error, exit code 2), the benchmark runs, and its table, or with
+//! `--json` the same results as JSON, goes to stdout. Tests call [`memory::run`] and
 //! [`redis::run`] in-process.
 
 use std::fmt;
@@ -56,9 +56,15 @@ pub trait Bench: clap::Parser {
 
     /// Runs the benchmark these flags describe.
     fn run(&self) -> Result<Self::Report, BenchError>;
+
+    /// Whether to print [`json`](Self::json) instead of the table.
+    fn wants_json(&self) -> bool;
+
+    /// The report, machine-readable.
+    fn json(report: &Self::Report) -> serde_json::Value;
 }
 
-/// A bench target's `main`: parses the flags, runs, prints the table on stdout and
+/// A bench target's `main`: parses the flags, runs, prints the table (or JSON) on stdout and
 /// returns exit code 0; on an error, prints it on stderr and returns 2. Bad flags exit with
 /// clap's usage error (also 2).
 ///
@@ -75,7 +81,11 @@ pub fn main<B: Bench>() -> ExitCode {
     };
     match args.run() {
         Ok(report) => {
-            println!("{report}");
+            if args.wants_json() {
+                println!("{:#}", B::json(&report));
+            } else {
+                println!("{report}");
+            }
             ExitCode::SUCCESS
         }
         Err(error) => {

@@ -37,6 +37,7 @@ use leasehold_redis_harness::RedisServer;
 use leasehold_tokio::core::{Backend, LeaseRef, RenewResult};
 use leasehold_tokio::{Config, Delivery, Raw, TokioRuntime, WorkerBuilder};
 use redis::Value;
+use serde_json::{json, Value as Json};
 use tokio::sync::Notify;
 
 use super::counting::{AckCounter, CallCounts, Counting};
@@ -172,6 +173,35 @@ impl Variant {
         (!self.client_cpu_us.is_empty()).then(|| median(&self.client_cpu_us))
     }
 
+    /// The variant as JSON: its medians, then every round.
+    pub fn to_json(&self) -> Json {
+        let commands = |pick: fn(&CommandsPerMessage) -> f64| self.commands_median(pick);
+        json!({
+            "name": self.name,
+            "msg_per_s": self.median(),
+            "commands_per_msg": {
+                "evalsha": commands(|c| c.scripts),
+                "xreadgroup": commands(|c| c.xreadgroup),
+                "xack": commands(|c| c.xack),
+                "xread": commands(|c| c.xread),
+                "total": commands(|c| c.total),
+            },
+            "server_cpu_us_per_msg": self.server_cpu_median(),
+            "client_cpu_us_per_msg": self.client_cpu_median(),
+            "rounds": {
+                "msg_per_s": self.rates,
+                "server_cpu_us_per_msg": self.server_cpu_us,
+                "client_cpu_us_per_msg": self.client_cpu_us,
+                "calls": self.calls.iter().map(|c| json!({
+                    "fetches": c.fetches,
+                    "fetched": c.fetched,
+                    "acks": c.acks,
+                    "renews": c.renews,
+                })).collect::<Vec<_>>(),
+            },
+        })
+    }
+
     /// Records one measured round.
     fn record(&mut self, messages: usize, took: Duration, cost: RoundCost, calls: Option<Calls>) {
         self.rates.push(rate(messages, took));
@@ -239,6 +269,90 @@ impl RedisBenchReport {
     pub fn slow_ratio(&self, prefetch: usize) -> Option<f64> {
         let (_, variant) = self.slow.iter().find(|(p, _)| *p == prefetch)?;
         Some(variant.median() / ideal_slow_rate())
+    }
+}
+
+impl RedisBenchReport {
+    /// The results as JSON (what `--json` prints): every variant with its ratio (to the raw
+    /// loop, or for the 10 ms handler to the ideal rate) and target verdict, the heartbeat and
+    /// the RSS reading.
+    pub fn to_json(&self) -> Json {
+        let o = &self.options;
+        let with = |variant: &Variant, fields: Json| {
+            let mut out = variant.to_json();
+            if let (Json::Object(out), Json::Object(fields)) = (&mut out, fields) {
+                out.extend(fields);
+            }
+            out
+        };
+        let no_op: Vec<Json> = self
+            .no_op
+            .iter()
+            .map(|((concurrency, prefetch), variant)| {
+                let ratio = self.ratio(*concurrency, *prefetch);
+                let target = (*concurrency == 100).then_some(TARGET_NO_OP);
+                let met = target.zip(ratio).map(|(target, ratio)| ratio >= target);
+                with(
+                    variant,
+                    json!({
+                        "concurrency": concurrency,
+                        "prefetch": prefetch,
+                        "ratio_to_raw": ratio,
+                        "target_ratio": target,
+                        "met": met,
+                    }),
+                )
+            })
+            .collect();
+        let slow: Vec<Json> = self
+            .slow
+            .iter()
+            .map(|(prefetch, variant)| {
+                let ratio = self.slow_ratio(*prefetch);
+                with(
+                    variant,
+                    json!({
+                        "concurrency": SLOW_CONCURRENCY,
+                        "prefetch": prefetch,
+                        "handler_ms": SLOW_HANDLER.as_secs_f64() * 1e3,
+                        "ideal_msg_per_s": ideal_slow_rate(),
+                        "ratio_to_ideal": ratio,
+                        "target_ratio": TARGET_SLOW,
+                        "met": ratio.map(|ratio| ratio >= TARGET_SLOW),
+                    }),
+                )
+            })
+            .collect();
+        let rss = &self.rss;
+        json!({
+            "bench": "e2e-redis",
+            "redis_version": self.redis_version,
+            "messages": o.messages,
+            "rounds": o.rounds,
+            "threads": self.threads,
+            "claim_timeout_s": CLAIM_TIMEOUT.as_secs(),
+            "raw": with(&self.raw, json!({ "batch": RAW_COUNT })),
+            "no_op": no_op,
+            "slow": slow,
+            "heartbeat": {
+                "held_leases": HELD_LEASES,
+                "renew_ms": median(&self.renew_ms),
+                "script_calls_per_tick": median(&self.renew_scripts),
+                "rounds": {
+                    "renew_ms": self.renew_ms,
+                    "script_calls_per_tick": self.renew_scripts,
+                },
+            },
+            "rss": {
+                "in_flight": RSS_IN_FLIGHT,
+                "before_kb": rss.before_kb,
+                "during_kb": rss.during_kb,
+                "peak_kb": rss.peak_kb,
+                "worker_mb": rss.worker_mb(),
+                "target_mb": TARGET_RSS_MB,
+                "met": rss.worker_mb() <= TARGET_RSS_MB,
+            },
+        })
     }
 }
 
