@@ -74,10 +74,9 @@ pub struct Driver<P> {
 }
 
 impl<P> Driver<P> {
-    fn new(max_leases: usize, concurrency: usize) -> Self {
+    fn new(config: &Config) -> Self {
         let now = Instant::now();
-        let engine = LeaseEngine::new(&config(max_leases, concurrency), now)
-            .expect("the benchmark configuration is valid");
+        let engine = LeaseEngine::new(config, now).expect("the benchmark configuration is valid");
         Self {
             engine,
             now,
@@ -115,7 +114,7 @@ impl<P> Driver<P> {
     /// An engine (concurrency 1) holding `held` pending leases, with room for `room` more; when
     /// `room > 0` a `Fetch` is outstanding at the end, ready for [`Driver::lifecycle`].
     pub fn with_pending(held: usize, room: usize, mut payload: impl FnMut(u64) -> P) -> Self {
-        let mut driver = Self::new(held + room, 1);
+        let mut driver = Self::new(&config(held + room, 1));
         while let Some(effect) = driver.engine.poll_effect() {
             match effect {
                 Effect::Fetch { stream, max, .. } if driver.engine.held() < held => {
@@ -142,9 +141,10 @@ impl<P> Driver<P> {
         driver
     }
 
-    /// An engine (concurrency = `n`) whose one fetch delivered `n` messages that are all running.
+    /// An engine (concurrency = `n`) whose one fetch delivered `n` messages that are all running
+    /// (`fetch_batch_size` is `n`, so that one fetch asks for them all).
     pub fn with_running(n: usize, payload: impl FnMut(u64) -> P) -> Self {
-        let mut driver = Self::new(n, n);
+        let mut driver = Self::new(&config(n, n).fetch_batch_size(n));
         match driver.engine.poll_effect() {
             Some(Effect::Fetch { stream, max, .. }) if max == n => {
                 let delivery = driver.next_delivery(n, payload);

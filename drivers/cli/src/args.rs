@@ -1,4 +1,4 @@
-//! The command line: `leasehold demo` and `leasehold bench`, parsed with clap.
+//! The command line: `leasehold demo` and `leasehold commands`, parsed with clap.
 //!
 //! Out-of-range or malformed flags are reported by clap with a usage hint (exit code 2), never
 //! a panic.
@@ -7,14 +7,12 @@ use std::time::Duration;
 
 use clap::{value_parser, Args, Parser, Subcommand};
 
-use crate::bench::BenchOptions;
-use crate::bench_redis::RedisBenchOptions;
 use crate::commands_demo::CommandsOptions;
 use crate::demo::DemoOptions;
 use crate::exec::RuntimeKind;
 
-/// At-least-once message consumers with per-message heartbeat leases: demo and benchmark on
-/// the in-memory backend.
+/// At-least-once message consumers with per-message heartbeat leases: demos on the in-memory
+/// backend.
 #[derive(Debug, Parser)]
 #[command(name = "leasehold", version, propagate_version = true)]
 pub struct Cli {
@@ -35,12 +33,6 @@ pub enum Command {
     /// midway; prints a status summary and exits non-zero if a command did not end or a VM
     /// was requested twice.
     Commands(CommandsArgs),
-    /// Throughput of the memory backend with a no-op handler against a tokio mpsc +
-    /// task-per-message baseline, measured in the same run.
-    Bench(BenchArgs),
-    /// The Redis backend against a hand-written XREADGROUP/XACK loop, on a throwaway
-    /// redis-server started by the command; also heartbeat cost and RSS at 1000 in flight.
-    BenchRedis(BenchRedisArgs),
 }
 
 /// Flags of `leasehold demo`.
@@ -137,92 +129,6 @@ impl CommandsArgs {
     }
 }
 
-/// Flags of `leasehold bench`.
-#[derive(Debug, Args)]
-pub struct BenchArgs {
-    /// Messages per round (pre-published / pre-sent before the clock starts).
-    #[arg(long, default_value_t = 100_000, value_parser = value_parser!(u32).range(1..=10_000_000))]
-    pub messages: u32,
-    /// Measured rounds per side and concurrency, interleaved (plus one warm-up round).
-    #[arg(long, default_value_t = 5, value_parser = value_parser!(u16).range(1..=1000))]
-    pub rounds: u16,
-    /// The worker's concurrency settings, comma-separated.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "1,100,1000",
-        value_parser = value_parser!(u32).range(1..=1_000_000)
-    )]
-    pub concurrency: Vec<u32>,
-    /// Worker threads of the tokio runtime (default: one per core).
-    #[arg(long, value_parser = value_parser!(u16).range(1..=1024))]
-    pub threads: Option<u16>,
-    /// No progress bar.
-    #[arg(long)]
-    pub no_progress: bool,
-}
-
-impl BenchArgs {
-    /// The benchmark's options.
-    pub fn options(&self) -> BenchOptions {
-        BenchOptions {
-            messages: self.messages as usize,
-            rounds: self.rounds.into(),
-            concurrency: self.concurrency.iter().map(|&c| c as usize).collect(),
-            threads: self.threads.map(usize::from),
-            progress: !self.no_progress,
-        }
-    }
-}
-
-/// Flags of `leasehold bench-redis`.
-#[derive(Debug, Args)]
-pub struct BenchRedisArgs {
-    /// Messages per round (published to a fresh stream before the clock starts).
-    #[arg(long, default_value_t = 20_000, value_parser = value_parser!(u32).range(1..=10_000_000))]
-    pub messages: u32,
-    /// Measured rounds per variant, interleaved (plus one warm-up round).
-    #[arg(long, default_value_t = 5, value_parser = value_parser!(u16).range(1..=1000))]
-    pub rounds: u16,
-    /// The no-op worker's concurrency settings, comma-separated.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "1,100,1000",
-        value_parser = value_parser!(u32).range(1..=1_000_000)
-    )]
-    pub concurrency: Vec<u32>,
-    /// Prefetch settings (messages fetched ahead of free handler slots), comma-separated:
-    /// every leasehold variant runs once per value.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "0,3000",
-        value_parser = value_parser!(u32).range(0..=1_000_000)
-    )]
-    pub prefetch: Vec<u32>,
-    /// Worker threads of the tokio runtime (default: one per core).
-    #[arg(long, value_parser = value_parser!(u16).range(1..=1024))]
-    pub threads: Option<u16>,
-    /// No progress spinner.
-    #[arg(long)]
-    pub no_progress: bool,
-}
-
-impl BenchRedisArgs {
-    /// The benchmark's options.
-    pub fn options(&self) -> RedisBenchOptions {
-        RedisBenchOptions {
-            messages: self.messages as usize,
-            rounds: self.rounds.into(),
-            concurrency: self.concurrency.iter().map(|&c| c as usize).collect(),
-            prefetch: self.prefetch.iter().map(|&p| p as usize).collect(),
-            threads: self.threads.map(usize::from),
-            progress: !self.no_progress,
-        }
-    }
-}
-
 /// A duration such as `250ms`, `3s`, `2m` or `1.5s`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
@@ -276,41 +182,17 @@ mod tests {
             &["leasehold", "demo", "--messages", "lots"],
             &["leasehold", "demo", "--runtime", "async-std"],
             &["leasehold", "demo", "--poll-interval", "fast"],
-            &["leasehold", "bench", "--concurrency", "1,0"],
-            &["leasehold", "bench", "--rounds", "0"],
-            &["leasehold", "bench-redis", "--concurrency", "0"],
-            &["leasehold", "bench-redis", "--messages", "0"],
-            &["leasehold", "bench-redis", "--prefetch", "-1"],
-            &["leasehold", "bench-redis", "--prefetch", "0,lots"],
-            &["leasehold", "bench-redis", "--prefetch", "2000000"],
-            &["leasehold", "bench-redis", "--prefetch", ""],
+            &["leasehold", "commands", "--replicas", "0"],
+            &["leasehold", "bench"],
+            &["leasehold", "bench-redis"],
             &["leasehold", "frobnicate"],
         ] {
             assert!(Cli::try_parse_from(argv).is_err(), "{argv:?} parsed");
         }
-        let cli = Cli::try_parse_from(["leasehold", "bench", "--concurrency", "1,64"]).unwrap();
-        let Command::Bench(args) = cli.command else {
-            panic!("bench expected")
+        let cli = Cli::try_parse_from(["leasehold", "demo", "--concurrency", "64"]).unwrap();
+        let Command::Demo(args) = cli.command else {
+            panic!("demo expected")
         };
-        assert_eq!(args.options().concurrency, [1, 64]);
-    }
-
-    #[test]
-    fn bench_redis_prefetch() {
-        let options = |argv: &[&str]| {
-            let cli = Cli::try_parse_from(argv).unwrap();
-            let Command::BenchRedis(args) = cli.command else {
-                panic!("bench-redis expected")
-            };
-            args.options()
-        };
-        assert_eq!(options(&["leasehold", "bench-redis"]).prefetch, [0, 3000]);
-        let parsed = options(&["leasehold", "bench-redis", "--prefetch", "0,50"]);
-        assert_eq!(parsed.prefetch, [0, 50]);
-        assert_eq!(parsed.concurrency, [1, 100, 1000]);
-        assert_eq!(
-            options(&["leasehold", "bench-redis", "--prefetch=7"]).prefetch,
-            [7]
-        );
+        assert_eq!(args.options().concurrency, 64);
     }
 }

@@ -14,12 +14,13 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use leasehold_commands::{
+use leasehold::commands::{
     Command, CommandContext, CommandHandler, CommandQueue, CommandStats, CommandWorker,
     HandlerError, MemoryCommandStore, Status, Step,
 };
-use leasehold_memory::{MemoryStream, StreamConfig};
-use leasehold_tokio::{Config, TokioRuntime};
+use leasehold::memory::{MemoryStream, StreamConfig};
+use leasehold::tokio::TokioRuntime;
+use leasehold::Config;
 use serde::{Deserialize, Serialize};
 
 use crate::exec;
@@ -248,7 +249,7 @@ async fn replica(
         .map_err(|e| CliError::Invalid(format!("command worker: {e}")))
 }
 
-fn queue_error(error: leasehold_commands::QueueError) -> CliError {
+fn queue_error(error: leasehold::commands::QueueError) -> CliError {
     CliError::Invalid(format!("command queue: {error}"))
 }
 

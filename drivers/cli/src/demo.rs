@@ -17,10 +17,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use leasehold_memory::{Bytes, MemoryStream, StreamConfig};
-use leasehold_tokio::core::Stats;
-use leasehold_tokio::{
-    Config, Delivery, Outcome, RetryPolicy, Runtime, ShutdownReport, Worker, WorkerBuilder,
+use leasehold::memory::{Bytes, MemoryStream, StreamConfig};
+use leasehold::{
+    Config, Delivery, Outcome, RetryPolicy, Runtime, ShutdownReport, Stats, Worker, WorkerBuilder,
 };
 use serde::{Deserialize, Serialize};
 

@@ -4,8 +4,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::thread;
 
-use leasehold_smol::SmolRuntime;
-use leasehold_tokio::TokioRuntime;
+use leasehold::smol::SmolRuntime;
+use leasehold::tokio::TokioRuntime;
 
 use crate::CliError;
 
@@ -33,13 +33,9 @@ pub(crate) fn threads() -> usize {
     thread::available_parallelism().map_or(2, |n| n.get())
 }
 
-/// A tokio multi-thread runtime with timers, on `threads` worker threads (default: one per core).
-pub(crate) fn tokio_runtime(threads: Option<usize>) -> Result<tokio::runtime::Runtime, CliError> {
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let Some(threads) = threads {
-        builder.worker_threads(threads);
-    }
-    builder
+/// A tokio multi-thread runtime with timers, one worker thread per core.
+fn tokio_runtime() -> Result<tokio::runtime::Runtime, CliError> {
+    tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|source| CliError::Runtime {
@@ -53,7 +49,7 @@ pub(crate) fn on_tokio<F, T>(main: impl FnOnce(TokioRuntime) -> F) -> Result<T, 
 where
     F: Future<Output = T>,
 {
-    let runtime = tokio_runtime(None)?;
+    let runtime = tokio_runtime()?;
     let handle = TokioRuntime::from_handle(runtime.handle().clone());
     Ok(runtime.block_on(main(handle)))
 }

@@ -8,20 +8,14 @@
 //!   number of duplicate invocations observed, which must be 0).
 //! - [`commands_demo`]: the command queue provisioning simulated VMs on several replicas, with
 //!   cancels mid-flight and a replica replaced midway; ends with a status summary.
-//! - [`bench`](mod@bench): the throughput of a worker with a no-op handler against a minimal async consumer
-//!   (a tokio mpsc channel and a task per message), measured in the same run, interleaved.
-//! - [`bench_redis`]: the Redis backend against a hand-written `XREADGROUP`/`XACK` loop on a
-//!   throwaway `redis-server` the command starts itself, plus heartbeat cost and RSS.
 //!
-//! The binary is a thin layer over [`demo::run`] and [`bench::run`], so tests call them
-//! in-process.
+//! The binary is a thin layer over [`demo::run`] and [`commands_demo::run`], so tests call them
+//! in-process. The benchmarks live in the `leasehold-benches` crate (`benches/`), run with
+//! `cargo bench`.
 #![forbid(unsafe_code)]
 
 pub mod args;
-pub mod bench;
-pub mod bench_redis;
 pub mod commands_demo;
-mod counting;
 pub mod demo;
 mod exec;
 mod stats;
@@ -44,16 +38,13 @@ pub enum CliError {
     },
     /// The in-memory stream rejected its configuration or a consumer name.
     #[error(transparent)]
-    Memory(#[from] leasehold_memory::MemoryError),
+    Memory(#[from] leasehold::memory::MemoryError),
     /// The engine configuration derived from the options is invalid.
     #[error(transparent)]
-    Config(#[from] leasehold_tokio::core::ConfigError),
+    Config(#[from] leasehold::ConfigError),
     /// A worker rejected its configuration.
     #[error(transparent)]
-    Worker(#[from] leasehold_tokio::WorkerError),
-    /// The benchmark's redis-server could not be started or answered with an error.
-    #[error("redis: {0}")]
-    Redis(String),
+    Worker(#[from] leasehold::WorkerError),
     /// The options do not fit together.
     #[error("{0}")]
     Invalid(String),

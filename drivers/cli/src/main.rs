@@ -1,18 +1,16 @@
-//! `leasehold`: the demos and the benchmarks. See the crate's README.
+//! `leasehold`: the demos. See the crate's README.
 
 use std::fmt::Display;
 use std::process::ExitCode;
 
 use clap::Parser;
 use leasehold_cli::args::{Cli, Command};
-use leasehold_cli::{bench, bench_redis, commands_demo, demo, CliError};
+use leasehold_cli::{commands_demo, demo, CliError};
 
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Demo(args) => finish(demo::run(&args.options()), |r| r.passed()),
         Command::Commands(args) => finish(commands_demo::run(&args.options()), |r| r.passed()),
-        Command::Bench(args) => finish(bench::run(&args.options()), |_| true),
-        Command::BenchRedis(args) => finish(bench_redis::run(&args.options()), |_| true),
     }
 }
 

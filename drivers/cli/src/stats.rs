@@ -1,4 +1,4 @@
-//! Small statistics helpers: percentiles, medians, human-readable durations.
+//! Small statistics helpers of the demos: percentiles, human-readable durations, grouped rates.
 
 use std::fmt;
 use std::time::Duration;
@@ -38,17 +38,6 @@ fn nearest_rank(sorted: &[Duration], p: f64) -> Duration {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-/// The median of `values` (the mean of the middle two for an even count); 0 when empty.
-pub(crate) fn median(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    match sorted.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => sorted[n / 2],
-        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
-    }
-}
-
 /// A duration for tables: `850 µs`, `12.3 ms`, `4.21 s`.
 pub(crate) struct Human(pub Duration);
 
@@ -81,22 +70,6 @@ pub(crate) fn grouped(value: f64) -> String {
     out
 }
 
-/// CPU time used so far by every thread of this process (Linux: the first field of
-/// `/proc/self/task/*/schedstat`, in nanoseconds); `None` elsewhere. On a machine shared with
-/// other work, CPU time per message is steadier than throughput. A thread that ends takes its
-/// time with it, so a difference of two readings can come out negative.
-pub(crate) fn cpu_time() -> Option<Duration> {
-    let mut total = 0u64;
-    for task in std::fs::read_dir("/proc/self/task").ok()? {
-        let path = task.ok()?.path().join("schedstat");
-        // A thread may end between listing and reading: it no longer runs, skip it.
-        if let Ok(text) = std::fs::read_to_string(path) {
-            total += text.split_whitespace().next()?.parse::<u64>().ok()?;
-        }
-    }
-    Some(Duration::from_nanos(total))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,10 +91,7 @@ mod tests {
     }
 
     #[test]
-    fn medians_and_formatting() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert_eq!(median(&[]), 0.0);
+    fn formatting() {
         assert_eq!(grouped(1234567.4), "1 234 567");
         assert_eq!(grouped(999.0), "999");
         assert_eq!(Human(ms(4210)).to_string(), "4.21 s");

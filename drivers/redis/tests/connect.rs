@@ -196,7 +196,10 @@ async fn a_bad_configuration_is_a_config_error_that_keeps_the_password_out() {
         .await
         .expect_err("an empty stream name");
     assert!(
-        matches!(error, ConnectError::Config(RedisConfigError::Empty("stream"))),
+        matches!(
+            error,
+            ConnectError::Config(RedisConfigError::Empty("stream"))
+        ),
         "{error:?}"
     );
 }

@@ -6,7 +6,7 @@
 //! Allocator overhead (malloc's rounding and headers) is not included: these are the bytes the
 //! engine asks for.
 //!
-//! Run: `cargo bench -p leasehold-benches --bench memory`.
+//! Run: `cargo bench -p leasehold-benches --bench lease-memory`.
 
 // The one place in the workspace with `unsafe`: implementing `GlobalAlloc` requires it.
 // benches/Cargo.toml sets `unsafe_code = "deny"` (not the workspace's `forbid`) so this file can

@@ -1,8 +1,9 @@
-//! The benchmark runs end to end on a small count and every leasehold round acks every message.
-//! (Its figures are not asserted: they come from `leasehold bench`, not from tests.)
+//! The memory end-to-end benchmark runs on a small count and every leasehold round acks every
+//! message. (Its figures are not asserted: they come from `cargo bench --bench e2e-memory`, not
+//! from tests.)
 
-use leasehold_cli::bench::{self, BenchOptions};
-use leasehold_cli::CliError;
+use leasehold_benches::e2e::memory::{self as bench, BenchOptions};
+use leasehold_benches::e2e::BenchError;
 
 #[test]
 fn bench_runs_interleaved_rounds() {
@@ -25,6 +26,26 @@ fn bench_runs_interleaved_rounds() {
     }
     let table = report.to_string();
     assert!(table.contains("| 64 |"), "{table}");
+    let json = report.to_json();
+    assert_eq!(json["bench"], "e2e-memory");
+    assert_eq!(json["messages"], 2000);
+    let rows = json["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), report.rows.len());
+    for (row, json) in report.rows.iter().zip(rows) {
+        assert_eq!(json["concurrency"], row.concurrency);
+        assert_eq!(json["ratio"].as_f64(), Some(row.ratio()));
+        assert_eq!(
+            json["leasehold_msg_per_s"].as_f64(),
+            Some(row.leasehold_median())
+        );
+        assert_eq!(
+            json["rounds"]["baseline_msg_per_s"]
+                .as_array()
+                .map(Vec::len),
+            Some(2)
+        );
+        assert_eq!(json["rounds"]["calls"][0]["fetched"], 2000);
+    }
 }
 
 #[test]
@@ -51,6 +72,6 @@ fn bench_rejects_bad_options() {
             ..BenchOptions::default()
         },
     ] {
-        assert!(matches!(bench::run(&options), Err(CliError::Invalid(_))));
+        assert!(matches!(bench::run(&options), Err(BenchError::Invalid(_))));
     }
 }

@@ -1,5 +1,6 @@
-//! `leasehold bench`: messages per second through a worker on the in-memory backend with a
-//! no-op handler, against the minimal async consumer measured in the same run.
+//! Messages per second through a worker on the in-memory backend with a no-op handler, against
+//! the minimal async consumer measured in the same run
+//! (`cargo bench -p leasehold-benches --bench e2e-memory`).
 //!
 //! - **baseline**: `n` messages pre-sent into a tokio unbounded mpsc channel; one task receives
 //!   them and spawns a task per message that runs the no-op handler. No lease, no ack, and no
@@ -19,11 +20,12 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 use leasehold_memory::{Bytes, MemoryStream, StreamConfig};
 use leasehold_tokio::{Config, Delivery, Raw, TokioRuntime, WorkerBuilder};
+use serde_json::{json, Value};
 use tokio::sync::Notify;
 
-use crate::counting::{AckCounter, CallCounts, Counting};
-use crate::stats::{cpu_time, grouped, median};
-use crate::CliError;
+use super::counting::{AckCounter, CallCounts, Counting};
+use super::stats::{cpu_time, grouped, median};
+use super::BenchError;
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -97,6 +99,37 @@ impl BenchRow {
     pub fn ratio(&self) -> f64 {
         self.leasehold_median() / self.baseline_median().max(f64::MIN_POSITIVE)
     }
+
+    /// The row as JSON: the medians and their ratio, then every round.
+    pub fn to_json(&self) -> Value {
+        let cpu = |samples: &[f64]| (!samples.is_empty()).then(|| median(samples));
+        json!({
+            "concurrency": self.concurrency,
+            "baseline_msg_per_s": self.baseline_median(),
+            "leasehold_msg_per_s": self.leasehold_median(),
+            "ratio": self.ratio(),
+            "baseline_cpu_us_per_msg": cpu(&self.baseline_cpu),
+            "leasehold_cpu_us_per_msg": cpu(&self.leasehold_cpu),
+            "rounds": {
+                "baseline_msg_per_s": self.baseline,
+                "leasehold_msg_per_s": self.leasehold,
+                "baseline_cpu_us_per_msg": self.baseline_cpu,
+                "leasehold_cpu_us_per_msg": self.leasehold_cpu,
+                "calls": self.calls.iter().map(|c| c.to_json()).collect::<Vec<_>>(),
+            },
+        })
+    }
+}
+
+impl Calls {
+    fn to_json(self) -> Value {
+        json!({
+            "fetches": self.fetches,
+            "fetched": self.fetched,
+            "acks": self.acks,
+            "renews": self.renews,
+        })
+    }
 }
 
 /// The whole measurement.
@@ -108,6 +141,21 @@ pub struct BenchReport {
     pub threads: usize,
     /// One row per concurrency setting.
     pub rows: Vec<BenchRow>,
+}
+
+impl BenchReport {
+    /// The results as JSON (what `--json` prints): the options, and per concurrency the medians,
+    /// the ratio and every round.
+    pub fn to_json(&self) -> Value {
+        let o = &self.options;
+        json!({
+            "bench": "e2e-memory",
+            "messages": o.messages,
+            "rounds": o.rounds,
+            "threads": self.threads,
+            "rows": self.rows.iter().map(BenchRow::to_json).collect::<Vec<_>>(),
+        })
+    }
 }
 
 impl fmt::Display for BenchReport {
@@ -173,25 +221,25 @@ impl fmt::Display for BenchReport {
 }
 
 /// Runs the benchmark on a fresh tokio multi-thread runtime.
-pub fn run(options: &BenchOptions) -> Result<BenchReport, CliError> {
+pub fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
     if options.messages == 0 {
-        return Err(CliError::Invalid("--messages must be at least 1".into()));
+        return Err(BenchError::Invalid("--messages must be at least 1".into()));
     }
     if options.rounds == 0 {
-        return Err(CliError::Invalid("--rounds must be at least 1".into()));
+        return Err(BenchError::Invalid("--rounds must be at least 1".into()));
     }
     if options.threads == Some(0) {
-        return Err(CliError::Invalid("--threads must be at least 1".into()));
+        return Err(BenchError::Invalid("--threads must be at least 1".into()));
     }
     if options.concurrency.is_empty() || options.concurrency.contains(&0) {
-        return Err(CliError::Invalid(
+        return Err(BenchError::Invalid(
             "--concurrency takes one or more values, each at least 1".into(),
         ));
     }
     for &concurrency in &options.concurrency {
         worker_config(concurrency).validate()?;
     }
-    let runtime = crate::exec::tokio_runtime(options.threads)?;
+    let runtime = super::tokio_runtime(options.threads)?;
     let threads = runtime.metrics().num_workers();
     let rt = TokioRuntime::from_handle(runtime.handle().clone());
     let bar = progress_bar(options);
@@ -239,7 +287,7 @@ fn rate(messages: usize, took: Duration) -> f64 {
 
 /// The defaults, except the concurrency under test (and `max_leases`, which must not be below
 /// it) and a short poll interval: the last fetch of a round waits that long for new messages,
-/// and shutdown waits for that fetch (outside the measured time, but it slows the command).
+/// and shutdown waits for that fetch (outside the measured time, but it slows the benchmark).
 fn worker_config(concurrency: usize) -> Config {
     Config::default()
         .concurrency(concurrency)
@@ -286,7 +334,7 @@ async fn leasehold_round(
     rt: TokioRuntime,
     messages: usize,
     concurrency: usize,
-) -> Result<Round, CliError> {
+) -> Result<Round, BenchError> {
     let stream = MemoryStream::new(StreamConfig::default())?;
     for _ in 0..messages {
         stream.publish(Bytes::from_static(PAYLOAD));
@@ -317,7 +365,7 @@ async fn leasehold_round(
     let round = clock.stop(calls);
     let report = worker.shutdown(Duration::from_secs(5)).await;
     if report.acked != messages as u64 || !stream.is_empty() {
-        return Err(CliError::Invalid(format!(
+        return Err(BenchError::Invalid(format!(
             "benchmark round lost messages: {} acked of {messages}, {} left in the stream",
             report.acked,
             stream.len()

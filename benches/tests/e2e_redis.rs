@@ -1,8 +1,8 @@
-//! `leasehold bench-redis` runs end to end on a small count against its own redis-server, and
-//! every round processes every message. (Its figures are not asserted: they are for people.)
+//! The Redis end-to-end benchmark runs on a small count against its own redis-server, and every
+//! round processes every message. (Its figures are not asserted: they are for people.)
 
-use leasehold_cli::bench_redis::{self, RedisBenchOptions, Variant};
-use leasehold_cli::CliError;
+use leasehold_benches::e2e::redis::{self as bench_redis, RedisBenchOptions, Variant};
+use leasehold_benches::e2e::BenchError;
 
 /// Every CPU figure present is finite and not negative; the server's is always readable.
 fn assert_cpu(variant: &Variant) {
@@ -110,6 +110,33 @@ fn bench_redis_runs_one_small_round() {
         "{table}"
     );
     assert_eq!(verdicts("| leasehold 10 ms,", "≥ 0.8 ×"), 2, "{table}");
+
+    let json = report.to_json();
+    assert_eq!(json["bench"], "e2e-redis");
+    assert_eq!(json["raw"]["name"], "raw XREADGROUP loop");
+    assert_eq!(json["raw"]["msg_per_s"].as_f64(), Some(report.raw.median()));
+    let no_op = json["no_op"].as_array().expect("no_op");
+    assert_eq!(no_op.len(), 4);
+    for ((key, variant), json) in report.no_op.iter().zip(no_op) {
+        assert_eq!(json["name"], variant.name.as_str());
+        assert_eq!(
+            (&json["concurrency"], &json["prefetch"]),
+            (&key.0.into(), &key.1.into())
+        );
+        assert_eq!(json["ratio_to_raw"].as_f64(), report.ratio(key.0, key.1));
+        assert_eq!(json["met"].is_boolean(), key.0 == 100, "{json}");
+    }
+    let slow = json["slow"].as_array().expect("slow");
+    assert_eq!(slow.len(), 2);
+    for ((prefetch, _), json) in report.slow.iter().zip(slow) {
+        assert_eq!(
+            json["ratio_to_ideal"].as_f64(),
+            report.slow_ratio(*prefetch)
+        );
+        assert!(json["met"].is_boolean(), "{json}");
+    }
+    assert_eq!(json["heartbeat"]["script_calls_per_tick"], 10.0);
+    assert_eq!(json["rss"]["during_kb"], report.rss.during_kb);
 }
 
 #[test]
@@ -138,7 +165,7 @@ fn bench_redis_rejects_bad_options() {
     ] {
         assert!(matches!(
             bench_redis::run(&options),
-            Err(CliError::Invalid(_))
+            Err(BenchError::Invalid(_))
         ));
     }
 }

@@ -1,5 +1,6 @@
-//! `leasehold bench-redis`: the Redis Streams backend against a hand-written raw consumer loop,
-//! on a throwaway `redis-server` started by the command itself (never the machine's 6379).
+//! The Redis Streams backend against a hand-written raw consumer loop, on a throwaway
+//! `redis-server` started by the benchmark itself, never the machine's 6379
+//! (`cargo bench -p leasehold-benches --bench e2e-redis`).
 //!
 //! Each round publishes its messages to a **new stream key** (pipelined `XADD … data <payload>`,
 //! before the clock starts), so every consumer group starts fresh. Rounds are interleaved (raw,
@@ -36,11 +37,12 @@ use leasehold_redis_harness::RedisServer;
 use leasehold_tokio::core::{Backend, LeaseRef, RenewResult};
 use leasehold_tokio::{Config, Delivery, Raw, TokioRuntime, WorkerBuilder};
 use redis::Value;
+use serde_json::{json, Value as Json};
 use tokio::sync::Notify;
 
-use crate::counting::{AckCounter, CallCounts, Counting};
-use crate::stats::{cpu_time, grouped, median};
-use crate::CliError;
+use super::counting::{AckCounter, CallCounts, Counting};
+use super::stats::{cpu_time, grouped, median};
+use super::BenchError;
 
 /// The consumer group of every round.
 const GROUP: &str = "g";
@@ -61,7 +63,7 @@ const RENEWS_PER_ROUND: usize = 3;
 /// Handlers in flight during the RSS reading.
 const RSS_IN_FLIGHT: usize = 1000;
 
-/// Targets from the issue.
+/// The targets the table checks the results against.
 const TARGET_NO_OP: f64 = 0.7;
 const TARGET_SLOW: f64 = 0.8;
 const TARGET_RSS_MB: f64 = 16.0;
@@ -171,6 +173,35 @@ impl Variant {
         (!self.client_cpu_us.is_empty()).then(|| median(&self.client_cpu_us))
     }
 
+    /// The variant as JSON: its medians, then every round.
+    pub fn to_json(&self) -> Json {
+        let commands = |pick: fn(&CommandsPerMessage) -> f64| self.commands_median(pick);
+        json!({
+            "name": self.name,
+            "msg_per_s": self.median(),
+            "commands_per_msg": {
+                "evalsha": commands(|c| c.scripts),
+                "xreadgroup": commands(|c| c.xreadgroup),
+                "xack": commands(|c| c.xack),
+                "xread": commands(|c| c.xread),
+                "total": commands(|c| c.total),
+            },
+            "server_cpu_us_per_msg": self.server_cpu_median(),
+            "client_cpu_us_per_msg": self.client_cpu_median(),
+            "rounds": {
+                "msg_per_s": self.rates,
+                "server_cpu_us_per_msg": self.server_cpu_us,
+                "client_cpu_us_per_msg": self.client_cpu_us,
+                "calls": self.calls.iter().map(|c| json!({
+                    "fetches": c.fetches,
+                    "fetched": c.fetched,
+                    "acks": c.acks,
+                    "renews": c.renews,
+                })).collect::<Vec<_>>(),
+            },
+        })
+    }
+
     /// Records one measured round.
     fn record(&mut self, messages: usize, took: Duration, cost: RoundCost, calls: Option<Calls>) {
         self.rates.push(rate(messages, took));
@@ -238,6 +269,90 @@ impl RedisBenchReport {
     pub fn slow_ratio(&self, prefetch: usize) -> Option<f64> {
         let (_, variant) = self.slow.iter().find(|(p, _)| *p == prefetch)?;
         Some(variant.median() / ideal_slow_rate())
+    }
+}
+
+impl RedisBenchReport {
+    /// The results as JSON (what `--json` prints): every variant with its ratio (to the raw
+    /// loop, or for the 10 ms handler to the ideal rate) and target verdict, the heartbeat and
+    /// the RSS reading.
+    pub fn to_json(&self) -> Json {
+        let o = &self.options;
+        let with = |variant: &Variant, fields: Json| {
+            let mut out = variant.to_json();
+            if let (Json::Object(out), Json::Object(fields)) = (&mut out, fields) {
+                out.extend(fields);
+            }
+            out
+        };
+        let no_op: Vec<Json> = self
+            .no_op
+            .iter()
+            .map(|((concurrency, prefetch), variant)| {
+                let ratio = self.ratio(*concurrency, *prefetch);
+                let target = (*concurrency == 100).then_some(TARGET_NO_OP);
+                let met = target.zip(ratio).map(|(target, ratio)| ratio >= target);
+                with(
+                    variant,
+                    json!({
+                        "concurrency": concurrency,
+                        "prefetch": prefetch,
+                        "ratio_to_raw": ratio,
+                        "target_ratio": target,
+                        "met": met,
+                    }),
+                )
+            })
+            .collect();
+        let slow: Vec<Json> = self
+            .slow
+            .iter()
+            .map(|(prefetch, variant)| {
+                let ratio = self.slow_ratio(*prefetch);
+                with(
+                    variant,
+                    json!({
+                        "concurrency": SLOW_CONCURRENCY,
+                        "prefetch": prefetch,
+                        "handler_ms": SLOW_HANDLER.as_secs_f64() * 1e3,
+                        "ideal_msg_per_s": ideal_slow_rate(),
+                        "ratio_to_ideal": ratio,
+                        "target_ratio": TARGET_SLOW,
+                        "met": ratio.map(|ratio| ratio >= TARGET_SLOW),
+                    }),
+                )
+            })
+            .collect();
+        let rss = &self.rss;
+        json!({
+            "bench": "e2e-redis",
+            "redis_version": self.redis_version,
+            "messages": o.messages,
+            "rounds": o.rounds,
+            "threads": self.threads,
+            "claim_timeout_s": CLAIM_TIMEOUT.as_secs(),
+            "raw": with(&self.raw, json!({ "batch": RAW_COUNT })),
+            "no_op": no_op,
+            "slow": slow,
+            "heartbeat": {
+                "held_leases": HELD_LEASES,
+                "renew_ms": median(&self.renew_ms),
+                "script_calls_per_tick": median(&self.renew_scripts),
+                "rounds": {
+                    "renew_ms": self.renew_ms,
+                    "script_calls_per_tick": self.renew_scripts,
+                },
+            },
+            "rss": {
+                "in_flight": RSS_IN_FLIGHT,
+                "before_kb": rss.before_kb,
+                "during_kb": rss.during_kb,
+                "peak_kb": rss.peak_kb,
+                "worker_mb": rss.worker_mb(),
+                "target_mb": TARGET_RSS_MB,
+                "met": rss.worker_mb() <= TARGET_RSS_MB,
+            },
+        })
     }
 }
 
@@ -405,23 +520,23 @@ struct Hold {
 }
 
 /// Runs the benchmark: starts a redis-server, then a fresh tokio multi-thread runtime.
-pub fn run(options: &RedisBenchOptions) -> Result<RedisBenchReport, CliError> {
+pub fn run(options: &RedisBenchOptions) -> Result<RedisBenchReport, BenchError> {
     if options.messages == 0 {
-        return Err(CliError::Invalid("--messages must be at least 1".into()));
+        return Err(BenchError::Invalid("--messages must be at least 1".into()));
     }
     if options.rounds == 0 {
-        return Err(CliError::Invalid("--rounds must be at least 1".into()));
+        return Err(BenchError::Invalid("--rounds must be at least 1".into()));
     }
     if options.threads == Some(0) {
-        return Err(CliError::Invalid("--threads must be at least 1".into()));
+        return Err(BenchError::Invalid("--threads must be at least 1".into()));
     }
     if options.concurrency.is_empty() || options.concurrency.contains(&0) {
-        return Err(CliError::Invalid(
+        return Err(BenchError::Invalid(
             "--concurrency takes one or more values, each at least 1".into(),
         ));
     }
     if options.prefetch.is_empty() {
-        return Err(CliError::Invalid(
+        return Err(BenchError::Invalid(
             "--prefetch takes one or more values (0: no prefetch)".into(),
         ));
     }
@@ -430,11 +545,11 @@ pub fn run(options: &RedisBenchOptions) -> Result<RedisBenchReport, CliError> {
             worker_config(concurrency, prefetch).validate()?;
         }
     }
-    let server = RedisServer::start().map_err(|e| CliError::Redis(e.to_string()))?;
+    let server = RedisServer::start().map_err(|e| BenchError::Redis(e.to_string()))?;
     let url = server.url();
     let redis_version = info_field(&server, "server", "redis_version")
         .map_or_else(|| "redis".to_owned(), |v| format!("redis {v}"));
-    let runtime = crate::exec::tokio_runtime(options.threads)?;
+    let runtime = super::tokio_runtime(options.threads)?;
     let threads = runtime.metrics().num_workers();
     let rt = TokioRuntime::from_handle(runtime.handle().clone());
     let bar = if options.progress {
@@ -559,11 +674,11 @@ fn worker_config(concurrency: usize, prefetch: usize) -> Config {
         .poll_interval(Duration::from_millis(50))
 }
 
-fn redis_error(what: &str, e: redis::RedisError) -> CliError {
-    CliError::Redis(format!("{what}: {e}"))
+fn redis_error(what: &str, e: redis::RedisError) -> BenchError {
+    BenchError::Redis(format!("{what}: {e}"))
 }
 
-async fn connection(url: &str) -> Result<redis::aio::MultiplexedConnection, CliError> {
+async fn connection(url: &str) -> Result<redis::aio::MultiplexedConnection, BenchError> {
     let client = redis::Client::open(url).map_err(|e| redis_error("bad url", e))?;
     client
         .get_multiplexed_async_connection()
@@ -572,7 +687,7 @@ async fn connection(url: &str) -> Result<redis::aio::MultiplexedConnection, CliE
 }
 
 /// Pipelined `XADD stream * data PAYLOAD`, 1000 per pipeline.
-async fn publish(url: &str, stream: &str, messages: usize) -> Result<(), CliError> {
+async fn publish(url: &str, stream: &str, messages: usize) -> Result<(), BenchError> {
     let mut con = connection(url).await?;
     let mut left = messages;
     while left > 0 {
@@ -595,7 +710,7 @@ async fn publish(url: &str, stream: &str, messages: usize) -> Result<(), CliErro
 }
 
 /// The hand-written consumer: read 100, no-op each, ack them pipelined with the next read.
-async fn raw_round(url: &str, stream: &str, messages: usize) -> Result<Duration, CliError> {
+async fn raw_round(url: &str, stream: &str, messages: usize) -> Result<Duration, BenchError> {
     let mut con = connection(url).await?;
     redis::cmd("XGROUP")
         .arg("CREATE")
@@ -636,7 +751,7 @@ async fn raw_round(url: &str, stream: &str, messages: usize) -> Result<Duration,
             to_ack.push(id);
         }
         if to_ack.is_empty() {
-            return Err(CliError::Invalid(format!(
+            return Err(BenchError::Invalid(format!(
                 "raw loop: the stream ran dry after {done} of {messages} messages"
             )));
         }
@@ -702,7 +817,7 @@ fn leasehold_measured(
     messages: usize,
     config: Config,
     handler: Handler,
-) -> Result<(Duration, Calls, RoundCost), CliError> {
+) -> Result<(Duration, Calls, RoundCost), BenchError> {
     let url = server.url();
     runtime.block_on(publish(&url, stream, messages))?;
     let probe = Probe::start(server)?;
@@ -729,7 +844,7 @@ async fn leasehold_round<F, Fut>(
     config: Config,
     handler: Handler,
     during: F,
-) -> Result<(Duration, Calls), CliError>
+) -> Result<(Duration, Calls), BenchError>
 where
     F: FnOnce(Handler) -> Fut,
     Fut: std::future::Future<Output = ()>,
@@ -740,7 +855,7 @@ where
             .claim_timeout(CLAIM_TIMEOUT),
     )
     .await
-    .map_err(|e| CliError::Redis(format!("connect: {e}")))?;
+    .map_err(|e| BenchError::Redis(format!("connect: {e}")))?;
     let counter = Arc::new(AckCounter {
         target: messages,
         acked: AtomicUsize::new(0),
@@ -787,7 +902,7 @@ where
     };
     let report = worker.shutdown(Duration::from_secs(5)).await;
     if report.acked != messages as u64 {
-        return Err(CliError::Invalid(format!(
+        return Err(BenchError::Invalid(format!(
             "benchmark round lost messages: {} acked of {messages}",
             report.acked
         )));
@@ -796,7 +911,7 @@ where
 }
 
 /// RSS before a worker starts, and while it holds 1000 handlers in flight.
-async fn rss_round(rt: TokioRuntime, url: &str) -> Result<RssReading, CliError> {
+async fn rss_round(rt: TokioRuntime, url: &str) -> Result<RssReading, BenchError> {
     let stream = "bench:rss";
     publish(url, stream, RSS_IN_FLIGHT).await?;
     let hold = Arc::new(Hold {
@@ -846,22 +961,22 @@ fn proc_status_kb(field: &str) -> Option<u64> {
 }
 
 /// A backend holding `n` leases of a fresh stream (fetched, never acked).
-async fn hold_leases(url: &str, stream: &str, n: usize) -> Result<HeldLeases, CliError> {
+async fn hold_leases(url: &str, stream: &str, n: usize) -> Result<HeldLeases, BenchError> {
     let backend = RedisBackend::connect(
         RedisConfig::new(url, stream, GROUP)
             .consumer("holder")
             .claim_timeout(CLAIM_TIMEOUT),
     )
     .await
-    .map_err(|e| CliError::Redis(format!("connect: {e}")))?;
+    .map_err(|e| BenchError::Redis(format!("connect: {e}")))?;
     let mut leases = Vec::with_capacity(n);
     while leases.len() < n {
         let batch = backend
             .fetch(n - leases.len(), Duration::ZERO)
             .await
-            .map_err(|e| CliError::Redis(format!("fetch: {e}")))?;
+            .map_err(|e| BenchError::Redis(format!("fetch: {e}")))?;
         if batch.is_empty() {
-            return Err(CliError::Invalid(format!(
+            return Err(BenchError::Invalid(format!(
                 "heartbeat setup: only {} of {n} leases fetched",
                 leases.len()
             )));
@@ -880,17 +995,17 @@ struct HeldLeases {
 }
 
 /// One heartbeat tick: a renew of every held lease; all must be kept.
-async fn renew_all(held: &HeldLeases) -> Result<Duration, CliError> {
+async fn renew_all(held: &HeldLeases) -> Result<Duration, BenchError> {
     let start = Instant::now();
     let results = held
         .backend
         .renew(&held.leases)
         .await
-        .map_err(|e| CliError::Redis(format!("renew: {e}")))?;
+        .map_err(|e| BenchError::Redis(format!("renew: {e}")))?;
     let took = start.elapsed();
     let kept = results.iter().filter(|r| **r == RenewResult::Kept).count();
     if kept != held.leases.len() {
-        return Err(CliError::Invalid(format!(
+        return Err(BenchError::Invalid(format!(
             "heartbeat: {kept} of {} leases kept",
             held.leases.len()
         )));
@@ -918,7 +1033,7 @@ struct Probe {
 impl Probe {
     /// Snapshots, innermost last: the INFO calls' own cost stays (almost) out of the CPU deltas,
     /// and `INFO cpu` out of the commandstats delta.
-    fn start(server: &RedisServer) -> Result<Self, CliError> {
+    fn start(server: &RedisServer) -> Result<Self, BenchError> {
         let server_cpu = server_cpu_secs(server);
         let commands = commandstats(server)?;
         let client_cpu = cpu_time();
@@ -930,7 +1045,7 @@ impl Probe {
     }
 
     /// Snapshots again (in reverse order) and takes the deltas over `messages`.
-    fn stop(self, server: &RedisServer, messages: usize) -> Result<RoundCost, CliError> {
+    fn stop(self, server: &RedisServer, messages: usize) -> Result<RoundCost, BenchError> {
         let client_cpu = cpu_time();
         let commands = commandstats(server)?;
         let server_cpu = server_cpu_secs(server);
@@ -967,10 +1082,10 @@ fn server_cpu_secs(server: &RedisServer) -> Option<f64> {
 /// `cmdstat_<name>` → calls, from `INFO commandstats`.
 type CommandStats = Vec<(String, u64)>;
 
-fn commandstats(server: &RedisServer) -> Result<CommandStats, CliError> {
+fn commandstats(server: &RedisServer) -> Result<CommandStats, BenchError> {
     let reply = server
         .command(["INFO", "commandstats"])
-        .map_err(|e| CliError::Redis(format!("INFO commandstats: {e}")))?;
+        .map_err(|e| BenchError::Redis(format!("INFO commandstats: {e}")))?;
     let text = reply.as_str().unwrap_or_default();
     Ok(text
         .lines()
