@@ -128,12 +128,17 @@ impl Default for Setup {
 }
 
 impl Setup {
-    /// The engine configuration this setup stands for.
+    /// The engine configuration this setup stands for. A prefetch beyond what `max_leases`
+    /// leaves room for is lowered to that room (a config refuses it), which is what the held
+    /// leases allow anyway.
     pub fn config(&self) -> Config {
         let ms = Duration::from_millis;
+        let prefetch = self
+            .prefetch
+            .min(self.max_leases.saturating_sub(self.concurrency));
         let mut config = Config::default()
             .concurrency(self.concurrency)
-            .prefetch(self.prefetch)
+            .prefetch(prefetch)
             .fetch_batch_size(self.fetch_batch_size)
             .max_leases(self.max_leases)
             .claim_timeout(ms(self.claim_ms))

@@ -226,9 +226,14 @@ impl<'a> Sim<'a> {
         let claim = cfg.claim_timeout;
         let concurrency = rng.range(1, cfg.max_concurrency as u64) as usize;
         let heartbeat = *rng.pick(&[claim / 4, claim / 3, claim * 2 / 5]);
+        let max_leases = concurrency + rng.range(0, 3) as usize;
+        // From a generator of its own, so the other draws of a seed stay what they were; at
+        // most the room `max_leases` leaves (the config refuses more).
+        let prefetch = (*Rng::new(mix(seed ^ 0x9e3f_e7c4_0b1d_2a55)).pick(&[0, 0, 1, 3]))
+            .min(max_leases - concurrency);
         let engine_config = Config::default()
             .concurrency(concurrency)
-            .max_leases(concurrency + rng.range(0, 3) as usize)
+            .max_leases(max_leases)
             .claim_timeout(claim)
             .heartbeat_interval(heartbeat)
             .poll_interval(cfg.poll_interval)
@@ -239,8 +244,7 @@ impl<'a> Sim<'a> {
             .shutdown_grace(cfg.shutdown_grace)
             .renew_batch_size(*rng.pick(&[1000, 1000, 2, 3]))
             .fetch_backoff_max(cfg.fetch_backoff_max)
-            // From a generator of its own, so the other draws of a seed stay what they were.
-            .prefetch(*Rng::new(mix(seed ^ 0x9e3f_e7c4_0b1d_2a55)).pick(&[0, 0, 1, 3]));
+            .prefetch(prefetch);
         let settings = engine_config
             .validate()
             .expect("the simulator's engine configuration is valid");
