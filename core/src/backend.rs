@@ -8,9 +8,18 @@
 //! acting on leases it may have lost.
 
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use crate::types::{DeadLetterReason, Fence, Fetched, MessageId, RenewResult, SettleResult};
+
+/// An entry a backend dead-lettered by itself: it can never be delivered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Undeliverable {
+    /// The entry's id in the stream.
+    pub id: MessageId,
+    /// Why (stored with the dead letter too).
+    pub reason: String,
+}
 
 /// The message a lease operation is about, and the fence of the delivery it acts for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -110,6 +119,22 @@ pub trait Backend: Send + Sync + 'static {
     /// `claim_timeout`: a shorter one would let peers take messages the engine thinks it holds.
     fn claim_timeout(&self) -> Option<Duration> {
         None
+    }
+
+    /// When message `id` was appended to the stream, if the backend knows (Redis entry ids
+    /// carry the server's time of the append): for measuring how long messages wait to be
+    /// picked up. The default knows nothing.
+    fn enqueued_at(&self, id: &MessageId) -> Option<SystemTime> {
+        let _ = id;
+        None
+    }
+
+    /// Entries this backend dead-lettered by itself during its fetches since the last call,
+    /// because it can never deliver them (a Redis entry without the payload field). The worker
+    /// takes them after every fetch, to count and log them like its own dead letters. Most
+    /// backends never do that: the default has none.
+    fn take_undeliverable(&self) -> Vec<Undeliverable> {
+        Vec::new()
     }
 
     /// Takes up to `max` messages for this consumer: reclaimable ones (not renewed for the

@@ -1,21 +1,27 @@
 //! What the engine asks its driver to do.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::types::{CancelReason, DeadLetterReason, InvocationId, LeaseId, RenewId, StreamId};
+use crate::backend::LeaseRef;
+use crate::types::{
+    AckId, CancelReason, DeadLetterReason, InvocationId, LeaseId, LossReason, RenewId, StreamId,
+};
 
 /// An effect for the driver to execute, drained with
 /// [`LeaseEngine::poll_effect`](crate::LeaseEngine::poll_effect).
 ///
-/// Effects name leases by [`LeaseId`]; the driver reads the message id, fence and payload with
-/// [`LeaseEngine::lease`](crate::LeaseEngine::lease) when it executes them (right after polling).
-/// Every effect except `Cancel` and `Drained` expects exactly one result back through the
-/// matching `handle_*` method; a driver that gives up on a call reports it as failed.
+/// Each effect carries everything its execution needs: the stream to call, the backend's
+/// [`LeaseRef`]s (message id and fence), the payload of a run. A driver never looks a lease up
+/// and never regroups: it makes the call the effect names and reports the call's result through
+/// the matching `handle_*` method, or its failure (with the [`ErrorKind`](crate::ErrorKind))
+/// through the matching `handle_*_failed`. Every effect except `Cancel`, `LeaseValid`, the
+/// notices `Failed` and `Lost`, `Halt` and `Drained` expects exactly one such report; a driver that gives up on a call (a timeout)
+/// reports it as failed.
 ///
 /// Exhaustive on purpose: a driver must execute every effect, so a new one should fail its
 /// build rather than be skipped by a wildcard arm.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Effect {
+pub enum Effect<P> {
     /// Fetch up to `max` messages from `stream`, new or reclaimable ones. The backend may block
     /// up to `wait` for new entries (zero: return at once). Answer with
     /// [`handle_fetched`](crate::LeaseEngine::handle_fetched) or
@@ -29,14 +35,9 @@ pub enum Effect {
         /// How long the backend may wait for new entries.
         wait: Duration,
     },
-    /// Start a handler invocation for the lease's message. Answer with
+    /// Start a handler invocation. Answer with
     /// [`handle_outcome`](crate::LeaseEngine::handle_outcome), also when it was cancelled.
-    Run {
-        /// The invocation to report the outcome of.
-        invocation: InvocationId,
-        /// The lease it runs under.
-        lease: LeaseId,
-    },
+    Run(Run<P>),
     /// Signal the invocation to stop; drop it if it does not finish within
     /// [`cancel_grace`](crate::Settings::cancel_grace). Its outcome is discarded, but must still
     /// be reported so its slot is freed.
@@ -46,39 +47,139 @@ pub enum Effect {
         /// Why.
         reason: CancelReason,
     },
-    /// Renew these leases in one owner-checked, fenced batch. Answer with
+    /// A running invocation's lease was confirmed again (a renew or a redelivery): it now
+    /// counts as valid until `until`, which the handler's `lease_valid()` should answer
+    /// against.
+    LeaseValid {
+        /// The invocation whose lease it is.
+        invocation: InvocationId,
+        /// The lease's new local expiry.
+        until: Instant,
+    },
+    /// Renew these leases of `stream` in one owner-checked, fenced call. Answer with
     /// [`handle_renewed`](crate::LeaseEngine::handle_renewed) (a result per lease) or
     /// [`handle_renew_failed`](crate::LeaseEngine::handle_renew_failed).
     Renew {
-        /// Matches the result to this batch.
+        /// Matches the answer to this call.
         batch: RenewId,
-        /// The leases to renew.
+        /// The stream whose backend to call.
+        stream: StreamId,
+        /// The leases, in the order of `refs`.
         leases: Vec<LeaseId>,
+        /// What the backend needs for each lease.
+        refs: Vec<LeaseRef>,
     },
-    /// Acknowledge these finished leases (owner-checked, fenced). Answer with
-    /// [`handle_acked`](crate::LeaseEngine::handle_acked).
+    /// Acknowledge these finished leases of `stream` in one owner-checked, fenced call. At most
+    /// one is in flight per stream: acks that come due meanwhile wait for its answer and go out
+    /// together. Answer with [`handle_acked`](crate::LeaseEngine::handle_acked) or
+    /// [`handle_ack_failed`](crate::LeaseEngine::handle_ack_failed).
     Ack {
-        /// The leases to ack.
+        /// Matches the answer to this call.
+        batch: AckId,
+        /// The stream whose backend to call.
+        stream: StreamId,
+        /// The leases, in the order of `refs`.
         leases: Vec<LeaseId>,
+        /// What the backend needs for each lease.
+        refs: Vec<LeaseRef>,
     },
     /// Give the lease back; others may take it once `delay` has passed (zero: at once).
     /// Answer with [`handle_released`](crate::LeaseEngine::handle_released).
     Release {
+        /// The stream whose backend to call.
+        stream: StreamId,
         /// The lease to release.
         lease: LeaseId,
+        /// What the backend needs for it.
+        lease_ref: LeaseRef,
         /// When others may take it.
         delay: Duration,
     },
     /// Move the message to the dead-letter stream and ack it, atomically. Answer with
     /// [`handle_dead_lettered`](crate::LeaseEngine::handle_dead_lettered).
     DeadLetter {
+        /// The stream whose backend to call.
+        stream: StreamId,
         /// The lease of the message.
         lease: LeaseId,
+        /// What the backend needs for it.
+        lease_ref: LeaseRef,
         /// Why, to be stored with the dead letter.
         reason: DeadLetterReason,
     },
+    /// An invocation failed (an error, a panic, a `Retry`, past `max_processing_time`) and its
+    /// message is handed back, to be delivered again after `retry_in` (a `Release` follows).
+    /// On its last allowed delivery a `DeadLetter` follows instead, with the error in its
+    /// reason. Nothing to execute: it is there to be logged.
+    Failed {
+        /// The stream the message came from.
+        stream: StreamId,
+        /// The message and the fence of its delivery.
+        lease_ref: LeaseRef,
+        /// How often the backend has delivered it.
+        delivery_count: u32,
+        /// What went wrong.
+        error: String,
+        /// When it may be delivered again.
+        retry_in: Duration,
+    },
+    /// The engine let go of a held lease without settling it ([`LossReason`]); a running
+    /// invocation of it is cancelled by a `Cancel` that follows. Nothing to execute: it is
+    /// there to be counted and logged.
+    Lost {
+        /// The stream the message came from.
+        stream: StreamId,
+        /// The message and the fence of the delivery that was lost.
+        lease_ref: LeaseRef,
+        /// Why.
+        reason: LossReason,
+        /// How much local validity the lease still had at that moment (zero once expired): a
+        /// takeover with a large margin means the backend's clock or another consumer did not
+        /// honour the lease.
+        margin: Duration,
+    },
+    /// A fatal backend error (retrying cannot help) stopped the intake of `stream`: nothing
+    /// more is fetched from it. Its held leases are still settled, or given up when their own
+    /// calls fail fatally. Emitted once per stream, and not after `Drained` (a renew answered
+    /// after shutdown completed halts silently); surface it to the application.
+    Halt {
+        /// The stream that stopped.
+        stream: StreamId,
+    },
     /// Shutdown is complete: no lease is held and no invocation runs. Emitted once.
     Drained,
+}
+
+/// One handler invocation to start, with everything the handler is given.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Run<P> {
+    /// The invocation, to report its outcome.
+    pub invocation: InvocationId,
+    /// The stream the message came from.
+    pub stream: StreamId,
+    /// The message's id and the fence of the delivery it runs under.
+    pub lease: LeaseRef,
+    /// How often the backend has delivered the message.
+    pub delivery_count: u32,
+    /// Which invocation of this delivery it is (1 for the first).
+    pub attempt: u32,
+    /// Until when the lease counts as valid locally (later `LeaseValid` effects move it).
+    pub valid_until: Instant,
+    /// The message's payload.
+    pub payload: P,
+}
+
+/// What one stream occupies right now, from [`LeaseEngine::load`](crate::LeaseEngine::load).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StreamLoad {
+    /// Leases held: running, waiting for a slot or a re-poll, or being settled.
+    pub held: usize,
+    /// Invocations running, including cancelled ones that have not reported yet.
+    pub running: usize,
+    /// Held leases without a running invocation: prefetched and waiting for a slot, waiting
+    /// for a re-poll, or being settled.
+    pub waiting: usize,
 }
 
 /// Counters of what the engine did, for metrics and the shutdown report.
@@ -109,7 +210,18 @@ pub struct Stats {
     pub lost: u64,
     /// Leases expired locally for lack of a successful renew.
     pub expired: u64,
-    /// Leases given up after the shutdown deadline because the backend kept failing; they
-    /// lapse on the backend after the claim timeout.
+    /// Leases given up: after the shutdown deadline because the backend kept failing, or at
+    /// once when a call for them failed fatally. They lapse on the backend after the claim
+    /// timeout.
     pub abandoned: u64,
+    /// Streams whose intake a fatal backend error stopped.
+    pub halted: u64,
+    /// Answers about leases the engine let go of meanwhile, or sent with a fence that a
+    /// redelivery replaced since: expected when answers race with expiry and redeliveries, and
+    /// ignored.
+    pub stale: u64,
+    /// Inputs the engine never asked for, or had already been given (an outcome reported
+    /// twice, an answer for a call that is not in flight): a defect of the driver, ignored.
+    /// A correct driver keeps it at zero.
+    pub unexpected: u64,
 }

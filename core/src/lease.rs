@@ -198,6 +198,14 @@ impl<P> LeaseTable<P> {
         }
     }
 
+    /// Whether this table ever handed out `id` (it may be gone since): its slot exists and has
+    /// reached its generation.
+    pub(crate) fn was_issued(&self, id: LeaseId) -> bool {
+        self.slots
+            .get(id.slot as usize)
+            .is_some_and(|slot| slot.generation >= id.generation)
+    }
+
     /// The lease in `slot` if its stamp is still `stamp` (a timer entry for it is live).
     #[inline]
     pub(crate) fn current(&self, slot: u32, stamp: u32) -> Option<LeaseId> {
@@ -209,9 +217,9 @@ impl<P> LeaseTable<P> {
     }
 
     /// Moves a lease to `state` and bumps its slot's stamp; returns the old state, the lease's
-    /// epoch and the new stamp.
+    /// epoch, the new stamp and the lease's stream.
     #[inline]
-    pub(crate) fn set_state(&mut self, id: LeaseId, state: State) -> (State, u64, u32) {
+    pub(crate) fn set_state(&mut self, id: LeaseId, state: State) -> (State, u64, u32, StreamId) {
         let slot = self
             .slots
             .get_mut(id.slot as usize)
@@ -220,7 +228,7 @@ impl<P> LeaseTable<P> {
         let lease = slot.lease.as_mut().expect("known lease");
         slot.stamp = slot.stamp.wrapping_add(1);
         let old = std::mem::replace(&mut lease.state, state);
-        (old, lease.epoch, slot.stamp)
+        (old, lease.epoch, slot.stamp, lease.stream)
     }
 
     /// Stores a lease whose index hash is `hash` and indexes it by message; returns its id and
@@ -289,9 +297,9 @@ impl<P> LeaseTable<P> {
     }
 
     /// Removes (and drops) a lease entirely; its id is never valid again. Returns its state,
-    /// its epoch and the stamp its slot had.
+    /// its epoch, the stamp its slot had and its stream.
     #[inline]
-    pub(crate) fn remove(&mut self, id: LeaseId) -> Option<(State, u64, u32)> {
+    pub(crate) fn remove(&mut self, id: LeaseId) -> Option<(State, u64, u32, StreamId)> {
         let slot = self
             .slots
             .get_mut(id.slot as usize)
@@ -305,7 +313,7 @@ impl<P> LeaseTable<P> {
         if let Ok(entry) = self.index.find_entry(hash, |other| *other == id) {
             entry.remove();
         }
-        Some((lease.state, lease.epoch, stamp))
+        Some((lease.state, lease.epoch, stamp, lease.stream))
     }
 
     /// All live slots (held leases and orphans), in slot order.

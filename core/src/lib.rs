@@ -58,30 +58,28 @@
 //!                 });
 //!                 engine.handle_fetched(now, stream, batch.collect());
 //!             }
-//!             Effect::Run { invocation, lease } => {
-//!                 let lease = engine.lease(lease).expect("held while it runs");
+//!             Effect::Run(run) => {
 //!                 // The handler. "job 3" is not finished on its first invocation.
-//!                 let outcome = if lease.payload() == "job 3" && lease.attempt() == 1 {
+//!                 let outcome = if run.payload == "job 3" && run.attempt == 1 {
 //!                     Outcome::Pending
 //!                 } else {
 //!                     Outcome::Done
 //!                 };
-//!                 engine.handle_outcome(now, invocation, outcome);
+//!                 engine.handle_outcome(now, run.invocation, outcome);
 //!             }
-//!             Effect::Renew { batch, leases } => {
+//!             Effect::Renew { batch, leases, .. } => {
 //!                 let kept = leases.into_iter().map(|id| (id, RenewResult::Kept));
 //!                 engine.handle_renewed(now, batch, kept);
 //!             }
-//!             Effect::Ack { leases } => {
-//!                 for id in &leases {
-//!                     acked.push(engine.lease(*id).unwrap().message_id().to_string());
-//!                 }
-//!                 engine.handle_acked(now, leases.into_iter().map(|id| (id, SettleResult::Ok)));
+//!             Effect::Ack { batch, leases, refs, .. } => {
+//!                 acked.extend(refs.iter().map(|lease| lease.id.to_string()));
+//!                 engine.handle_acked(now, batch, leases.into_iter().map(|id| (id, SettleResult::Ok)));
 //!                 if acked.len() == 5 {
 //!                     // All done: shut down; running handlers would get the grace period.
 //!                     engine.handle_shutdown(now, now + engine.settings().shutdown_grace);
 //!                 }
 //!             }
+//!             Effect::LeaseValid { .. } => {} // a handler's lease_valid() would learn of it
 //!             Effect::Drained => break 'drive,
 //!             other => unreachable!("no failures in this story: {other:?}"),
 //!         }
@@ -105,18 +103,23 @@ pub mod backend;
 mod config;
 mod effect;
 mod engine;
+mod inspect;
 mod lease;
 mod timers;
 mod types;
 
-pub use backend::{Backend, BackendError, BackendResult, ErrorKind, LeaseRef};
+pub use backend::{Backend, BackendError, BackendResult, ErrorKind, LeaseRef, Undeliverable};
 pub use config::{
     Config, ConfigError, RetryPolicy, Settings, DEFAULT_CLAIM_TIMEOUT, MAX_COUNT, MAX_DURATION,
 };
-pub use effect::{Effect, Stats};
+pub use effect::{Effect, Run, Stats, StreamLoad};
 pub use engine::LeaseEngine;
+pub use inspect::{
+    ConsumerOverview, DeadLetterEntry, GroupOverview, InspectError, Inspector, Listing, NotDead,
+    Overview, Page, PendingEntry, PendingQuery, Purged, Requeued, Selection,
+};
 pub use lease::Lease;
 pub use types::{
-    CancelReason, DeadLetterReason, Fence, Fetched, InvocationId, LeaseId, MessageId, Outcome,
-    RenewId, RenewResult, SettleResult, StreamId,
+    AckId, CancelReason, DeadLetterReason, Fence, Fetched, InvocationId, LeaseId, LossReason,
+    MessageId, Outcome, RenewId, RenewResult, SettleResult, StreamId,
 };

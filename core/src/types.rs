@@ -108,6 +108,10 @@ impl InvocationId {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RenewId(pub(crate) u64);
 
+/// Identifies one `Ack` effect, to match its result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AckId(pub(crate) u64);
+
 /// What a handler invocation came to.
 ///
 /// Exhaustive on purpose: these are the only things an invocation can come to, and a driver or
@@ -171,6 +175,33 @@ pub enum CancelReason {
     MaxProcessingTime,
     /// Shutdown's grace period is over.
     Shutdown,
+}
+
+/// Why the engine let go of a lease it did not settle. Another consumer may run the message
+/// now (or soon): any result of this delivery is thrown away.
+///
+/// Exhaustive on purpose: a driver labels its metrics and logs by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LossReason {
+    /// No renew confirmed it within `claim_timeout - margin` (or its fetch answered that
+    /// late): it may have lapsed on the backend.
+    Expired,
+    /// A renew found it owned elsewhere: another consumer took it over.
+    TakenOver,
+    /// Its ack, release or dead-letter found it owned elsewhere: it was taken over before it
+    /// could be settled.
+    LostAtSettle,
+}
+
+impl LossReason {
+    /// A short label, for metrics and logs.
+    pub fn label(self) -> &'static str {
+        match self {
+            LossReason::Expired => "expired",
+            LossReason::TakenOver => "taken_over",
+            LossReason::LostAtSettle => "lost_at_settle",
+        }
+    }
 }
 
 /// Why a message is dead-lettered.

@@ -11,7 +11,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use leasehold_core::{Effect, Fence, Outcome, RenewResult, SettleResult};
+use leasehold_core::{Fence, Outcome, RenewResult, SettleResult};
 
 /// Acks due at one input go out as ONE `Ack` effect: here three acks whose retry (after a transient
 /// failure) falls due at the same instant, and three re-sent at shutdown. Acks due at different
@@ -35,29 +35,28 @@ fn acks_due_at_one_input_form_one_effect() {
         panic!("{fx:?}")
     };
 
-    // Each Done is its own input: one Ack each, at once.
+    // The first Done is acked at once; while its Ack is in flight, the acks that come due wait
+    // (one Ack in flight per stream) and go out together when it is answered.
     e.handle_outcome(t0 + ms(100), ia, Outcome::Done);
-    assert_eq!(drain(&mut e), vec![Effect::Ack { leases: vec![a] }]);
+    assert_eq!(drain(&mut e), vec![Seen::Ack { leases: vec![a] }]);
     e.handle_outcome(t0 + ms(110), ib, Outcome::Done);
-    assert_eq!(drain(&mut e), vec![Effect::Ack { leases: vec![b] }]);
+    assert_eq!(drain(&mut e), vec![]);
     e.handle_outcome(t0 + ms(120), ic, Outcome::Done);
-    assert_eq!(drain(&mut e), vec![Effect::Ack { leases: vec![c] }]);
+    assert_eq!(drain(&mut e), vec![]);
+    e.handle_acked(t0 + ms(200), [(a, SettleResult::Failed)]);
+    assert_eq!(drain(&mut e), vec![Seen::Ack { leases: vec![b, c] }]);
 
-    // All three fail transiently in one answer; their retries fall due together: one Ack.
+    // All three failed transiently at one instant; their retries fall due together: one Ack.
     e.handle_acked(
         t0 + ms(200),
-        [
-            (a, SettleResult::Failed),
-            (b, SettleResult::Failed),
-            (c, SettleResult::Failed),
-        ],
+        [(b, SettleResult::Failed), (c, SettleResult::Failed)],
     );
     assert_eq!(drain(&mut e), vec![]);
     assert_eq!(e.poll_timeout(), Some(t0 + ms(1200)));
     e.handle_timeout(t0 + ms(1200));
     assert_eq!(
         drain(&mut e),
-        vec![Effect::Ack {
+        vec![Seen::Ack {
             leases: vec![a, b, c]
         }]
     );
@@ -75,7 +74,7 @@ fn acks_due_at_one_input_form_one_effect() {
     e.handle_shutdown(t0 + ms(1400), t0 + ms(5000));
     assert_eq!(
         drain(&mut e),
-        vec![Effect::Ack {
+        vec![Seen::Ack {
             leases: vec![a, b, c]
         }]
     );
@@ -87,7 +86,7 @@ fn acks_due_at_one_input_form_one_effect() {
             (c, SettleResult::Ok),
         ],
     );
-    assert_eq!(drain(&mut e), vec![Effect::Drained]);
+    assert_eq!(drain(&mut e), vec![Seen::Drained]);
     assert_eq!(e.stats().acked, 3);
 }
 
@@ -105,7 +104,7 @@ fn failed_ack_is_retried_and_lease_renewed_meanwhile() {
     e.handle_fetched(t0 + ms(10), S0, vec![msg(1)]);
     let (inv, a) = one_run(&drain(&mut e));
     e.handle_outcome(t0 + ms(100), inv, Outcome::Done);
-    assert_eq!(drain(&mut e), vec![Effect::Ack { leases: vec![a] }]);
+    assert_eq!(drain(&mut e), vec![Seen::Ack { leases: vec![a] }]);
     e.handle_acked(t0 + ms(200), [(a, SettleResult::Failed)]);
     assert_eq!(drain(&mut e), vec![]);
 
@@ -124,7 +123,7 @@ fn failed_ack_is_retried_and_lease_renewed_meanwhile() {
     e.handle_timeout(t0 + ms(1199));
     assert_eq!(drain(&mut e), vec![]);
     e.handle_timeout(t0 + ms(1200));
-    assert_eq!(drain(&mut e), vec![Effect::Ack { leases: vec![a] }]);
+    assert_eq!(drain(&mut e), vec![Seen::Ack { leases: vec![a] }]);
     e.handle_acked(t0 + ms(1300), [(a, SettleResult::Ok)]);
     assert_eq!(drain(&mut e), vec![fetch(1, Duration::ZERO)]);
     assert_eq!(e.stats().acked, 1);
@@ -140,7 +139,7 @@ fn lost_ack_drops_the_lease() {
     e.handle_fetched(t0 + ms(10), S0, vec![msg(1)]);
     let (inv, a) = one_run(&drain(&mut e));
     e.handle_outcome(t0 + ms(100), inv, Outcome::Done);
-    assert_eq!(drain(&mut e), vec![Effect::Ack { leases: vec![a] }]);
+    assert_eq!(drain(&mut e), vec![Seen::Ack { leases: vec![a] }]);
     e.handle_acked(t0 + ms(200), [(a, SettleResult::Lost)]);
     let mut later = drain(&mut e);
     assert_eq!(later, vec![fetch(1, Duration::ZERO)]);
@@ -167,7 +166,7 @@ fn lost_ack_with_replaced_fence_is_resent() {
     let (inv, a) = one_run(&fx);
     assert_eq!(fetches(&fx), vec![(S0, 1, ms(1000))]);
     e.handle_outcome(t0 + ms(100), inv, Outcome::Done);
-    assert_eq!(drain(&mut e), vec![Effect::Ack { leases: vec![a] }]);
+    assert_eq!(drain(&mut e), vec![Seen::Ack { leases: vec![a] }]);
 
     // While the ack (fence 1) is in flight, a redelivery with fence 2 is adopted.
     e.handle_fetched(t0 + ms(200), S0, vec![delivery(1, 2, 2)]);
@@ -176,7 +175,7 @@ fn lost_ack_with_replaced_fence_is_resent() {
     assert_eq!(e.lease(a).unwrap().fence(), Fence(2));
     // The backend refused the fence-1 ack: re-send with fence 2.
     e.handle_acked(t0 + ms(300), [(a, SettleResult::Lost)]);
-    assert_eq!(drain(&mut e), vec![Effect::Ack { leases: vec![a] }]);
+    assert_eq!(drain(&mut e), vec![Seen::Ack { leases: vec![a] }]);
     assert_eq!(e.lease(a).unwrap().fence(), Fence(2));
     assert_eq!(e.stats().lost, 0);
     e.handle_acked(t0 + ms(400), [(a, SettleResult::Ok)]);

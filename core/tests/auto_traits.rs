@@ -9,6 +9,6 @@ fn send_sync<T: Send + Sync>() {}
 fn engine_effects_and_leases_are_send_and_sync() {
     send_sync::<LeaseEngine<String>>();
     send_sync::<LeaseEngine<Vec<u8>>>();
-    send_sync::<Effect>();
+    send_sync::<Effect<String>>();
     send_sync::<Lease<String>>();
 }

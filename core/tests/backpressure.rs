@@ -12,7 +12,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use leasehold_core::{Effect, MessageId, Outcome, SettleResult};
+use leasehold_core::{MessageId, Outcome, SettleResult};
 
 /// Never more `Run`s outstanding than `concurrency`; a `Fetch` asks only for free slots and none is
 /// sent while full; `max_leases` bounds held leases (waiting leases fill it → no fetch).
@@ -230,15 +230,15 @@ fn extra_deliveries_are_released_at_once_and_never_run() {
     assert_eq!(
         fx,
         vec![
-            Effect::Run {
+            Seen::Run {
                 invocation: inv,
                 lease: a
             },
-            Effect::Release {
+            Seen::Release {
                 lease: b,
                 delay: Duration::ZERO
             },
-            Effect::Release {
+            Seen::Release {
                 lease: c,
                 delay: Duration::ZERO
             },
@@ -256,7 +256,7 @@ fn extra_deliveries_are_released_at_once_and_never_run() {
     let fx = drain(&mut e);
     assert_eq!(
         fx,
-        vec![fetch(1, Duration::ZERO), Effect::Ack { leases: vec![a] }]
+        vec![fetch(1, Duration::ZERO), Seen::Ack { leases: vec![a] }]
     );
     assert_eq!(e.stats().invocations, 1);
     assert_eq!(e.stats().released, 2);

@@ -15,7 +15,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use leasehold_core::{CancelReason, Effect, Outcome, RenewResult, SettleResult};
+use leasehold_core::{CancelReason, Outcome, RenewResult, SettleResult};
 
 /// A lease reported `RenewResult::Lost` is dropped: its running invocation gets
 /// `Cancel { LeaseLost }`, its later `Done` produces no `Ack`, and it is never in a later `Renew`,
@@ -41,7 +41,7 @@ fn lost_lease_is_cancelled_and_never_acted_on_again() {
     );
     assert_eq!(
         drain(&mut e),
-        vec![Effect::Cancel {
+        vec![Seen::Cancel {
             invocation: inv_a,
             reason: CancelReason::LeaseLost
         }]
@@ -127,7 +127,7 @@ fn lease_expires_locally_at_ttl_after_last_confirmation_send_time() {
     assert_eq!(
         fx,
         vec![
-            Effect::Run {
+            Seen::Run {
                 invocation: inv_a,
                 lease: a
             },
@@ -148,7 +148,7 @@ fn lease_expires_locally_at_ttl_after_last_confirmation_send_time() {
     let (batch, leases) = one_renew(&fx);
     assert_eq!(
         fx,
-        vec![Effect::Renew {
+        vec![Seen::Renew {
             batch,
             leases: vec![a]
         }]
@@ -171,7 +171,7 @@ fn lease_expires_locally_at_ttl_after_last_confirmation_send_time() {
     e.handle_timeout(t0 + ms(2700));
     assert_eq!(
         drain(&mut e),
-        vec![Effect::Cancel {
+        vec![Seen::Cancel {
             invocation: inv_a,
             reason: CancelReason::LeaseExpired
         }]
@@ -235,7 +235,7 @@ fn late_successful_renew_keeps_lease_valid_from_its_send_time() {
     e.handle_outcome(t0 + ms(3699), inv, Outcome::Done);
     assert_eq!(
         drain(&mut e),
-        vec![fetch(1, Duration::ZERO), Effect::Ack { leases: vec![a] }]
+        vec![fetch(1, Duration::ZERO), Seen::Ack { leases: vec![a] }]
     );
 }
 

@@ -10,11 +10,11 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use leasehold_core::{DeadLetterReason, Effect, Outcome, RetryPolicy};
+use leasehold_core::{DeadLetterReason, Outcome, RetryPolicy};
 
 /// Fails one delivery per entry of `counts` (each a fresh message with that delivery count) with
 /// `outcome`, and returns the effect that settled each.
-fn fail_each(cfg: &leasehold_core::Config, counts: &[u32], outcome: &Outcome) -> Vec<Effect> {
+fn fail_each(cfg: &leasehold_core::Config, counts: &[u32], outcome: &Outcome) -> Vec<Seen> {
     let t0 = Instant::now();
     let mut e = engine(&cfg.clone().concurrency(1), t0);
     drain(&mut e);
@@ -26,9 +26,9 @@ fn fail_each(cfg: &leasehold_core::Config, counts: &[u32], outcome: &Outcome) ->
         e.handle_outcome(at, inv, outcome.clone());
         let fx = drain(&mut e);
         assert!(acks(&fx).is_empty(), "{fx:?}");
-        let mut settle: Vec<Effect> = fx
+        let mut settle: Vec<Seen> = fx
             .into_iter()
-            .filter(|f| matches!(f, Effect::Release { .. } | Effect::DeadLetter { .. }))
+            .filter(|f| matches!(f, Seen::Release { .. } | Seen::DeadLetter { .. }))
             .collect();
         assert_eq!(settle.len(), 1);
         assert!(mentions(&settle, lease));
@@ -37,7 +37,7 @@ fn fail_each(cfg: &leasehold_core::Config, counts: &[u32], outcome: &Outcome) ->
     settled
 }
 
-fn release_delays(effects: &[Effect]) -> Vec<Duration> {
+fn release_delays(effects: &[Seen]) -> Vec<Duration> {
     let delays: Vec<Duration> = releases(effects).into_iter().map(|(_, d)| d).collect();
     assert_eq!(delays.len(), effects.len(), "all released: {effects:?}");
     delays
@@ -136,12 +136,12 @@ fn failure_at_max_deliveries_dead_letters() {
         },
     );
     assert!(
-        matches!(settled[0], Effect::Release { delay, .. } if delay == secs(2)),
+        matches!(settled[0], Seen::Release { delay, .. } if delay == secs(2)),
         "{settled:?}"
     );
     for (effect, deliveries) in settled[1..].iter().zip([3, 4]) {
         match effect {
-            Effect::DeadLetter { reason, .. } => assert_eq!(
+            Seen::DeadLetter { reason, .. } => assert_eq!(
                 *reason,
                 DeadLetterReason::MaxDeliveries {
                     deliveries,
@@ -155,7 +155,7 @@ fn failure_at_max_deliveries_dead_letters() {
     assert!(
         matches!(
             &settled[0],
-            Effect::DeadLetter {
+            Seen::DeadLetter {
                 reason: DeadLetterReason::MaxDeliveries { deliveries: 3, .. },
                 ..
             }
@@ -172,9 +172,59 @@ fn reject_dead_letters_at_once() {
     };
     let settled = fail_each(&config().max_deliveries(10), &[1], &reject);
     match &settled[0] {
-        Effect::DeadLetter { reason, .. } => {
+        Seen::DeadLetter { reason, .. } => {
             assert_eq!(*reason, DeadLetterReason::Rejected("cannot decode".into()))
         }
         other => panic!("expected a dead letter, got {other:?}"),
     }
+}
+
+/// A failure is announced with its error and the delay before the next delivery, ahead of the
+/// release that carries that delay; a failure on the last allowed delivery is not (its dead
+/// letter carries the error).
+#[test]
+fn a_failure_is_announced_with_its_error_and_the_next_delay() {
+    let t0 = Instant::now();
+    let mut e = engine(&config().concurrency(1).max_deliveries(2), t0);
+    drain(&mut e);
+    e.handle_fetched(t0, S0, vec![delivery(1, 1, 1)]);
+    let (inv, _) = one_run(&drain(&mut e));
+    e.handle_outcome(
+        t0 + ms(5),
+        inv,
+        Outcome::Failed {
+            error: "connection refused".into(),
+        },
+    );
+    let effects = drain_all(&mut e);
+    let notice = effects.iter().position(|f| {
+        matches!(f, leasehold_core::Effect::Failed { error, retry_in, delivery_count: 1, .. }
+            if error == "connection refused" && *retry_in == secs(1))
+    });
+    let release = effects.iter().position(
+        |f| matches!(f, leasehold_core::Effect::Release { delay, .. } if *delay == secs(1)),
+    );
+    assert!(notice.is_some() && notice < release, "{effects:?}");
+
+    e.handle_fetched(t0 + secs(2), S0, vec![delivery(2, 2, 2)]);
+    let (inv, _) = one_run(&drain(&mut e));
+    e.handle_outcome(
+        t0 + secs(2),
+        inv,
+        Outcome::Failed {
+            error: "still refused".into(),
+        },
+    );
+    let effects = drain_all(&mut e);
+    assert!(
+        !effects
+            .iter()
+            .any(|f| matches!(f, leasehold_core::Effect::Failed { .. })),
+        "{effects:?}"
+    );
+    assert!(effects.iter().any(|f| matches!(
+        f,
+        leasehold_core::Effect::DeadLetter { reason: DeadLetterReason::MaxDeliveries { last_error, .. }, .. }
+            if last_error == "still refused"
+    )));
 }

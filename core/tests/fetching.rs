@@ -10,7 +10,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use leasehold_core::{Effect, Outcome};
+use leasehold_core::Outcome;
 
 /// An empty fetch → the next `Fetch` not before its send time + `poll_interval` (`poll_timeout()`
 /// names it); an empty answer that took that long already → fetch at once.
@@ -44,7 +44,7 @@ fn short_fetch_refetches_waiting_full_fetch_without_waiting() {
     assert_eq!(
         fx,
         vec![
-            Effect::Run {
+            Seen::Run {
                 invocation: one_run(&fx).0,
                 lease: a
             },

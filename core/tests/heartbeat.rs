@@ -12,9 +12,9 @@ mod common;
 use std::time::Instant;
 
 use common::*;
-use leasehold_core::{Effect, LeaseEngine, LeaseId, Outcome, RenewResult};
+use leasehold_core::{LeaseId, Outcome, RenewResult};
 
-fn three_running(cfg: &leasehold_core::Config, t0: Instant) -> (LeaseEngine<String>, Vec<LeaseId>) {
+fn three_running(cfg: &leasehold_core::Config, t0: Instant) -> (TestEngine, Vec<LeaseId>) {
     let mut e = engine(cfg, t0);
     assert_eq!(drain(&mut e), vec![fetch(3, ms(1000))]);
     e.handle_fetched(t0 + ms(10), S0, vec![msg(1), msg(2), msg(3)]);
@@ -128,7 +128,7 @@ fn at_most_one_renew_round_outstanding() {
     let (batch2, renewed) = one_renew(&fx);
     assert_eq!(
         fx,
-        vec![Effect::Renew {
+        vec![Seen::Renew {
             batch: batch2,
             leases: renewed.clone()
         }]
@@ -172,12 +172,12 @@ fn ack_in_flight_is_still_renewed() {
     e.handle_fetched(t0 + ms(10), S0, vec![msg(1)]);
     let (inv, a) = one_run(&drain(&mut e));
     e.handle_outcome(t0 + ms(20), inv, Outcome::Done);
-    assert_eq!(drain(&mut e), vec![Effect::Ack { leases: vec![a] }]);
+    assert_eq!(drain(&mut e), vec![Seen::Ack { leases: vec![a] }]);
     e.handle_timeout(t0 + ms(500));
     let renews: Vec<_> = drain(&mut e)
         .into_iter()
         .filter_map(|fx| match fx {
-            Effect::Renew { leases, .. } => Some(leases),
+            Seen::Renew { leases, .. } => Some(leases),
             _ => None,
         })
         .collect();

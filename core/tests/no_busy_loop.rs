@@ -9,7 +9,7 @@ mod common;
 use std::time::Instant;
 
 use common::*;
-use leasehold_core::{Effect, Outcome, RenewResult, SettleResult};
+use leasehold_core::{Outcome, RenewResult, SettleResult};
 
 /// After every input of a long, varied, seeded random run, `poll_timeout()` is `None` or strictly
 /// later than `now`.
@@ -88,7 +88,7 @@ fn no_busy_loop_when_release_fails_after_missed_heartbeat() {
     );
     assert_eq!(
         drain(&mut e),
-        vec![Effect::Release {
+        vec![Seen::Release {
             lease: a,
             delay: ms(50)
         }]
@@ -124,11 +124,9 @@ fn no_busy_loop_on_common_paths() {
         e.handle_timeout(now);
         for effect in drain(&mut e) {
             match effect {
-                Effect::Run { invocation, .. } => {
-                    e.handle_outcome(now, invocation, Outcome::Pending)
-                }
-                Effect::Fetch { .. } => e.handle_fetched(now, S0, vec![]),
-                Effect::Renew { batch, leases } => e.handle_renewed(
+                Seen::Run { invocation, .. } => e.handle_outcome(now, invocation, Outcome::Pending),
+                Seen::Fetch { .. } => e.handle_fetched(now, S0, vec![]),
+                Seen::Renew { batch, leases } => e.handle_renewed(
                     now,
                     batch,
                     leases.into_iter().map(|l| (l, RenewResult::Kept)),

@@ -12,7 +12,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use leasehold_core::{Effect, MessageId, Outcome, RenewResult, SettleResult};
+use leasehold_core::{MessageId, Outcome, RenewResult, SettleResult};
 
 /// A `Pending` message keeps its lease (it is in the next `Renew`) and frees its invocation slot
 /// (at concurrency 1 another message is fetched and run while it waits).
@@ -28,7 +28,7 @@ fn pending_keeps_its_lease_and_frees_its_slot() {
     let (inv_a, a) = one_run(&fx);
     assert_eq!(
         fx,
-        vec![Effect::Run {
+        vec![Seen::Run {
             invocation: inv_a,
             lease: a
         }]
@@ -46,7 +46,7 @@ fn pending_keeps_its_lease_and_frees_its_slot() {
     let (inv_b, b) = one_run(&fx);
     assert_eq!(
         fx,
-        vec![Effect::Run {
+        vec![Seen::Run {
             invocation: inv_b,
             lease: b
         }]
@@ -94,7 +94,7 @@ fn pending_is_rerun_after_exactly_repoll_interval() {
     let (inv2, lease) = one_run(&fx);
     assert_eq!(
         fx,
-        vec![Effect::Run {
+        vec![Seen::Run {
             invocation: inv2,
             lease: a
         }]
@@ -133,20 +133,22 @@ fn due_reruns_go_before_new_fetches() {
     assert_eq!(
         fx,
         vec![
-            Effect::Run {
+            Seen::Run {
                 invocation: inv_a2,
                 lease: a
             },
-            Effect::Ack { leases: vec![b] }
+            Seen::Ack { leases: vec![b] }
         ]
     );
     assert!(fetches(&fx).is_empty());
+    e.handle_acked(t0 + ms(650), [(b, SettleResult::Ok)]);
+    assert_eq!(drain(&mut e), vec![]);
 
     // Once A is done the slot is free for new intake.
     e.handle_outcome(t0 + ms(700), inv_a2, Outcome::Done);
     assert_eq!(
         drain(&mut e),
-        vec![fetch(1, Duration::ZERO), Effect::Ack { leases: vec![a] }]
+        vec![fetch(1, Duration::ZERO), Seen::Ack { leases: vec![a] }]
     );
 }
 
@@ -169,7 +171,7 @@ fn first_repoll_is_spread_then_the_cadence_is_exact() {
     e.handle_outcome(t0, inv, Outcome::Pending);
     // The freed slot fetches; nothing new is there.
     for effect in drain(&mut e) {
-        if let Effect::Fetch { stream, .. } = effect {
+        if let Seen::Fetch { stream, .. } = effect {
             e.handle_fetched(t0, stream, vec![]);
         }
     }
@@ -179,15 +181,15 @@ fn first_repoll_is_spread_then_the_cadence_is_exact() {
         let now = e.poll_timeout().expect("a re-poll is due");
         assert!(now < t0 + secs(10), "no re-run came");
         e.handle_timeout(now);
-        let mut queue: std::collections::VecDeque<Effect> = drain(&mut e).into();
+        let mut queue: std::collections::VecDeque<Seen> = drain(&mut e).into();
         while let Some(effect) = queue.pop_front() {
             match effect {
-                Effect::Run { invocation, .. } => {
+                Seen::Run { invocation, .. } => {
                     reruns.push(now);
                     e.handle_outcome(now, invocation, Outcome::Pending);
                 }
-                Effect::Fetch { stream, .. } => e.handle_fetched(now, stream, vec![]),
-                Effect::Renew { batch, leases } => e.handle_renewed(
+                Seen::Fetch { stream, .. } => e.handle_fetched(now, stream, vec![]),
+                Seen::Renew { batch, leases } => e.handle_renewed(
                     now,
                     batch,
                     leases.into_iter().map(|l| (l, RenewResult::Kept)),
@@ -235,21 +237,21 @@ fn a_burst_of_pending_messages_is_spread_over_the_interval() {
             now = e.poll_timeout().expect("re-polls are due");
             assert!(now <= t0 + secs(10), "re-poll past the interval");
             e.handle_timeout(now);
-            let mut queue: std::collections::VecDeque<Effect> = drain(&mut e).into();
+            let mut queue: std::collections::VecDeque<Seen> = drain(&mut e).into();
             while let Some(effect) = queue.pop_front() {
                 match effect {
-                    Effect::Run { invocation, .. } => {
+                    Seen::Run { invocation, .. } => {
                         rerun += 1;
                         instants.insert(now);
                         e.handle_outcome(now, invocation, Outcome::Done);
                     }
-                    Effect::Fetch { stream, .. } => e.handle_fetched(now, stream, vec![]),
-                    Effect::Renew { batch, leases } => e.handle_renewed(
+                    Seen::Fetch { stream, .. } => e.handle_fetched(now, stream, vec![]),
+                    Seen::Renew { batch, leases } => e.handle_renewed(
                         now,
                         batch,
                         leases.into_iter().map(|l| (l, RenewResult::Kept)),
                     ),
-                    Effect::Ack { leases } => {
+                    Seen::Ack { leases } => {
                         e.handle_acked(now, leases.into_iter().map(|l| (l, SettleResult::Ok)))
                     }
                     other => panic!("unexpected {other:?}"),

@@ -11,7 +11,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use leasehold_core::{CancelReason, DeadLetterReason, Effect, Outcome};
+use leasehold_core::{CancelReason, DeadLetterReason, Outcome};
 
 /// `max_processing_time` exceeded → `Cancel { MaxProcessingTime }`; the invocation's later outcome
 /// (even `Done`) counts as a failed attempt: released with the backoff, never acked.
@@ -33,7 +33,7 @@ fn max_processing_time_cancels_and_counts_as_failure() {
     e.handle_timeout(t0 + ms(510));
     assert_eq!(
         drain(&mut e),
-        vec![Effect::Cancel {
+        vec![Seen::Cancel {
             invocation: inv,
             reason: CancelReason::MaxProcessingTime
         }]
@@ -49,7 +49,7 @@ fn max_processing_time_cancels_and_counts_as_failure() {
     assert_eq!(
         drain(&mut e),
         vec![
-            Effect::Release {
+            Seen::Release {
                 lease: a,
                 delay: secs(1)
             },

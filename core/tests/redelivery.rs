@@ -13,7 +13,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use leasehold_core::{CancelReason, Effect, Fence, MessageId, Outcome, RenewResult};
+use leasehold_core::{CancelReason, Fence, MessageId, Outcome, RenewResult};
 
 /// A held message is never run twice at once; a delivery of a message already held (same stream and
 /// id, new fence and count) adopts the new fence, starts nothing, and the eventual ack carries the
@@ -30,7 +30,7 @@ fn redelivery_of_held_message_adopts_fence_and_starts_nothing() {
     assert_eq!(
         fx,
         vec![
-            Effect::Run {
+            Seen::Run {
                 invocation: inv1,
                 lease: a
             },
@@ -63,13 +63,13 @@ fn redelivery_of_held_message_adopts_fence_and_starts_nothing() {
     let (inv2, _) = one_run(&fx);
     assert_eq!(
         fx,
-        vec![Effect::Run {
+        vec![Seen::Run {
             invocation: inv2,
             lease: a
         }]
     );
     e.handle_outcome(t0 + ms(440), inv2, Outcome::Done);
-    assert_eq!(drain(&mut e), vec![Effect::Ack { leases: vec![a] }]);
+    assert_eq!(drain(&mut e), vec![Seen::Ack { leases: vec![a] }]);
     assert_eq!(
         e.lease(a).unwrap().fence(),
         Fence(8),
@@ -119,7 +119,7 @@ fn cancelled_invocation_of_lost_lease_keeps_its_slot() {
     e.handle_renewed(t0 + ms(1010), batch, [(a, RenewResult::Lost)]);
     assert_eq!(
         drain(&mut e),
-        vec![Effect::Cancel {
+        vec![Seen::Cancel {
             invocation: inv,
             reason: CancelReason::LeaseLost
         }],
@@ -152,7 +152,7 @@ fn redelivery_waits_for_the_cancelled_invocation() {
     e.handle_renewed(t0 + ms(1005), batch, [(a, RenewResult::Lost)]);
     assert_eq!(
         drain(&mut e),
-        vec![Effect::Cancel {
+        vec![Seen::Cancel {
             invocation: inv,
             reason: CancelReason::LeaseLost
         }]

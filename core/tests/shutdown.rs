@@ -1,4 +1,4 @@
-//! Guarantee 6 of the crate docs: after `Effect::Drained` no lease is held.
+//! Guarantee 6 of the crate docs: after `Seen::Drained` no lease is held.
 //!
 //! `handle_shutdown` stops fetching, hands waiting messages and deliveries that arrive afterwards
 //! straight back (a release with delay 0), lets running invocations finish until the deadline and
@@ -11,7 +11,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use leasehold_core::{CancelReason, Effect, MessageId, Outcome, SettleResult};
+use leasehold_core::{CancelReason, MessageId, Outcome, SettleResult};
 
 /// After `handle_shutdown` no more `Fetch`; waiting leases are released at once with delay 0;
 /// running invocations get until the deadline (then `Cancel { Shutdown }` and a release with delay
@@ -41,7 +41,7 @@ fn shutdown_releases_waits_cancels_and_drains_once() {
     let fx = drain(&mut e);
     assert_eq!(
         fx,
-        vec![Effect::Release {
+        vec![Seen::Release {
             lease: a,
             delay: Duration::ZERO
         }]
@@ -51,7 +51,7 @@ fn shutdown_releases_waits_cancels_and_drains_once() {
     // Finishing before the deadline: acked.
     e.handle_outcome(t0 + ms(300), ib, Outcome::Done);
     let fx = drain(&mut e);
-    assert_eq!(fx, vec![Effect::Ack { leases: vec![b] }]);
+    assert_eq!(fx, vec![Seen::Ack { leases: vec![b] }]);
     after.extend(fx);
 
     // The outstanding fetch answers: released at once, never run.
@@ -60,7 +60,7 @@ fn shutdown_releases_waits_cancels_and_drains_once() {
     let [(d, delay)] = releases(&fx)[..] else {
         panic!("{fx:?}")
     };
-    assert_eq!(fx, vec![Effect::Release { lease: d, delay }]);
+    assert_eq!(fx, vec![Seen::Release { lease: d, delay }]);
     assert_eq!(delay, Duration::ZERO);
     assert_eq!(message_of(&e, d), MessageId::from(4));
     after.extend(fx);
@@ -73,7 +73,7 @@ fn shutdown_releases_waits_cancels_and_drains_once() {
     let fx = drain(&mut e);
     assert_eq!(
         fx,
-        vec![Effect::Cancel {
+        vec![Seen::Cancel {
             invocation: ic,
             reason: CancelReason::Shutdown
         }]
@@ -83,7 +83,7 @@ fn shutdown_releases_waits_cancels_and_drains_once() {
     let fx = drain(&mut e);
     assert_eq!(
         fx,
-        vec![Effect::Release {
+        vec![Seen::Release {
             lease: c,
             delay: Duration::ZERO
         }]
@@ -97,10 +97,10 @@ fn shutdown_releases_waits_cancels_and_drains_once() {
     after.extend(drain(&mut e));
     e.handle_released(t0 + ms(1400), d, SettleResult::Ok);
     after.extend(drain(&mut e));
-    assert!(!after.contains(&Effect::Drained));
+    assert!(!after.contains(&Seen::Drained));
     assert!(!e.is_drained());
     e.handle_released(t0 + ms(1500), c, SettleResult::Ok);
-    assert_eq!(drain(&mut e), vec![Effect::Drained]);
+    assert_eq!(drain(&mut e), vec![Seen::Drained]);
     assert!(e.is_drained());
     assert_eq!(e.held(), 0);
     assert_eq!(e.running(), 0);
@@ -130,9 +130,9 @@ fn shutdown_lets_running_invocations_finish_before_the_deadline() {
     e.handle_shutdown(t0 + ms(20), t0 + ms(2000));
     assert_eq!(drain(&mut e), vec![]);
     e.handle_outcome(t0 + ms(500), inv, Outcome::Done);
-    assert_eq!(drain(&mut e), vec![Effect::Ack { leases: vec![a] }]);
+    assert_eq!(drain(&mut e), vec![Seen::Ack { leases: vec![a] }]);
     e.handle_acked(t0 + ms(600), [(a, SettleResult::Ok)]);
-    assert_eq!(drain(&mut e), vec![Effect::Drained]);
+    assert_eq!(drain(&mut e), vec![Seen::Drained]);
     e.handle_timeout(t0 + ms(2000));
     assert_eq!(
         drain(&mut e),
@@ -155,11 +155,11 @@ fn pending_during_shutdown_is_released_at_once() {
     e.handle_outcome(t0 + ms(30), inv, Outcome::Pending);
     assert_eq!(
         drain(&mut e),
-        vec![Effect::Release {
+        vec![Seen::Release {
             lease: a,
             delay: Duration::ZERO
         }]
     );
     e.handle_released(t0 + ms(40), a, SettleResult::Ok);
-    assert_eq!(drain(&mut e), vec![Effect::Drained]);
+    assert_eq!(drain(&mut e), vec![Seen::Drained]);
 }

@@ -10,7 +10,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use leasehold_core::{Effect, Outcome, RenewResult, SettleResult};
+use leasehold_core::{Outcome, RenewResult, SettleResult};
 
 /// An outcome for an unknown invocation, a second outcome for the same invocation, and an outcome
 /// of an earlier run of a re-run message are ignored.
@@ -43,7 +43,7 @@ fn stale_or_unknown_outcomes_are_ignored() {
     assert_eq!(drain(&mut e), vec![]);
     assert_eq!(e.running(), 1);
     e.handle_outcome(t0 + ms(440), inv2, Outcome::Done);
-    assert_eq!(drain(&mut e), vec![Effect::Ack { leases: vec![a] }]);
+    assert_eq!(drain(&mut e), vec![Seen::Ack { leases: vec![a] }]);
     // A second Done for the acked invocation: no second ack.
     e.handle_outcome(t0 + ms(450), inv2, Outcome::Done);
     assert_eq!(drain(&mut e), vec![]);
@@ -112,27 +112,29 @@ fn settle_results_for_leases_not_being_settled_are_ignored() {
     drain(&mut e);
     e.handle_fetched(t0 + ms(10), S0, vec![msg(1)]);
     let (inv, a) = one_run(&drain(&mut e));
-    // Running, not being acked: these change nothing.
-    e.handle_acked(t0 + ms(20), [(a, SettleResult::Ok)]);
-    e.handle_acked(t0 + ms(20), [(a, SettleResult::Lost)]);
+    // Running, not being settled: these change nothing, and are counted as unexpected. (An ack
+    // answer names the batch of an `Ack` effect, so none can come for a lease never acked.)
     e.handle_released(t0 + ms(20), a, SettleResult::Ok);
     e.handle_dead_lettered(t0 + ms(20), a, SettleResult::Lost);
     assert_eq!(drain(&mut e), vec![]);
     assert_eq!(e.running(), 1);
     assert_eq!(e.held(), 1);
+    assert_eq!(e.stats().unexpected, 2);
     e.handle_outcome(t0 + ms(30), inv, Outcome::Done);
-    assert_eq!(drain(&mut e), vec![Effect::Ack { leases: vec![a] }]);
+    assert_eq!(drain(&mut e), vec![Seen::Ack { leases: vec![a] }]);
     // Being acked, not released: a release result is ignored.
     e.handle_released(t0 + ms(40), a, SettleResult::Lost);
     e.handle_dead_lettered(t0 + ms(40), a, SettleResult::Ok);
     assert_eq!(drain(&mut e), vec![]);
     assert_eq!(e.held(), 1);
+    assert_eq!(e.stats().unexpected, 4);
     e.handle_acked(t0 + ms(50), [(a, SettleResult::Ok)]);
     assert_eq!(drain(&mut e), vec![fetch(1, Duration::ZERO)]);
-    // Gone: a second ack result is ignored.
+    // Gone: a second answer for the same batch is ignored.
     e.handle_acked(t0 + ms(60), [(a, SettleResult::Failed)]);
     assert_eq!(drain(&mut e), vec![]);
     assert_eq!(e.stats().acked, 1);
+    assert_eq!(e.stats().unexpected, 5);
 }
 
 /// A `now` earlier than a previous one is treated as the latest `now` (no panic, no timers run
@@ -155,7 +157,7 @@ fn time_going_backwards_is_ignored() {
     e.handle_outcome(t0, inv, Outcome::Done);
     assert_eq!(
         drain(&mut e),
-        vec![fetch(1, Duration::ZERO), Effect::Ack { leases: vec![a] }]
+        vec![fetch(1, Duration::ZERO), Seen::Ack { leases: vec![a] }]
     );
     assert_no_busy_loop(&e, t0 + ms(1000));
 }

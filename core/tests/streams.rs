@@ -8,19 +8,19 @@ mod common;
 use std::time::Instant;
 
 use common::*;
-use leasehold_core::{Effect, Fence, LeaseEngine, Outcome, StreamId};
+use leasehold_core::{Fence, Outcome, StreamId};
 
 /// Streams share one concurrency budget.
 #[test]
 fn streams_share_one_concurrency_budget() {
     let t0 = Instant::now();
-    let mut e = LeaseEngine::<String>::with_streams(&config().concurrency(2), 2, t0).unwrap();
+    let mut e = engine_with_streams(&config().concurrency(2), 2, t0);
     let s1 = StreamId(1);
     assert_eq!(
         drain(&mut e),
         vec![
             fetch(1, ms(1000)),
-            Effect::Fetch {
+            Seen::Fetch {
                 stream: s1,
                 max: 1,
                 wait: ms(1000)
@@ -47,7 +47,7 @@ fn streams_share_one_concurrency_budget() {
 #[test]
 fn fetches_go_round_robin() {
     let t0 = Instant::now();
-    let mut e = LeaseEngine::<String>::with_streams(&config().concurrency(1), 3, t0).unwrap();
+    let mut e = engine_with_streams(&config().concurrency(1), 3, t0);
     let mut order = Vec::new();
     let mut fx = drain(&mut e);
     for i in 0..6u64 {
@@ -70,7 +70,7 @@ fn fetches_go_round_robin() {
 #[test]
 fn pending_on_one_stream_does_not_block_another() {
     let t0 = Instant::now();
-    let mut e = LeaseEngine::<String>::with_streams(&config().concurrency(1), 2, t0).unwrap();
+    let mut e = engine_with_streams(&config().concurrency(1), 2, t0);
     let s1 = StreamId(1);
     let fx = drain(&mut e);
     assert_eq!(fetches(&fx).len(), 1);

@@ -1,56 +1,133 @@
-//! The checks run once an input's effects are drained: guarantees 1 to 7 of `leasehold-core`'s
-//! crate docs, numbered as there, and the agreement of the engine's public view (`held`,
-//! `running`, `lease`, `valid_until`, `poll_timeout`, `is_drained`) with the reference model.
+//! The checks run once an input's (or a burst's) effects are drained: guarantees 1 to 7 of
+//! `leasehold-core`'s crate docs, numbered as there, every predicted effect emitted, and the
+//! agreement of the engine's public view (`held`, `running`, `lease`, `valid_until`,
+//! `poll_timeout`, `is_drained`, `stats`) with the reference model.
 
 use std::time::Instant;
 
 use leasehold_core::{CancelReason, LeaseEngine};
 
-use crate::model::{End, MLease, MState, Model, Tag};
+use crate::model::{Counts, End, Expect, MLease, MState, Model, Tag};
 use crate::observe::{problem, Problems};
 use crate::violation::Rule;
 
 impl Model {
-    /// Every check of the state after an input; problems go to `out`.
-    pub(crate) fn check(&self, engine: &LeaseEngine<Tag>, out: &mut Problems) {
+    /// Every check of the state after the drained inputs; problems go to `out`. Clears what the
+    /// drain's effects were matched against.
+    pub(crate) fn check(&mut self, engine: &LeaseEngine<Tag>, out: &mut Problems) {
+        self.check_round(out);
+        self.check_fetch_sizes(out);
         self.check_expected_effects(out);
+        self.check_acks(out);
         self.check_engine_view(engine, out);
+        self.check_counts(engine, out);
         self.check_capacity(out);
         self.check_heartbeat(out);
         self.check_timers(engine.poll_timeout(), out);
         self.check_drain(engine, out);
+        self.drained_effects();
     }
 
-    /// Effects the model decided on for this input were all emitted.
+    /// Effects the model decided on for the drained inputs were all emitted.
     fn check_expected_effects(&self, out: &mut Problems) {
-        for (tag, l) in &self.leases {
-            let who = Who(l, *tag);
-            match &l.state {
-                MState::Taken => problem(
-                    out,
+        for expect in &self.expected {
+            let who = |tag: &Tag| Who(&self.leases[tag], *tag).to_string();
+            let (rule, detail) = match expect {
+                Expect::Run { tag, attempt, .. } => (
                     Rule::Model,
-                    format!("{who} was delivered within the fetch's budget but not run"),
+                    format!(
+                        "{}: Run (attempt {attempt}) expected, not emitted",
+                        who(tag)
+                    ),
                 ),
-                MState::Settling {
-                    op,
-                    must_send: true,
+                Expect::Cancel {
+                    tag,
+                    attempt,
+                    reason,
+                } => (
+                    match reason {
+                        CancelReason::LeaseLost | CancelReason::LeaseExpired => Rule::Expiry,
+                        _ => Rule::Model,
+                    },
+                    format!("{}: attempt {attempt} not cancelled ({reason:?})", who(tag)),
+                ),
+                Expect::Valid {
+                    tag,
+                    attempt,
+                    until,
+                } => (
+                    Rule::Model,
+                    format!(
+                        "{}: attempt {attempt} not told its lease is valid until {}",
+                        who(tag),
+                        self.at(*until)
+                    ),
+                ),
+                Expect::Settle { tag, op, .. } => (
+                    Rule::Model,
+                    format!("{}: expected {op:?} not emitted", who(tag)),
+                ),
+                Expect::Halt { stream } => (
+                    Rule::Model,
+                    format!("a fatal error on {stream:?}, but no Halt"),
+                ),
+                Expect::Lost {
+                    stream,
+                    msg,
+                    reason,
                     ..
-                } => problem(
-                    out,
+                } => (
                     Rule::Model,
-                    format!("{who}: expected {op:?} not emitted"),
+                    format!("{msg} of {stream:?} let go of ({reason:?}), but no Lost notice"),
                 ),
-                _ => {}
-            }
-            if let Some((inv, reason)) = l.must_cancel {
-                let rule = match reason {
-                    CancelReason::LeaseLost | CancelReason::LeaseExpired => Rule::Expiry,
-                    _ => Rule::Model,
-                };
+                Expect::Failed {
+                    stream, msg, error, ..
+                } => (
+                    Rule::Model,
+                    format!("{msg} of {stream:?} failed ({error}), but no Failed notice"),
+                ),
+                Expect::Drained => (
+                    Rule::Drain,
+                    "shut down with nothing held, running or fetching, but no Drained".into(),
+                ),
+            };
+            problem(out, rule, detail);
+        }
+    }
+
+    /// The fetches decided when the effects were polled share the whole budget left after every
+    /// input (each at most `fetch_batch_size`): a fetch decided in the middle of a burst would
+    /// ask for less.
+    fn check_fetch_sizes(&self, out: &mut Problems) {
+        if let Some((budget, asked)) = self.polled {
+            let fetches = self.fetches_polled as usize;
+            let expected = budget.min(fetches * self.cfg.fetch_batch_size);
+            if asked != expected {
                 problem(
                     out,
-                    rule,
-                    format!("{who}: {inv:?} not cancelled ({reason:?})"),
+                    Rule::Model,
+                    format!(
+                        "{fetches} Fetch effects ask for {asked} messages; the budget after the \
+                         inputs is {budget} (fetch_batch_size {}), so {expected}",
+                        self.cfg.fetch_batch_size
+                    ),
+                );
+            }
+        }
+    }
+
+    /// Once the effects are polled, a stream with no `Ack` in flight has no ack waiting.
+    fn check_acks(&self, out: &mut Problems) {
+        for (tag, l) in &self.leases {
+            let s = usize::from(l.stream.0);
+            if l.state.awaits_ack() && self.acking[s].is_none() {
+                problem(
+                    out,
+                    Rule::Model,
+                    format!(
+                        "{}: its ack is due and no Ack of its stream is in flight, but none was sent",
+                        Who(l, *tag)
+                    ),
                 );
             }
         }
@@ -58,7 +135,7 @@ impl Model {
 
     /// `held`, `running`, `lease`, `valid_until` agree with the model.
     fn check_engine_view(&self, engine: &LeaseEngine<Tag>, out: &mut Problems) {
-        let (held, running) = (self.held(), self.runs.len());
+        let (held, running) = (self.held(), self.running());
         if engine.held() != held {
             problem(
                 out,
@@ -90,16 +167,20 @@ impl Model {
                         format!("{who} held by the model, unknown to the engine"),
                     ),
                     Some(lease) => {
-                        if lease.fence() != l.fence || lease.delivery_count() != l.delivery_count {
+                        let engine_view = (
+                            lease.fence(),
+                            lease.delivery_count(),
+                            lease.attempt(),
+                            *lease.payload(),
+                        );
+                        if engine_view != (l.fence, l.delivery_count, l.attempt, *tag) {
                             problem(
                                 out,
                                 Rule::Model,
                                 format!(
-                                    "{who}: engine has fence {:?} count {}, latest delivery {:?} count {}",
-                                    lease.fence(),
-                                    lease.delivery_count(),
-                                    l.fence,
-                                    l.delivery_count
+                                    "{who}: engine has (fence, count, attempt, payload) \
+                                     {engine_view:?}, model {:?}",
+                                    (l.fence, l.delivery_count, l.attempt, *tag)
                                 ),
                             );
                         }
@@ -157,9 +238,42 @@ impl Model {
         }
     }
 
+    /// The engine's counters equal the model's, `stale` and `unexpected` included.
+    fn check_counts(&self, engine: &LeaseEngine<Tag>, out: &mut Problems) {
+        let s = engine.stats();
+        let engine_counts = Counts {
+            delivered: s.delivered,
+            redelivered: s.redelivered,
+            overflow: s.overflow,
+            invocations: s.invocations,
+            pending: s.pending,
+            failures: s.failures,
+            acked: s.acked,
+            released: s.released,
+            dead_lettered: s.dead_lettered,
+            cancelled: s.cancelled,
+            lost: s.lost,
+            expired: s.expired,
+            abandoned: s.abandoned,
+            halted: s.halted,
+            stale: s.stale,
+            unexpected: s.unexpected,
+        };
+        if engine_counts != self.counts {
+            problem(
+                out,
+                Rule::Model,
+                format!(
+                    "engine stats {engine_counts:?} differ from the model's {:?}",
+                    self.counts
+                ),
+            );
+        }
+    }
+
     /// Guarantees 1 and 2 on the state.
     fn check_capacity(&self, out: &mut Problems) {
-        let (running, reserved, held) = (self.runs.len(), self.reserved(), self.held_counted());
+        let (running, reserved, held) = (self.running(), self.reserved(), self.held_counted());
         let (capacity, max_leases) = (self.capacity(), self.cfg.max_leases);
         if running > self.cfg.concurrency || running + reserved > capacity {
             problem(
@@ -183,9 +297,10 @@ impl Model {
             );
         }
         let mut messages: Vec<_> = self
-            .runs
+            .leases
             .values()
-            .map(|t| (self.leases[t].stream, &self.leases[t].msg))
+            .filter(|l| l.state.is_running())
+            .map(|l| (l.stream, &l.msg))
             .collect();
         messages.sort();
         if let Some(pair) = messages.windows(2).find(|w| w[0] == w[1]) {
@@ -195,36 +310,12 @@ impl Model {
                 format!("two invocations of {:?}/{} running", pair[0].0, pair[0].1),
             );
         }
-        if self.shutdown.is_none() && self.slot_free() {
-            if let Some((tag, l)) = self.leases.iter().find(|(_, l)| l.state == MState::Ready) {
-                problem(
-                    out,
-                    Rule::Model,
-                    format!(
-                        "{:?}/{} (delivery {tag}) is due to re-run, but waits although a slot is free",
-                        l.stream, l.msg
-                    ),
-                );
-            }
-        }
     }
 
     /// Guarantee 4: with no round outstanding, every renewable held lease was named in a
-    /// `Renew` (or fetched) less than `heartbeat_interval` ago; a round names all of them.
+    /// `Renew` (or fetched) less than `heartbeat_interval` ago.
     fn check_heartbeat(&self, out: &mut Problems) {
-        if let Some(round) = self.round.as_ref().filter(|r| r.step == self.input) {
-            for (tag, l) in &self.leases {
-                if !l.state.is_renewable() || round.gens.contains_key(tag) {
-                    continue;
-                }
-                problem(
-                    out,
-                    Rule::Heartbeat,
-                    format!("{:?}/{} missing from the heartbeat round", l.stream, l.msg),
-                );
-            }
-        }
-        if self.round_outstanding() {
+        if self.round.is_some() {
             return;
         }
         let hb = self.cfg.heartbeat_interval;
@@ -267,7 +358,7 @@ impl Model {
             self.cfg.heartbeat_interval,
             self.cfg.max_processing_time,
         );
-        let round_outstanding = self.round_outstanding();
+        let round_outstanding = self.round.is_some();
         for (tag, l) in &self.leases {
             let tag = Some(*tag);
             if l.state.is_held() {
@@ -282,10 +373,7 @@ impl Model {
                     cancelled: None,
                     ..
                 } => due.push((started + mpt, Rule::Model, "max processing time", tag)),
-                // Between `earliest` and `due` the engine may have made it ready already.
-                MState::Waiting { earliest, due: at } if earliest > now => {
-                    due.push((at, Rule::Model, "re-poll", tag))
-                }
+                MState::Waiting { due: at } => due.push((at, Rule::Model, "re-poll", tag)),
                 MState::Settling {
                     in_flight: false,
                     retry_at: Some(at),
@@ -338,20 +426,11 @@ impl Model {
                 ),
             );
         }
-        let idle =
-            self.held() == 0 && self.runs.is_empty() && self.fetches.iter().all(Option::is_none);
-        if self.drained && (self.held() > 0 || !self.runs.is_empty()) {
+        if self.drained && (self.held() > 0 || self.running() > 0) {
             problem(
                 out,
                 Rule::Drain,
                 "a lease is held or an invocation runs after Drained".into(),
-            );
-        }
-        if self.shutdown.is_some() && idle && !self.drained {
-            problem(
-                out,
-                Rule::Drain,
-                "shut down with nothing held, running or fetching, but no Drained".into(),
             );
         }
     }

@@ -2,12 +2,22 @@
 //! computed from the inputs it gives and the effects it sees, never from engine internals.
 //!
 //! Each input is mirrored in the engine's order (`begin`: local expiry, max processing time,
-//! shutdown deadline, due re-polls, due settle retries; then the input itself), which lets the
-//! model predict every `Run` of a new delivery, every `Cancel`, `Ack`, `Release` and
-//! `DeadLetter`, and the exact content of every heartbeat round. What it does not predict
-//! (when a fetch or a heartbeat round is sent, which ready lease takes a free slot) it bounds
-//! by the invariants instead. The only engine call it makes is [`LeaseEngine::lease`], as a
-//! driver does, to learn which delivery (payload tag) a new `LeaseId` stands for.
+//! shutdown deadline, due re-polls, due settle retries; then the input itself; then `finish`:
+//! ready leases start while a slot is free), and every effect the input causes is *predicted* at
+//! that moment, with what it must carry then: `Run` (of a new delivery or of a ready lease, in
+//! the order leases became ready), `Cancel`, `LeaseValid`, `Release`, `DeadLetter`, `Halt`,
+//! `Drained`. The drained effects are matched against those predictions afterwards, which is
+//! what lets a burst of inputs be drained once: an effect is judged by the state at the input
+//! that caused it, not by the state after the burst. `Ack` and `Fetch` are decided when effects
+//! are polled, so they are judged by the state after the last input. What the model does not
+//! predict (when a fetch or a heartbeat round is sent) it bounds by the invariants instead; a
+//! round is matched against the renewable leases at the end of one of the drained inputs.
+//!
+//! Retry jitter and the first re-poll's spread come from the engine's seeded generator; the
+//! model draws the same numbers in the same order ([`Jitter`]), so backoff delays and re-poll
+//! instants are predicted exactly. The only engine call the model makes is
+//! [`LeaseEngine::lease`], to learn which delivery (payload tag) a `LeaseId` first seen in a
+//! `Renew`, `Release` or `DeadLetter` stands for (a `Run` carries its payload).
 //!
 //! [`LeaseEngine::lease`]: leasehold_core::LeaseEngine::lease
 
@@ -15,13 +25,20 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use leasehold_core::{
-    CancelReason, DeadLetterReason, Fence, Fetched, InvocationId, LeaseId, MessageId, Outcome,
-    RenewId, RenewResult, RetryPolicy, Settings, SettleResult, StreamId,
+    AckId, CancelReason, DeadLetterReason, ErrorKind, Fence, Fetched, InvocationId, LeaseId,
+    LeaseRef, LossReason, MessageId, Outcome, RenewId, RenewResult, Settings, SettleResult,
+    StreamId,
 };
 
 /// A delivery's payload: a number unique per delivery, so an effect's `LeaseId` can be tied to
 /// the delivery that created it.
 pub(crate) type Tag = u64;
+
+/// The order in which fetches and renew rounds were sent (their confirmations): the number of
+/// the input at which the engine opened it, then its place within that input (0: an unsolicited
+/// fetch answer, during the input; 1: a renew round, at its end; 2 and up: fetches, when the
+/// effects were polled).
+pub(crate) type Seq = (u64, u32);
 
 /// How a held lease is settled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,11 +53,10 @@ pub(crate) enum Op {
 pub(crate) enum Carry {
     Nothing,
     Delay(Duration),
-    Backoff { deliveries: u32 },
     Reason(DeadLetterReason),
 }
 
-/// Why a lease is gone for good.
+/// Why a lease is gone for good (the engine no longer knows it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum End {
     Settled(Op),
@@ -53,35 +69,37 @@ pub(crate) enum End {
 /// Where a delivery is in its life, as the model sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum MState {
-    /// Created within a fetch's budget: its `Run` must follow in this step.
-    Taken,
-    /// Taken while a cancelled invocation of the same message still runs.
+    /// Waiting for a cancelled invocation of the same message to report (or created beyond the
+    /// fetch's budget, for the instant before its release).
     Blocked,
     Running {
-        inv: InvocationId,
+        attempt: u32,
         started: Instant,
         cancelled: Option<CancelReason>,
     },
-    /// Returned `Pending`: ready to re-run at `due` at the latest, `earliest` at the soonest (a
-    /// delivery's first re-poll may come early by up to `repoll_spread` of the interval).
+    /// Returned `Pending`: ready to re-run at `due`.
     Waiting {
-        earliest: Instant,
         due: Instant,
     },
-    Ready,
+    /// Due to run, waiting for a free slot; `order` is when it became ready (first come, first
+    /// started).
+    Ready {
+        order: u64,
+    },
     Settling {
         op: Op,
         carry: Carry,
+        /// The call is out (or, for an ack, waiting for its stream's batch).
         in_flight: bool,
-        /// Decided in this step: the effect must appear among this step's effects.
-        must_send: bool,
-        /// `gen` when the effect was sent: a later adoption makes a `Lost` answer stale.
+        /// `gen` when the call was sent: a later adoption makes a `Lost` answer stale.
         sent_gen: u32,
+        /// The `Ack` batch it went out in (`None` while it waits for one).
+        batch: Option<AckId>,
         retry_at: Option<Instant>,
     },
     /// Lost or expired while running: not held, its cancelled invocation still occupies a slot.
     Orphan {
-        inv: InvocationId,
+        attempt: u32,
         successor: Option<Tag>,
     },
     Gone(End),
@@ -113,6 +131,22 @@ impl MState {
             }
         )
     }
+    /// Occupies an invocation slot.
+    pub(crate) fn is_running(&self) -> bool {
+        matches!(self, MState::Running { .. } | MState::Orphan { .. })
+    }
+    /// Waiting for its stream's next `Ack`.
+    pub(crate) fn awaits_ack(&self) -> bool {
+        matches!(
+            self,
+            MState::Settling {
+                op: Op::Ack,
+                in_flight: true,
+                batch: None,
+                ..
+            }
+        )
+    }
 }
 
 /// One delivery that created a lease.
@@ -125,36 +159,118 @@ pub(crate) struct MLease {
     pub delivery_count: u32,
     /// Adoptions of a newer delivery so far.
     pub gen: u32,
-    /// Send time of the fetch or renew that last confirmed it.
+    /// Send time of the fetch or renew that last confirmed it, and that operation's order.
     pub confirmed: Instant,
+    pub confirmed_seq: Seq,
     /// Send time of the last `Renew` naming it, or of the fetch that (re)delivered it.
     pub baseline: Instant,
     /// Delivered beyond the fetch's budget (or during shutdown): released at once, and not
     /// counted against `max_leases`.
     pub overflow: bool,
+    /// Invocations of this delivery so far.
+    pub attempt: u32,
     pub state: MState,
-    /// `Run` effects seen for it.
-    pub runs: u32,
-    /// A `Cancel` this step must emit.
-    pub must_cancel: Option<(InvocationId, CancelReason)>,
+}
+
+/// An effect the model decided on: it must be among the effects drained after the input.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Expect {
+    Run {
+        tag: Tag,
+        attempt: u32,
+        fence: Fence,
+        delivery_count: u32,
+        valid_until: Instant,
+    },
+    Cancel {
+        tag: Tag,
+        attempt: u32,
+        reason: CancelReason,
+    },
+    Valid {
+        tag: Tag,
+        attempt: u32,
+        until: Instant,
+    },
+    Settle {
+        tag: Tag,
+        op: Op,
+        fence: Fence,
+        carry: Carry,
+    },
+    Halt {
+        stream: StreamId,
+    },
+    /// The notice of a held lease let go of unsettled.
+    Lost {
+        stream: StreamId,
+        msg: MessageId,
+        fence: Fence,
+        reason: LossReason,
+        margin: Duration,
+    },
+    /// The notice of a failed attempt handed back for another delivery.
+    Failed {
+        stream: StreamId,
+        msg: MessageId,
+        fence: Fence,
+        delivery_count: u32,
+        error: String,
+        retry_in: Duration,
+    },
+    Drained,
 }
 
 /// One `Renew` effect.
 #[derive(Debug, Clone)]
 pub(crate) struct Chunk {
     pub batch: RenewId,
+    pub stream: StreamId,
     pub leases: Vec<LeaseId>,
+    pub refs: Vec<LeaseRef>,
     pub answered: bool,
 }
 
 /// The heartbeat round in flight.
 #[derive(Debug, Clone)]
 pub(crate) struct Round {
-    pub step: u64,
     pub sent_at: Instant,
+    pub seq: Seq,
     pub chunks: Vec<Chunk>,
     /// Per lease, its `gen` when the round was sent.
     pub gens: HashMap<Tag, u32>,
+}
+
+/// What a renew round sent at the end of an input must name: the renewable leases then, with
+/// their stream, message, fence and `gen`.
+#[derive(Debug, Clone)]
+pub(crate) struct Snapshot {
+    pub input: u64,
+    pub now: Instant,
+    pub renewable: BTreeMap<Tag, (StreamId, MessageId, Fence, u32)>,
+}
+
+/// An outstanding fetch.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FetchOut {
+    pub max: usize,
+    pub sent_at: Instant,
+    pub seq: Seq,
+}
+
+/// A stream's `Ack` in flight.
+#[derive(Debug, Clone)]
+pub(crate) struct AckOut {
+    pub batch: AckId,
+    pub leases: Vec<LeaseId>,
+}
+
+/// A settle answer already given, to give again (stale).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OldSettle {
+    Ack(AckId, LeaseId),
+    Release(LeaseId),
+    DeadLetter(LeaseId),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -163,41 +279,98 @@ pub(crate) struct Shutdown {
     pub cancelled_running: bool,
 }
 
+/// The engine's counters, as the model predicts them (the fields of `leasehold_core::Stats`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Counts {
+    pub delivered: u64,
+    pub redelivered: u64,
+    pub overflow: u64,
+    pub invocations: u64,
+    pub pending: u64,
+    pub failures: u64,
+    pub acked: u64,
+    pub released: u64,
+    pub dead_lettered: u64,
+    pub cancelled: u64,
+    pub lost: u64,
+    pub expired: u64,
+    pub abandoned: u64,
+    pub halted: u64,
+    pub stale: u64,
+    pub unexpected: u64,
+}
+
+/// The engine's seeded generator (splitmix64 over `Config::seed`), drawn once per first
+/// re-poll with a spread and once per backoff, in the engine's order.
+#[derive(Debug, Clone)]
+pub(crate) struct Jitter(u64);
+
+impl Jitter {
+    fn next_f64(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
 /// Limits of the stale-answer histories.
 const HISTORY: usize = 16;
 
 /// The reference model and the record of outstanding requests.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Model {
     pub cfg: Settings,
     /// The engine's creation time, for printing instants as offsets.
     pub origin: Instant,
     pub now: Instant,
-    /// Number of the input being mirrored (each step and each timeout within one).
+    /// Number of the input being mirrored (each step, each timeout, each input of a burst).
     pub input: u64,
     pub leases: BTreeMap<Tag, MLease>,
     pub by_id: HashMap<LeaseId, Tag>,
-    /// Unreported invocations (running or orphaned), to the delivery they run for.
+    /// Invocations seen in a `Run`, with their delivery and attempt.
+    pub invocations: HashMap<InvocationId, (Tag, u32)>,
+    /// Invocations seen and not reported yet (running or orphaned), for the harness to finish.
     pub runs: BTreeMap<InvocationId, Tag>,
-    pub seen_runs: BTreeSet<InvocationId>,
     pub seen_batches: BTreeSet<RenewId>,
-    /// Per stream, the outstanding fetch: its `max` and send time.
-    pub fetches: Vec<Option<(usize, Instant)>>,
+    pub seen_acks: BTreeSet<AckId>,
+    /// Per stream, the outstanding fetch.
+    pub fetches: Vec<Option<FetchOut>>,
+    /// Per stream, whether a fatal error stopped its intake.
+    pub halted: Vec<bool>,
+    /// Per stream, the `Ack` in flight.
+    pub acking: Vec<Option<AckOut>>,
     pub round: Option<Round>,
-    pub acks: Vec<Vec<LeaseId>>,
     pub releases: Vec<LeaseId>,
     pub dead_letters: Vec<LeaseId>,
-    pub acks_this_input: usize,
     pub shutdown: Option<Shutdown>,
     pub drained: bool,
+    pub drained_expected: bool,
+    /// Effects decided since the last drain, not seen yet.
+    pub expected: Vec<Expect>,
+    /// The renewable leases at the end of each input since the last drain.
+    pub snapshots: Vec<Snapshot>,
+    /// The `Renew` chunks seen in this drain (a round sent by one of its inputs).
+    pub new_chunks: Vec<Chunk>,
+    /// `Fetch` effects seen in this drain.
+    pub fetches_polled: u32,
+    /// The fetch budget when this drain's fetches were decided, and what they asked for.
+    pub polled: Option<(usize, usize)>,
+    /// Leases made ready so far (the ready queue's order).
+    pub next_ready: u64,
+    pub counts: Counts,
+    pub jitter: Jitter,
     /// Reported invocations, answered chunks and settles, for stale answers.
     pub old_runs: Vec<InvocationId>,
     pub old_chunks: Vec<(RenewId, Vec<LeaseId>)>,
-    pub old_settles: Vec<(Op, LeaseId)>,
+    pub old_settles: Vec<OldSettle>,
 }
 
 impl Model {
     pub(crate) fn new(cfg: Settings, streams: usize, now: Instant) -> Self {
+        let seed = cfg.seed;
         Self {
             cfg,
             origin: now,
@@ -205,17 +378,27 @@ impl Model {
             input: 0,
             leases: BTreeMap::new(),
             by_id: HashMap::new(),
+            invocations: HashMap::new(),
             runs: BTreeMap::new(),
-            seen_runs: BTreeSet::new(),
             seen_batches: BTreeSet::new(),
+            seen_acks: BTreeSet::new(),
             fetches: vec![None; streams],
+            halted: vec![false; streams],
+            acking: vec![None; streams],
             round: None,
-            acks: Vec::new(),
             releases: Vec::new(),
             dead_letters: Vec::new(),
-            acks_this_input: 0,
             shutdown: None,
             drained: false,
+            drained_expected: false,
+            expected: Vec::new(),
+            snapshots: Vec::new(),
+            new_chunks: Vec::new(),
+            fetches_polled: 0,
+            polled: None,
+            next_ready: 0,
+            counts: Counts::default(),
+            jitter: Jitter(seed),
             old_runs: Vec::new(),
             old_chunks: Vec::new(),
             old_settles: Vec::new(),
@@ -272,7 +455,6 @@ impl Model {
     /// answers are about sends already made).
     fn start(&mut self, now: Instant) {
         self.input += 1;
-        self.acks_this_input = 0;
         self.now = self.now.max(now);
     }
 
@@ -302,14 +484,89 @@ impl Model {
                 }
             }
         }
-        for tag in self.tags(|l| matches!(l.state, MState::Waiting { due, .. } if due <= now)) {
-            self.lease(tag).state = MState::Ready;
+        // Re-polls in due order, then lease id order (the engine's timer heap: slot order).
+        let mut due: Vec<(Instant, Option<LeaseId>, Tag)> = self
+            .leases
+            .iter()
+            .filter_map(|(tag, l)| match l.state {
+                MState::Waiting { due } if due <= now => Some((due, l.id, *tag)),
+                _ => None,
+            })
+            .collect();
+        due.sort();
+        for (_, _, tag) in due {
+            self.make_ready(tag);
         }
         for tag in self.tags(|l| {
             matches!(l.state, MState::Settling { in_flight: false, retry_at: Some(at), .. } if at <= now)
         }) {
             self.resend(tag);
         }
+    }
+
+    /// Ends every input, as the engine's `finish`: ready leases start while a slot is free, in
+    /// the order they became ready; `Drained` once shut down with nothing left.
+    fn finish(&mut self) {
+        while self.slot_free() {
+            let next = self
+                .leases
+                .iter()
+                .filter_map(|(tag, l)| match l.state {
+                    MState::Ready { order } => Some((order, *tag)),
+                    _ => None,
+                })
+                .min();
+            let Some((_, tag)) = next else { break };
+            self.start_run(tag);
+        }
+        if self.shutdown.is_some()
+            && !self.drained_expected
+            && self.held() == 0
+            && self.running() == 0
+            && self.fetches.iter().all(Option::is_none)
+        {
+            self.drained_expected = true;
+            self.expected.push(Expect::Drained);
+        }
+        let renewable = self
+            .leases
+            .iter()
+            .filter(|(_, l)| l.state.is_renewable())
+            .map(|(tag, l)| (*tag, (l.stream, l.msg.clone(), l.fence, l.gen)))
+            .collect();
+        self.snapshots.push(Snapshot {
+            input: self.input,
+            now: self.now,
+            renewable,
+        });
+    }
+
+    fn make_ready(&mut self, tag: Tag) {
+        let order = self.next_ready;
+        self.next_ready += 1;
+        self.lease(tag).state = MState::Ready { order };
+    }
+
+    /// A lease's next invocation starts now.
+    fn start_run(&mut self, tag: Tag) {
+        let (now, ttl) = (self.now, self.ttl());
+        let lease = self.lease(tag);
+        lease.attempt += 1;
+        let attempt = lease.attempt;
+        lease.state = MState::Running {
+            attempt,
+            started: now,
+            cancelled: None,
+        };
+        let expect = Expect::Run {
+            tag,
+            attempt,
+            fence: lease.fence,
+            delivery_count: lease.delivery_count,
+            valid_until: lease.confirmed + ttl,
+        };
+        self.counts.invocations += 1;
+        self.expected.push(expect);
     }
 
     /// Drops every held lease whose confirmation is `ttl` old.
@@ -324,62 +581,124 @@ impl Model {
     fn cancel(&mut self, tag: Tag, reason: CancelReason) {
         let lease = self.lease(tag);
         if let MState::Running {
-            inv,
+            attempt,
             cancelled: cancelled @ None,
             ..
         } = &mut lease.state
         {
             *cancelled = Some(reason);
-            lease.must_cancel = Some((*inv, reason));
+            let attempt = *attempt;
+            self.counts.cancelled += 1;
+            self.expected.push(Expect::Cancel {
+                tag,
+                attempt,
+                reason,
+            });
         }
     }
 
-    /// The lease is not ours any more: a running invocation is cancelled and becomes an orphan.
+    /// The lease is not ours any more: announced, a running invocation is cancelled and
+    /// becomes an orphan.
     fn drop_lease(&mut self, tag: Tag, reason: CancelReason) {
-        let lease = self.lease(tag);
-        match lease.state {
-            MState::Running { inv, cancelled, .. } => {
-                if cancelled.is_none() {
-                    lease.must_cancel = Some((inv, reason));
-                }
-                lease.state = MState::Orphan {
-                    inv,
-                    successor: None,
-                };
+        if !self.lease(tag).state.is_held() {
+            return;
+        }
+        let loss = match reason {
+            CancelReason::LeaseExpired => {
+                self.counts.expired += 1;
+                LossReason::Expired
             }
-            MState::Orphan { .. } | MState::Gone(_) => {}
             _ => {
-                lease.state = MState::Gone(match reason {
-                    CancelReason::LeaseExpired => End::Expired,
-                    _ => End::Lost,
-                })
+                self.counts.lost += 1;
+                LossReason::TakenOver
             }
+        };
+        self.announce_loss(tag, loss);
+        self.cancel(tag, reason);
+        let lease = self.lease(tag);
+        lease.state = match lease.state {
+            MState::Running { attempt, .. } => MState::Orphan {
+                attempt,
+                successor: None,
+            },
+            _ => MState::Gone(match reason {
+                CancelReason::LeaseExpired => End::Expired,
+                _ => End::Lost,
+            }),
+        };
+    }
+
+    /// The `Lost` notice of a held lease: its validity left is what remains of its last
+    /// confirmation's lease.
+    fn announce_loss(&mut self, tag: Tag, reason: LossReason) {
+        let until = self.leases[&tag].confirmed + self.ttl();
+        let lease = &self.leases[&tag];
+        self.expected.push(Expect::Lost {
+            stream: lease.stream,
+            msg: lease.msg.clone(),
+            fence: lease.fence,
+            reason,
+            margin: until.saturating_duration_since(self.now),
+        });
+    }
+
+    /// A lease's confirmation moved to the operation `seq` sent at `sent_at`, if that is newer:
+    /// its running invocation hears of it.
+    fn confirm(&mut self, tag: Tag, sent_at: Instant, seq: Seq) {
+        let ttl = self.ttl();
+        let lease = self.lease(tag);
+        if lease.confirmed_seq >= seq {
+            return;
+        }
+        lease.confirmed = sent_at;
+        lease.confirmed_seq = seq;
+        if let MState::Running {
+            attempt,
+            cancelled: None,
+            ..
+        } = lease.state
+        {
+            self.expected.push(Expect::Valid {
+                tag,
+                attempt,
+                until: sent_at + ttl,
+            });
         }
     }
 
-    /// Decides a settle operation: its effect must be sent in this step.
+    /// Decides a settle operation: a release or dead-letter is sent now, an ack waits for its
+    /// stream's next batch.
     fn settle(&mut self, tag: Tag, op: Op, carry: Carry) {
         let lease = self.lease(tag);
+        let fence = lease.fence;
         lease.state = MState::Settling {
             op,
-            carry,
+            carry: carry.clone(),
             in_flight: true,
-            must_send: true,
             sent_gen: lease.gen,
+            batch: None,
             retry_at: None,
         };
+        if op != Op::Ack {
+            self.expected.push(Expect::Settle {
+                tag,
+                op,
+                fence,
+                carry,
+            });
+        }
     }
 
     /// Sends a settle operation again (after a transient failure, a stale `Lost`, or shutdown).
     fn resend(&mut self, tag: Tag) {
-        let lease = self.lease(tag);
-        if let MState::Settling { op, carry, .. } = &lease.state {
+        if let MState::Settling { op, carry, .. } = &self.lease(tag).state {
             let (op, carry) = (*op, carry.clone());
             self.settle(tag, op, carry);
         }
     }
 
     fn fail(&mut self, tag: Tag, delay: Option<Duration>, error: String) {
+        self.counts.failures += 1;
         let deliveries = self.lease(tag).delivery_count;
         if deliveries >= self.cfg.max_deliveries {
             let reason = DeadLetterReason::MaxDeliveries {
@@ -388,46 +707,110 @@ impl Model {
             };
             self.settle(tag, Op::DeadLetter, Carry::Reason(reason));
         } else {
-            let carry = delay.map_or(Carry::Backoff { deliveries }, Carry::Delay);
-            self.settle(tag, Op::Release, carry);
+            let delay = delay.unwrap_or_else(|| self.backoff(deliveries));
+            let lease = &self.leases[&tag];
+            self.expected.push(Expect::Failed {
+                stream: lease.stream,
+                msg: lease.msg.clone(),
+                fence: lease.fence,
+                delivery_count: deliveries,
+                error,
+                retry_in: delay,
+            });
+            self.settle(tag, Op::Release, Carry::Delay(delay));
+        }
+    }
+
+    /// The retry policy's backoff after `deliveries`, with the engine's jitter.
+    fn backoff(&mut self, deliveries: u32) -> Duration {
+        let retry = &self.cfg.retry;
+        let exponent = deliveries.saturating_sub(1).min(1024) as i32;
+        let max = retry.max.as_secs_f64();
+        let secs = retry.initial.as_secs_f64() * retry.multiplier.powi(exponent);
+        let secs = if secs.is_finite() { secs.min(max) } else { max };
+        let jittered = secs * (1.0 - retry.jitter * self.jitter.next_f64());
+        Duration::from_secs_f64(jittered.clamp(0.0, max))
+    }
+
+    /// `repoll_interval`, a delivery's first re-poll brought forward by the spread's jitter.
+    fn repoll_delay(&mut self, tag: Tag) -> Duration {
+        let interval = self.cfg.repoll_interval;
+        if self.lease(tag).attempt == 1 && self.cfg.repoll_spread > 0.0 {
+            interval.mul_f64(1.0 - self.cfg.repoll_spread * self.jitter.next_f64())
+        } else {
+            interval
+        }
+    }
+
+    /// A fatal error stopped `stream`'s intake: `Halt` once (none after `Drained`: nothing
+    /// follows it).
+    fn halt(&mut self, stream: StreamId) {
+        let halted = &mut self.halted[usize::from(stream.0)];
+        if !std::mem::replace(halted, true) {
+            self.counts.halted += 1;
+            if !self.drained_expected {
+                self.expected.push(Expect::Halt { stream });
+            }
         }
     }
 
     // ----- inputs ------------------------------------------------------------------------------
 
+    /// The engine was created: its first `finish`.
+    pub(crate) fn created(&mut self) {
+        self.begin(self.now);
+        self.finish();
+    }
+
     /// `handle_timeout`.
     pub(crate) fn timeout(&mut self, now: Instant) {
         self.begin(now);
+        self.finish();
     }
 
     /// `handle_fetched`: deliveries carry their tag as payload.
     pub(crate) fn fetched(&mut self, now: Instant, stream: StreamId, batch: &[Fetched<Tag>]) {
         self.begin(now);
-        let (mut budget, confirm) = match self.fetches[usize::from(stream.0)].take() {
-            Some((max, sent_at)) => (max, sent_at),
+        let (mut budget, sent_at, seq) = match self.fetches[usize::from(stream.0)].take() {
+            Some(fetch) => (fetch.max, fetch.sent_at, fetch.seq),
             // Nothing was asked: the deliveries are dated at the engine's clock (never at an
             // older `now`, which would put them out of send order).
-            None => (0, self.now),
+            None => {
+                self.counts.unexpected += 1;
+                (0, self.now, (self.input, 0))
+            }
         };
-        if confirm + self.ttl() <= self.now {
-            // The fetch took so long that its deliveries may have lapsed: none may be run,
-            // held or acted on (not even a held message's new fence is adopted).
-            return;
-        }
-        // Taken leases start while slots are free; the rest (prefetched) wait, ready.
-        let mut starting = 0;
+        let expired = sent_at + self.ttl() <= self.now;
         for message in batch {
+            self.counts.delivered += 1;
+            if expired {
+                // The fetch took so long that its deliveries may have lapsed: none may be run,
+                // held or acted on (not even a held message's new fence is adopted).
+                self.counts.expired += 1;
+                self.expected.push(Expect::Lost {
+                    stream,
+                    msg: message.id.clone(),
+                    fence: message.fence,
+                    reason: LossReason::Expired,
+                    margin: Duration::ZERO,
+                });
+                continue;
+            }
             if let Some(tag) = self.held_of(stream, &message.id) {
+                self.counts.redelivered += 1;
                 let lease = self.lease(tag);
                 lease.gen += 1;
                 lease.fence = message.fence;
                 lease.delivery_count = message.delivery_count;
-                lease.confirmed = lease.confirmed.max(confirm);
                 // A redelivery resets the backend's idle time like a renew does.
-                lease.baseline = lease.baseline.max(confirm);
+                lease.baseline = lease.baseline.max(sent_at);
+                self.confirm(tag, sent_at, seq);
                 continue;
             }
             let take = budget > 0 && self.shutdown.is_none();
+            if !take && self.shutdown.is_none() {
+                self.counts.overflow += 1;
+            }
             let tag = message.payload;
             let orphan = self.orphan_of(stream, &message.id);
             self.leases.insert(
@@ -439,12 +822,12 @@ impl Model {
                     fence: message.fence,
                     delivery_count: message.delivery_count,
                     gen: 0,
-                    confirmed: confirm,
-                    baseline: confirm,
+                    confirmed: sent_at,
+                    confirmed_seq: seq,
+                    baseline: sent_at,
                     overflow: !take,
-                    state: MState::Taken,
-                    runs: 0,
-                    must_cancel: None,
+                    attempt: 0,
+                    state: MState::Blocked,
                 },
             );
             if !take {
@@ -453,29 +836,35 @@ impl Model {
             }
             budget -= 1;
             if let Some(orphan) = orphan {
-                self.lease(tag).state = MState::Blocked;
                 if let MState::Orphan { successor, .. } = &mut self.lease(orphan).state {
                     *successor = Some(tag);
                 }
-            } else if self.runs.len() + starting < self.cfg.concurrency {
-                starting += 1;
+            } else if self.running() < self.cfg.concurrency {
+                self.start_run(tag);
             } else {
-                self.lease(tag).state = MState::Ready;
+                self.make_ready(tag);
             }
         }
+        self.finish();
     }
 
     /// `handle_fetch_failed`.
-    pub(crate) fn fetch_failed(&mut self, now: Instant, stream: StreamId) {
+    pub(crate) fn fetch_failed(&mut self, now: Instant, stream: StreamId, kind: ErrorKind) {
         self.begin(now);
-        self.fetches[usize::from(stream.0)] = None;
+        match self.fetches[usize::from(stream.0)].take() {
+            None => self.counts.unexpected += 1,
+            Some(_) if kind == ErrorKind::Fatal => self.halt(stream),
+            Some(_) => {}
+        }
+        self.finish();
     }
 
     /// `handle_outcome`.
     pub(crate) fn outcome(&mut self, now: Instant, inv: InvocationId, outcome: &Outcome) {
         self.begin(now);
         let Some(tag) = self.runs.remove(&inv) else {
-            return;
+            self.counts.unexpected += 1;
+            return self.finish();
         };
         self.old_runs.push(inv);
         trim(&mut self.old_runs);
@@ -492,7 +881,7 @@ impl Model {
                     if self.shutdown.is_some() {
                         self.settle(next, Op::Release, Carry::Delay(Duration::ZERO));
                     } else {
-                        self.lease(next).state = MState::Ready;
+                        self.make_ready(next);
                     }
                 }
             }
@@ -511,16 +900,9 @@ impl Model {
                     self.settle(tag, Op::Release, Carry::Delay(Duration::ZERO))
                 }
                 Outcome::Pending => {
-                    let interval = self.cfg.repoll_interval;
-                    let spread = if self.lease(tag).runs == 1 {
-                        interval.mul_f64(self.cfg.repoll_spread)
-                    } else {
-                        Duration::ZERO
-                    };
-                    self.lease(tag).state = MState::Waiting {
-                        earliest: self.now + interval - spread,
-                        due: self.now + interval,
-                    }
+                    self.counts.pending += 1;
+                    let due = self.now + self.repoll_delay(tag);
+                    self.lease(tag).state = MState::Waiting { due };
                 }
                 Outcome::Retry { delay } => self.fail(tag, *delay, "handler asked to retry".into()),
                 Outcome::Failed { error } => self.fail(tag, None, error.clone()),
@@ -532,6 +914,7 @@ impl Model {
             },
             other => unreachable!("an unreported invocation's lease is {other:?}"),
         }
+        self.finish();
     }
 
     /// `handle_renewed`: results apply before the clock advances.
@@ -542,40 +925,58 @@ impl Model {
         results: &[(LeaseId, RenewResult)],
     ) {
         self.start(now);
-        if let Some((sent_at, gens)) = self.answer_chunk(batch) {
-            for (id, result) in results {
-                let Some(&tag) = self.by_id.get(id) else {
-                    continue;
-                };
-                let lease = self.lease(tag);
-                let stale = gens.get(&tag).is_none_or(|gen| lease.gen > *gen);
-                if !lease.state.is_held() || stale {
-                    continue;
+        match self.answer_chunk(batch) {
+            None => self.counts.unexpected += 1,
+            Some((_, sent_at, seq, gens)) => {
+                for (id, result) in results {
+                    let Some(&tag) = self.by_id.get(id) else {
+                        self.counts.unexpected += 1;
+                        continue;
+                    };
+                    let lease = &self.leases[&tag];
+                    let refenced = gens.get(&tag).is_none_or(|gen| lease.gen > *gen);
+                    if !lease.state.is_held() || refenced {
+                        self.counts.stale += 1;
+                        continue;
+                    }
+                    let in_flight = lease.state.is_in_flight();
+                    match result {
+                        RenewResult::Kept => self.confirm(tag, sent_at, seq),
+                        // An ack, release or dead-letter in flight may have removed the entry
+                        // itself: its own answer tells what happened.
+                        RenewResult::Lost if in_flight => {}
+                        RenewResult::Lost => self.drop_lease(tag, CancelReason::LeaseLost),
+                    }
                 }
-                match result {
-                    RenewResult::Kept => lease.confirmed = lease.confirmed.max(sent_at),
-                    // An ack, release or dead-letter in flight may have removed the entry
-                    // itself: its own answer tells what happened.
-                    RenewResult::Lost if lease.state.is_in_flight() => {}
-                    RenewResult::Lost => self.drop_lease(tag, CancelReason::LeaseLost),
-                }
+                self.close_round();
             }
-            self.close_round();
         }
         self.advance();
+        self.finish();
     }
 
     /// `handle_renew_failed`.
-    pub(crate) fn renew_failed(&mut self, now: Instant, batch: RenewId) {
+    pub(crate) fn renew_failed(&mut self, now: Instant, batch: RenewId, kind: ErrorKind) {
         self.begin(now);
-        if self.answer_chunk(batch).is_some() {
-            self.close_round();
+        match self.answer_chunk(batch) {
+            None => self.counts.unexpected += 1,
+            Some((stream, ..)) => {
+                if kind == ErrorKind::Fatal {
+                    self.halt(stream);
+                }
+                self.close_round();
+            }
         }
+        self.finish();
     }
 
-    /// Marks a chunk of the current round answered; its send time and the round's gens if it
-    /// was outstanding.
-    fn answer_chunk(&mut self, batch: RenewId) -> Option<(Instant, HashMap<Tag, u32>)> {
+    /// Marks a chunk of the current round answered; its stream, the round's send time, order
+    /// and gens if it was outstanding.
+    #[allow(clippy::type_complexity)]
+    fn answer_chunk(
+        &mut self,
+        batch: RenewId,
+    ) -> Option<(StreamId, Instant, Seq, HashMap<Tag, u32>)> {
         let round = self.round.as_mut()?;
         let chunk = round
             .chunks
@@ -584,7 +985,7 @@ impl Model {
         chunk.answered = true;
         self.old_chunks.push((chunk.batch, chunk.leases.clone()));
         trim(&mut self.old_chunks);
-        Some((round.sent_at, round.gens.clone()))
+        Some((chunk.stream, round.sent_at, round.seq, round.gens.clone()))
     }
 
     fn close_round(&mut self) {
@@ -597,65 +998,183 @@ impl Model {
         }
     }
 
-    /// `handle_acked`, `handle_released`, `handle_dead_lettered`.
-    /// Answers apply before timers run, so a retry due now is not re-sent first.
-    pub(crate) fn settled(&mut self, now: Instant, op: Op, results: &[(LeaseId, SettleResult)]) {
+    /// The stream whose `Ack` `batch` is in flight, and its leases; no longer in flight.
+    fn take_ack(&mut self, batch: AckId) -> Option<Vec<LeaseId>> {
+        let slot = self
+            .acking
+            .iter_mut()
+            .find(|a| a.as_ref().is_some_and(|a| a.batch == batch))?;
+        slot.take().map(|a| a.leases)
+    }
+
+    fn in_ack(&self, tag: Tag, batch: AckId) -> bool {
+        matches!(
+            self.leases[&tag].state,
+            MState::Settling { op: Op::Ack, in_flight: true, batch: Some(b), .. } if b == batch
+        )
+    }
+
+    /// An answer for a lease not waiting for one: stale if the engine let it go meanwhile.
+    fn not_settling(&mut self, tag: Option<Tag>) {
+        match tag.map(|tag| &self.leases[&tag].state) {
+            Some(MState::Gone(_)) => self.counts.stale += 1,
+            _ => self.counts.unexpected += 1,
+        }
+    }
+
+    /// `handle_acked`.
+    pub(crate) fn acked(
+        &mut self,
+        now: Instant,
+        batch: AckId,
+        results: &[(LeaseId, SettleResult)],
+    ) {
         self.start(now);
-        for (id, result) in results {
-            self.old_settles.push((op, *id));
+        for (id, _) in results {
+            self.old_settles.push(OldSettle::Ack(batch, *id));
             trim(&mut self.old_settles);
-            let Some(&tag) = self.by_id.get(id) else {
-                continue;
-            };
-            let (now, poll, ttl) = (self.now, self.cfg.poll_interval, self.ttl());
-            let deadline_over = self.shutdown.is_some_and(|s| s.deadline <= now);
-            let lease = self.lease(tag);
-            let MState::Settling {
-                op: sent,
-                in_flight: true,
-                sent_gen,
-                ..
-            } = lease.state
-            else {
-                continue;
-            };
-            if sent != op {
-                continue;
-            }
-            match result {
-                SettleResult::Ok => lease.state = MState::Gone(End::Settled(op)),
-                // A stale fence is retried with the new one, unless the lease lapsed: then
-                // the expiry that follows this answer drops it.
-                SettleResult::Lost if lease.gen > sent_gen && lease.confirmed + ttl > now => {
-                    self.resend(tag)
-                }
-                SettleResult::Lost if lease.gen > sent_gen => {
-                    if let MState::Settling {
-                        in_flight,
-                        retry_at,
-                        ..
-                    } = &mut lease.state
-                    {
-                        *in_flight = false;
-                        *retry_at = Some(now + poll);
+        }
+        match self.take_ack(batch) {
+            None => self.counts.unexpected += 1,
+            Some(leases) => {
+                for (id, result) in results {
+                    let tag = self.by_id.get(id).copied();
+                    match tag.filter(|tag| self.in_ack(*tag, batch)) {
+                        Some(tag) => self.settled(tag, *result, Op::Ack),
+                        None => self.not_settling(tag),
                     }
                 }
-                SettleResult::Lost => lease.state = MState::Gone(End::Lost),
-                SettleResult::Failed if deadline_over => lease.state = MState::Gone(End::Abandoned),
-                SettleResult::Failed => {
-                    if let MState::Settling {
-                        in_flight,
-                        retry_at,
-                        ..
-                    } = &mut lease.state
-                    {
-                        *in_flight = false;
-                        *retry_at = Some(now + poll);
+                for id in &leases {
+                    let tag = self.by_id[id];
+                    if self.in_ack(tag, batch) {
+                        self.settled(tag, SettleResult::Failed, Op::Ack);
                     }
                 }
             }
         }
         self.advance();
+        self.finish();
+    }
+
+    /// `handle_ack_failed`.
+    pub(crate) fn ack_failed(&mut self, now: Instant, batch: AckId, kind: ErrorKind) {
+        self.start(now);
+        match self.take_ack(batch) {
+            None => self.counts.unexpected += 1,
+            Some(leases) => {
+                for id in &leases {
+                    let tag = self.by_id[id];
+                    if self.in_ack(tag, batch) {
+                        self.settle_failed(tag, Op::Ack, kind);
+                    }
+                }
+            }
+        }
+        self.advance();
+        self.finish();
+    }
+
+    /// `handle_released` and `handle_dead_lettered`.
+    pub(crate) fn settle_answered(
+        &mut self,
+        now: Instant,
+        op: Op,
+        id: LeaseId,
+        result: Result<SettleResult, ErrorKind>,
+    ) {
+        self.start(now);
+        self.old_settles.push(match op {
+            Op::Release => OldSettle::Release(id),
+            _ => OldSettle::DeadLetter(id),
+        });
+        trim(&mut self.old_settles);
+        let tag = self.by_id.get(&id).copied();
+        let sent = tag.is_some_and(|tag| {
+            matches!(
+                self.leases[&tag].state,
+                MState::Settling { op: sent, in_flight: true, .. } if sent == op
+            )
+        });
+        match (tag, result) {
+            (Some(tag), Ok(result)) if sent => self.settled(tag, result, op),
+            (Some(tag), Err(kind)) if sent => self.settle_failed(tag, op, kind),
+            _ => self.not_settling(tag),
+        }
+        self.advance();
+        self.finish();
+    }
+
+    /// The call for a settling lease failed: retried after a transient error; given up after a
+    /// fatal one, which halts the stream.
+    fn settle_failed(&mut self, tag: Tag, op: Op, kind: ErrorKind) {
+        match kind {
+            ErrorKind::Transient => self.settled(tag, SettleResult::Failed, op),
+            ErrorKind::Fatal => {
+                self.counts.abandoned += 1;
+                let lease = self.lease(tag);
+                lease.state = MState::Gone(End::Abandoned);
+                let stream = lease.stream;
+                self.halt(stream);
+            }
+        }
+    }
+
+    /// The backend answered the settle operation `op` for `tag`, which is in flight.
+    fn settled(&mut self, tag: Tag, result: SettleResult, op: Op) {
+        let now = self.now;
+        let deadline_over = self.shutdown.is_some_and(|s| s.deadline <= now);
+        let lease = &self.leases[&tag];
+        let MState::Settling { sent_gen, .. } = lease.state else {
+            unreachable!("settled while {:?}", lease.state);
+        };
+        let refenced = lease.gen > sent_gen;
+        let valid = lease.confirmed + self.ttl() > now;
+        match result {
+            SettleResult::Ok => {
+                self.lease(tag).state = MState::Gone(End::Settled(op));
+                match op {
+                    Op::Ack => self.counts.acked += 1,
+                    Op::Release => self.counts.released += 1,
+                    Op::DeadLetter => self.counts.dead_lettered += 1,
+                }
+            }
+            // A stale fence is retried with the new one, unless the lease lapsed: then the
+            // expiry that follows this answer drops it.
+            SettleResult::Lost if refenced && valid => {
+                self.counts.stale += 1;
+                self.resend(tag);
+            }
+            SettleResult::Lost if refenced => {
+                self.counts.stale += 1;
+                self.retry_later(tag);
+            }
+            SettleResult::Lost => {
+                self.counts.lost += 1;
+                self.announce_loss(tag, LossReason::LostAtSettle);
+                self.lease(tag).state = MState::Gone(End::Lost);
+            }
+            SettleResult::Failed if deadline_over => {
+                self.counts.abandoned += 1;
+                self.lease(tag).state = MState::Gone(End::Abandoned);
+            }
+            SettleResult::Failed => self.retry_later(tag),
+        }
+    }
+
+    /// The settle call is sent again after `poll_interval`.
+    fn retry_later(&mut self, tag: Tag) {
+        let at = self.now + self.cfg.poll_interval;
+        if let MState::Settling {
+            in_flight,
+            retry_at,
+            batch,
+            ..
+        } = &mut self.lease(tag).state
+        {
+            *in_flight = false;
+            *batch = None;
+            *retry_at = Some(at);
+        }
     }
 
     /// `handle_shutdown`.
@@ -675,7 +1194,7 @@ impl Model {
                 for tag in self.tags(|l| {
                     matches!(
                         l.state,
-                        MState::Waiting { .. } | MState::Ready | MState::Blocked
+                        MState::Waiting { .. } | MState::Ready { .. } | MState::Blocked
                     )
                 }) {
                     self.settle(tag, Op::Release, Carry::Delay(Duration::ZERO));
@@ -694,12 +1213,32 @@ impl Model {
             }
         }
         self.advance();
+        self.finish();
+    }
+
+    // ----- after the effects are drained ---------------------------------------------------
+
+    /// Clears what one drain's effects were matched against.
+    pub(crate) fn drained_effects(&mut self) {
+        self.expected.clear();
+        self.snapshots.clear();
+        self.new_chunks.clear();
+        self.fetches_polled = 0;
+        self.polled = None;
     }
 
     // ----- counts ------------------------------------------------------------------------------
 
     pub(crate) fn held(&self) -> usize {
         self.leases.values().filter(|l| l.state.is_held()).count()
+    }
+
+    /// Invocations occupying a slot (running, cancelled or orphaned, seen or not).
+    pub(crate) fn running(&self) -> usize {
+        self.leases
+            .values()
+            .filter(|l| l.state.is_running())
+            .count()
     }
 
     /// Held leases counted against `max_leases`: overflow deliveries are excluded (they are
@@ -713,7 +1252,23 @@ impl Model {
 
     /// Slots promised to outstanding fetches.
     pub(crate) fn reserved(&self) -> usize {
-        self.fetches.iter().flatten().map(|(max, _)| max).sum()
+        self.fetches.iter().flatten().map(|f| f.max).sum()
+    }
+
+    /// How many messages fetches may ask for now: free slots and prefetch room not promised to
+    /// ready or blocked leases or to outstanding fetches, within `max_leases`.
+    pub(crate) fn fetch_budget(&self) -> usize {
+        let waiting = self
+            .leases
+            .values()
+            .filter(|l| matches!(l.state, MState::Ready { .. } | MState::Blocked))
+            .count();
+        let reserved = self.reserved();
+        let slots = self
+            .capacity()
+            .saturating_sub(self.running() + waiting + reserved);
+        let leases = self.cfg.max_leases.saturating_sub(self.held() + reserved);
+        slots.min(leases)
     }
 
     /// Slots plus prefetch room: what running invocations and outstanding fetches may fill.
@@ -724,22 +1279,17 @@ impl Model {
     /// Whether a ready lease must start: a slot is free beyond the part of the outstanding
     /// fetches' reservation that the prefetch room does not cover.
     pub(crate) fn slot_free(&self) -> bool {
-        self.runs.len() + self.reserved().saturating_sub(self.cfg.prefetch) < self.cfg.concurrency
+        self.running() + self.reserved().saturating_sub(self.cfg.prefetch) < self.cfg.concurrency
     }
 
-    /// Whether a heartbeat round has a chunk unanswered.
-    pub(crate) fn round_outstanding(&self) -> bool {
-        self.round.is_some()
+    /// The `Ack` batches in flight, for the harness to answer.
+    pub(crate) fn ack_batches(&self) -> Vec<(AckId, Vec<LeaseId>)> {
+        self.acking
+            .iter()
+            .flatten()
+            .map(|a| (a.batch, a.leases.clone()))
+            .collect()
     }
-}
-
-/// The range a backoff delay after `deliveries` failed deliveries must fall in.
-pub(crate) fn backoff_range(retry: &RetryPolicy, deliveries: u32) -> (f64, f64) {
-    let exponent = deliveries.saturating_sub(1).min(1024) as i32;
-    let max = retry.max.as_secs_f64();
-    let secs = retry.initial.as_secs_f64() * retry.multiplier.powi(exponent);
-    let secs = if secs.is_finite() { secs.min(max) } else { max };
-    (secs * (1.0 - retry.jitter) - 1e-6, secs + 1e-6)
 }
 
 fn trim<T>(history: &mut Vec<T>) {

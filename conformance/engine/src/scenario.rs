@@ -5,11 +5,15 @@
 //! that path. Steps name what they act on by a `pick` index taken modulo the matching list of
 //! outstanding requests, so every decoded step means something (a step whose list is empty is a
 //! no-op).
+//!
+//! Decoding stays compatible with the committed fuzz corpus where it can: what was added since
+//! (bursts, fatal failures, ack answers leaving a lease out, failed calls) took byte values its
+//! inputs (almost) never use, so they decode as before.
 
 use std::time::Duration;
 
 use arbitrary::{Arbitrary, Result, Unstructured};
-use leasehold_core::{Config, RetryPolicy};
+use leasehold_core::{Config, ErrorKind, RetryPolicy};
 
 /// Most steps decoded into one scenario.
 pub const MAX_STEPS: usize = 96;
@@ -20,6 +24,12 @@ pub const MAX_ITEMS: usize = 6;
 pub const MAX_ANSWERS: usize = 4;
 /// Size of the pool of message ids `Item::Pool` draws from, per stream.
 pub const POOL: u8 = 4;
+/// Most inputs in one [`Step::Burst`].
+pub const MAX_BURST: usize = 8;
+/// A failure step whose `pick` byte is in this range fails fatally ([`ErrorKind::Fatal`]):
+/// 7 in 256, so most scenarios keep every stream's intake. (`0xFF`, the fuzzer's favourite
+/// byte, stays transient: the committed corpus keeps its meaning.)
+pub const FATAL_PICKS: std::ops::RangeInclusive<u8> = 0xF8..=0xFE;
 
 /// A run: a configuration choice and the steps applied to it.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,6 +48,49 @@ impl Scenario {
             setup: Setup::default(),
             steps: Vec::new(),
         })
+    }
+}
+
+impl Scenario {
+    /// [`from_bytes`](Self::from_bytes), every run of consecutive inputs fed as bursts of at
+    /// most 2 to [`MAX_BURST`] inputs (as the first byte says): the second way the fuzz target
+    /// and the corpus replay run each input.
+    pub fn from_bytes_in_bursts(data: &[u8]) -> Self {
+        let max = 2 + usize::from(data.first().copied().unwrap_or(0)) % (MAX_BURST - 1);
+        Self::from_bytes(data).in_bursts(max)
+    }
+
+    /// The same steps with every run of consecutive inputs (and the `Skew`s among them) fed as
+    /// bursts of at most `max` inputs: a worker that always drains late. Time passing ends a
+    /// run; a run of one input stays as it is.
+    pub fn in_bursts(&self, max: usize) -> Self {
+        let max = max.max(1);
+        let mut steps = Vec::with_capacity(self.steps.len());
+        let mut run: Vec<Step> = Vec::new();
+        let flush = |run: &mut Vec<Step>, steps: &mut Vec<Step>| {
+            if run.iter().filter(|s| s.is_input()).count() > 1 {
+                steps.push(Step::Burst(std::mem::take(run)));
+            } else {
+                steps.append(run);
+            }
+        };
+        for step in &self.steps {
+            let joins = step.is_input() || matches!(step, Step::Skew { .. });
+            if !joins {
+                flush(&mut run, &mut steps);
+                steps.push(step.clone());
+                continue;
+            }
+            if step.is_input() && run.iter().filter(|s| s.is_input()).count() == max {
+                flush(&mut run, &mut steps);
+            }
+            run.push(step.clone());
+        }
+        flush(&mut run, &mut steps);
+        Self {
+            setup: self.setup.clone(),
+            steps,
+        }
     }
 }
 
@@ -236,10 +289,12 @@ pub enum Step {
         /// The messages delivered (at most [`MAX_ITEMS`] are used).
         items: Vec<Item>,
     },
-    /// Report an outstanding fetch failed.
+    /// Report an outstanding fetch failed: transiently, or fatally (which halts its stream).
     FetchFailed {
         /// Which outstanding fetch.
         pick: u8,
+        /// Fatal instead of transient (decoded: `pick` in [`FATAL_PICKS`]).
+        fatal: bool,
     },
     /// Deliver fresh messages on a stream with no fetch outstanding (a late answer of a fetch
     /// the driver gave up on); ignored once shutdown began.
@@ -271,10 +326,13 @@ pub enum Step {
         /// Per-lease answers.
         answers: Vec<RenewAnswer>,
     },
-    /// Fail an outstanding `Renew` chunk as a whole.
+    /// Fail an outstanding `Renew` chunk as a whole: transiently, or fatally (which halts the
+    /// chunk's stream).
     RenewFailed {
         /// Which outstanding chunk.
         pick: u8,
+        /// Fatal instead of transient (decoded: `pick` in [`FATAL_PICKS`]).
+        fatal: bool,
     },
     /// Answer an already answered chunk again (stale), all kept or all lost.
     RenewStale {
@@ -283,7 +341,10 @@ pub enum Step {
         /// All lost instead of all kept.
         lost: bool,
     },
-    /// Answer an outstanding `Ack` lease by lease (answers cycle; none given means all ok).
+    /// Answer an outstanding `Ack` lease by lease (answers cycle; none given means all ok;
+    /// [`SettleAnswer::Omit`] leaves a lease out of the answer). When the first answer is a call
+    /// failure ([`SettleAnswer::CallFailed`], [`SettleAnswer::CallFatal`]) the whole call fails
+    /// instead (`handle_ack_failed`).
     Acked {
         /// Which outstanding ack.
         pick: u8,
@@ -304,7 +365,9 @@ pub enum Step {
         /// The answer.
         answer: SettleAnswer,
     },
-    /// Answer an already answered ack, release or dead-letter again (stale).
+    /// Answer an already answered ack, release or dead-letter again: an ack batch answered
+    /// twice is unexpected; a release or dead-letter answer is stale once the lease is gone, and
+    /// is taken as the answer to a re-sent call still in flight.
     SettleStale {
         /// Which earlier answer.
         pick: u8,
@@ -321,13 +384,63 @@ pub enum Step {
         /// How far back, in ms (modulo 500).
         back_ms: u16,
     },
+    /// Several inputs fed back to back at the same clock, and the effects drained once after the
+    /// last of them, as a worker does when handlers finish together or several answers arrive at
+    /// once. Decoded with 2 to [`MAX_BURST`] inputs, mostly outcomes and answers, and `Skew`
+    /// (an input older than the clock); time passing and nested bursts are ignored in one built
+    /// by hand. Each input acts on what was outstanding before the burst.
+    Burst(Vec<Step>),
 }
 
-impl<'a> Arbitrary<'a> for Step {
-    fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
+impl Step {
+    /// Whether the step is an engine input (time passing, `Skew` and bursts are not).
+    pub fn is_input(&self) -> bool {
+        !matches!(
+            self,
+            Step::Wait(_) | Step::Tick | Step::Stall(_) | Step::Skew { .. } | Step::Burst(_)
+        )
+    }
+
+    /// One step of a burst: an input, mostly outcomes and answers (what arrives together).
+    fn burst_input(u: &mut Unstructured<'_>) -> Result<Self> {
+        // The selector of `decode` standing for each kind of input.
+        let selector = match u8::arbitrary(u)? {
+            // Handlers finishing together mostly succeed: their acks go out as one batch.
+            0..=59 => {
+                return Ok(Step::Finish {
+                    pick: u8::arbitrary(u)?,
+                    outcome: Finish::Done,
+                })
+            }
+            60..=89 => 99,    // Finish
+            90..=129 => 144,  // Renewed
+            130..=169 => 194, // Acked
+            170..=189 => 214, // Released
+            190..=199 => 229, // DeadLettered
+            200..=224 => 50,  // Fetched
+            225..=229 => 90,  // FetchFailed
+            230..=234 => 184, // RenewFailed
+            235..=239 => 139, // FinishStale
+            240..=243 => 190, // RenewStale
+            244..=247 => 237, // SettleStale
+            248..=249 => 96,  // Unsolicited
+            250..=251 => 241, // Shutdown
+            252..=253 => 243, // Skew
+            _ => 251,         // Wake
+        };
+        Step::decode_selected(selector, u)
+    }
+
+    /// One step, with the weights of [`Step`]'s `Arbitrary` impl.
+    fn decode(u: &mut Unstructured<'_>) -> Result<Self> {
         // Weighted choice: the steps that move a lease's life on are the common ones.
         let selector = u8::arbitrary(u)?;
-        let pick = |u: &mut Unstructured<'a>| u8::arbitrary(u);
+        Step::decode_selected(selector, u)
+    }
+
+    /// The step `selector` chooses, its fields decoded from `u`.
+    fn decode_selected(selector: u8, u: &mut Unstructured<'_>) -> Result<Self> {
+        let pick = |u: &mut Unstructured<'_>| u8::arbitrary(u);
         Ok(match selector {
             0..=24 => Step::Wait(Jump::arbitrary(u)?),
             25..=44 => Step::Tick,
@@ -336,7 +449,13 @@ impl<'a> Arbitrary<'a> for Step {
                 pick: pick(u)?,
                 items: bounded(u, MAX_ITEMS)?,
             },
-            90..=95 => Step::FetchFailed { pick: pick(u)? },
+            90..=95 => {
+                let pick = pick(u)?;
+                Step::FetchFailed {
+                    pick,
+                    fatal: FATAL_PICKS.contains(&pick),
+                }
+            }
             96..=98 => Step::Unsolicited {
                 stream: pick(u)?,
                 count: pick(u)?,
@@ -353,7 +472,13 @@ impl<'a> Arbitrary<'a> for Step {
                 pick: pick(u)?,
                 answers: bounded(u, MAX_ANSWERS)?,
             },
-            184..=189 => Step::RenewFailed { pick: pick(u)? },
+            184..=189 => {
+                let pick = pick(u)?;
+                Step::RenewFailed {
+                    pick,
+                    fatal: FATAL_PICKS.contains(&pick),
+                }
+            }
             190..=193 => Step::RenewStale {
                 pick: pick(u)?,
                 lost: bool::arbitrary(u)?,
@@ -380,8 +505,23 @@ impl<'a> Arbitrary<'a> for Step {
             243..=249 => Step::Skew {
                 back_ms: u16::arbitrary(u)?,
             },
+            // Bursts take the two selectors of the old `Wake` range that the committed corpus
+            // (almost) never uses, so its inputs keep their meaning.
+            250 | 253 => {
+                let len = u.int_in_range(2..=MAX_BURST)?;
+                let steps = (0..len)
+                    .map(|_| Step::burst_input(u))
+                    .collect::<Result<_>>()?;
+                Step::Burst(steps)
+            }
             _ => Step::Wake,
         })
+    }
+}
+
+impl<'a> Arbitrary<'a> for Step {
+    fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
+        Step::decode(u)
     }
 }
 
@@ -474,8 +614,26 @@ pub enum SettleAnswer {
     Ok,
     /// Refused: not ours any more.
     Lost,
-    /// Transient failure.
+    /// Transient failure of this lease (`SettleResult::Failed`).
     Failed,
+    /// Left out of an ack's answer (counts as failed); `Failed` for a release or dead-letter.
+    Omit,
+    /// The call failed transiently as a whole (`Err(ErrorKind::Transient)`).
+    CallFailed,
+    /// The call failed fatally (`Err(ErrorKind::Fatal)`): the lease is given up and its stream
+    /// halted.
+    CallFatal,
+}
+
+impl SettleAnswer {
+    /// The error kind of a failed call, if this answer is one.
+    pub fn call_error(self) -> Option<ErrorKind> {
+        match self {
+            Self::CallFailed => Some(ErrorKind::Transient),
+            Self::CallFatal => Some(ErrorKind::Fatal),
+            _ => None,
+        }
+    }
 }
 
 impl<'a> Arbitrary<'a> for SettleAnswer {
@@ -483,6 +641,10 @@ impl<'a> Arbitrary<'a> for SettleAnswer {
         Ok(match u8::arbitrary(u)? {
             0..=179 => Self::Ok,
             180..=214 => Self::Lost,
+            // The new answers take bytes the committed corpus (almost) never uses.
+            243..=246 => Self::Omit,
+            247..=252 => Self::CallFailed,
+            253 => Self::CallFatal,
             _ => Self::Failed,
         })
     }

@@ -1,5 +1,6 @@
-//! Replays the committed fuzz seed corpus (`fuzz/corpus/engine/`) through the harness, so every
-//! `cargo test` re-checks the inputs the fuzzer found interesting.
+//! Replays the committed fuzz seed corpus (`fuzz/corpus/engine/`) through the harness, as the
+//! fuzz target runs it (as decoded and in bursts), so every `cargo test` re-checks the inputs the
+//! fuzzer found interesting.
 
 use std::path::PathBuf;
 
@@ -22,9 +23,14 @@ fn fuzz_corpus_replays_without_violation() {
     let mut failures = Vec::new();
     for path in &files {
         let bytes = std::fs::read(path).expect("readable corpus file");
-        let scenario = Scenario::from_bytes(&bytes);
-        if let Err(violation) = check(&scenario) {
-            failures.push(format!("{}: {violation}", path.display()));
+        // Both ways the fuzz target runs an input: as decoded, and fed in bursts.
+        for (how, scenario) in [
+            ("", Scenario::from_bytes(&bytes)),
+            (" (in bursts)", Scenario::from_bytes_in_bursts(&bytes)),
+        ] {
+            if let Err(violation) = check(&scenario) {
+                failures.push(format!("{}{how}: {violation}", path.display()));
+            }
         }
     }
     assert!(

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use leasehold_core::{Config, Effect, Fence, Fetched, LeaseEngine, LeaseId, MessageId, StreamId};
-use leasehold_engine_check::{check, Finish, Item, Jump, Scenario, SettleAnswer, Setup, Step};
+use leasehold_engine_check::{check, run, Finish, Item, Jump, Scenario, SettleAnswer, Setup, Step};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -18,11 +18,11 @@ fn fetched(id: &str) -> Fetched<()> {
     }
 }
 
-fn drain(engine: &mut LeaseEngine<()>) -> Vec<Effect> {
+fn drain(engine: &mut LeaseEngine<()>) -> Vec<Effect<()>> {
     std::iter::from_fn(|| engine.poll_effect()).collect()
 }
 
-fn released(effects: &[Effect]) -> Vec<LeaseId> {
+fn released(effects: &[Effect<()>]) -> Vec<LeaseId> {
     effects
         .iter()
         .filter_map(|e| match e {
@@ -224,6 +224,50 @@ fn no_release_resent_for_a_lease_that_expired_before_the_answer() {
             },
         ],
     };
+    if let Err(violation) = check(&scenario) {
+        panic!("{violation}");
+    }
+}
+
+/// A renew chunk still out when shutdown completed, answered with a fatal error afterwards,
+/// made the engine emit `Halt` after `Drained` (invariant 6: nothing follows `Drained`; a driver
+/// may be gone by then). Cause: `halt` pushed its effect whether or not the engine had drained.
+#[test]
+fn no_halt_after_drained() {
+    let scenario = Scenario {
+        setup: Setup {
+            concurrency: 1,
+            max_leases: 1,
+            streams: 1,
+            ..Setup::default()
+        },
+        steps: vec![
+            Step::Fetched {
+                pick: 0,
+                items: vec![Item::Fresh { count: 0 }],
+            },
+            Step::Tick, // the heartbeat round
+            Step::Finish {
+                pick: 0,
+                outcome: Finish::Done,
+            },
+            Step::Acked {
+                pick: 0,
+                answers: vec![],
+            }, // room again: a fetch goes out
+            Step::Shutdown { grace_ms: 10 },
+            Step::Fetched {
+                pick: 0,
+                items: vec![],
+            }, // Drained
+            Step::RenewFailed {
+                pick: 0,
+                fatal: true,
+            },
+        ],
+    };
+    let effects = run(&scenario).unwrap_or_else(|v| panic!("{v}"));
+    assert_eq!(effects.last(), Some(&Effect::Drained), "{effects:?}");
     if let Err(violation) = check(&scenario) {
         panic!("{violation}");
     }

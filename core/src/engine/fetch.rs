@@ -4,12 +4,14 @@
 use std::time::{Duration, Instant};
 
 use super::{Extra, LeaseEngine, Outstanding, Pacing};
-use crate::effect::Effect;
+use crate::backend::ErrorKind;
+use crate::backend::LeaseRef;
+use crate::effect::{Effect, Run};
 use crate::lease::{Lease, State};
 use crate::timers::{ticks, Tick};
-use crate::types::{Fetched, InvocationId, LeaseId, StreamId};
+use crate::types::{Fetched, InvocationId, LeaseId, LossReason, StreamId};
 
-impl<P> LeaseEngine<P> {
+impl<P: Clone> LeaseEngine<P> {
     /// A fetch for `stream` returned these messages (possibly none).
     ///
     /// A message this engine already holds adopts the new delivery's fence and count and starts
@@ -17,6 +19,10 @@ impl<P> LeaseEngine<P> {
     /// at once, never run.
     pub fn handle_fetched(&mut self, now: Instant, stream: StreamId, messages: Vec<Fetched<P>>) {
         self.begin(now);
+        if usize::from(stream.0) >= self.streams.len() {
+            self.stats.unexpected += 1;
+            return self.finish();
+        }
         let (mut budget, epoch) = match self
             .streams
             .get_mut(usize::from(stream.0))
@@ -42,7 +48,11 @@ impl<P> LeaseEngine<P> {
                 };
                 (max, epoch)
             }
-            None => (0, self.epochs.open(self.now)),
+            // Not asked for: every delivery is handed back at once.
+            None => {
+                self.stats.unexpected += 1;
+                (0, self.epochs.open(self.now))
+            }
         };
         let sent_at = self.epochs.sent_at(epoch);
         let hb_due = sent_at.saturating_add(self.durations.heartbeat);
@@ -52,6 +62,12 @@ impl<P> LeaseEngine<P> {
             self.stats.delivered += 1;
             if expired {
                 self.stats.expired += 1;
+                self.effects.push_back(Effect::Lost {
+                    stream,
+                    lease_ref: LeaseRef::from(&message),
+                    reason: LossReason::Expired,
+                    margin: Duration::ZERO,
+                });
                 continue;
             }
             let hash = self.leases.hash(stream, &message.id);
@@ -92,13 +108,8 @@ impl<P> LeaseEngine<P> {
                     let state = State::Running { cancelled: None };
                     let id = self.create(hash, stream, message, epoch, state);
                     self.stats.invocations += 1;
-                    self.effects.push_back(Effect::Run {
-                        invocation: InvocationId {
-                            lease: id,
-                            attempt: 1,
-                        },
-                        lease: id,
-                    });
+                    let run = self.run_effect(id);
+                    self.effects.push_back(run);
                 }
             }
         }
@@ -106,11 +117,18 @@ impl<P> LeaseEngine<P> {
         self.finish();
     }
 
-    /// A fetch for `stream` failed; the next one backs off exponentially (capped).
-    pub fn handle_fetch_failed(&mut self, now: Instant, stream: StreamId) {
+    /// A fetch for `stream` failed. After a transient error the next one backs off
+    /// exponentially (capped); a fatal one stops the stream's intake
+    /// ([`Effect::Halt`](crate::Effect::Halt)).
+    pub fn handle_fetch_failed(&mut self, now: Instant, stream: StreamId, kind: ErrorKind) {
         self.begin(now);
-        if let Some(src) = self.streams.get_mut(usize::from(stream.0)) {
-            if let Some(Outstanding { max, epoch, .. }) = src.outstanding.take() {
+        let outstanding = self
+            .streams
+            .get_mut(usize::from(stream.0))
+            .and_then(|src| src.outstanding.take().map(|o| (src, o)));
+        match outstanding {
+            None => self.stats.unexpected += 1,
+            Some((src, Outstanding { max, epoch, .. })) => {
                 src.failures = src.failures.saturating_add(1);
                 let factor = 1u32 << (src.failures - 1).min(20);
                 let backoff = self
@@ -122,24 +140,12 @@ impl<P> LeaseEngine<P> {
                 src.wait = self.durations.poll;
                 self.reserved -= max;
                 self.epochs.unpin(epoch);
+                if kind == ErrorKind::Fatal {
+                    self.halt(stream);
+                }
             }
         }
         self.finish();
-    }
-
-    /// How many more messages a fetch may bring: free slots (and prefetch room) that are not
-    /// promised to ready or blocked runs or to outstanding fetches, within the lease budget.
-    pub(super) fn fetch_budget(&self) -> usize {
-        let slots = self
-            .cfg
-            .concurrency
-            .saturating_add(self.cfg.prefetch)
-            .saturating_sub(self.running + self.ready.live + self.blocked + self.reserved);
-        let leases = self
-            .cfg
-            .max_leases
-            .saturating_sub(self.held + self.reserved);
-        slots.min(leases)
     }
 
     /// Issues fetches for due streams, sharing the budget round-robin, each for at most
@@ -147,7 +153,7 @@ impl<P> LeaseEngine<P> {
     ///
     /// With one stream its fetch is returned rather than queued (it is the next effect anyway);
     /// with several, they are queued.
-    pub(super) fn fetch(&mut self) -> Option<Effect> {
+    pub(super) fn fetch(&mut self) -> Option<Effect<P>> {
         if self.shutdown.is_some() {
             return None;
         }
@@ -164,7 +170,7 @@ impl<P> LeaseEngine<P> {
             .map(|e| e.due.saturating_sub(now));
         if let [src] = &mut self.streams[..] {
             // The loop below for one due stream: it gets the whole budget, and may block.
-            if src.outstanding.is_some() || src.next_at > now {
+            if src.outstanding.is_some() || src.next_at > now || src.halted {
                 return None;
             }
             let wait = until_repoll.map_or(src.wait, |until| src.wait.min(until));
@@ -178,7 +184,7 @@ impl<P> LeaseEngine<P> {
     /// the budget round-robin.
     fn fetch_shared(&mut self, mut budget: usize, until_repoll: Option<Tick>) {
         let now = self.now;
-        let is_due = |s: &Pacing| s.outstanding.is_none() && s.next_at <= now;
+        let is_due = |s: &Pacing| s.outstanding.is_none() && s.next_at <= now && !s.halted;
         let due = self.streams.iter().filter(|s| is_due(s)).count();
         if due == 0 {
             return;
@@ -210,7 +216,7 @@ impl<P> LeaseEngine<P> {
 
     /// Marks a fetch of up to `max` for stream `i` outstanding, its room reserved.
     #[inline]
-    fn open_fetch(&mut self, i: usize, max: usize, wait: Tick) -> Effect {
+    fn open_fetch(&mut self, i: usize, max: usize, wait: Tick) -> Effect<P> {
         let epoch = self.epochs.open(self.now);
         self.streams[i].outstanding = Some(Outstanding { max, epoch, wait });
         self.reserved += max;
@@ -249,7 +255,7 @@ impl<P> LeaseEngine<P> {
                 state,
             },
         );
-        self.enter(id, state, epoch, stamp);
+        self.enter(id, stream, state, epoch, stamp);
         id
     }
 
@@ -272,6 +278,25 @@ impl<P> LeaseEngine<P> {
             let old = std::mem::replace(&mut lease.epoch, epoch);
             self.epochs.remove(old);
             self.epochs.add(epoch);
+            self.confirmed(id);
         }
+    }
+
+    /// The `Run` effect of a lease's current invocation.
+    #[inline]
+    pub(super) fn run_effect(&self, id: LeaseId) -> Effect<P> {
+        let lease = self.leases.get(id).expect("held");
+        Effect::Run(Run {
+            invocation: InvocationId {
+                lease: id,
+                attempt: lease.attempt,
+            },
+            stream: lease.stream,
+            lease: lease.lease_ref(),
+            delivery_count: lease.delivery_count,
+            attempt: lease.attempt,
+            valid_until: self.instant(self.confirmation_deadline(lease.epoch)),
+            payload: lease.payload.clone(),
+        })
     }
 }

@@ -4,13 +4,15 @@
 use std::time::Instant;
 
 use super::{LeaseEngine, Round};
+use crate::backend::{ErrorKind, LeaseRef};
 use crate::effect::Effect;
 use crate::timers::Tick;
-use crate::types::{CancelReason, LeaseId, RenewId, RenewResult};
+use crate::types::{CancelReason, LeaseId, RenewId, RenewResult, StreamId};
 
-impl<P> LeaseEngine<P> {
+impl<P: Clone> LeaseEngine<P> {
     /// Results of the `Renew` effect `batch`: one per lease the backend answered for. A lease
-    /// left out keeps its state. Results for leases whose fence changed since are ignored.
+    /// left out keeps its state. Results for leases the engine let go meanwhile, or whose fence
+    /// changed since, are ignored and counted as stale.
     pub fn handle_renewed(
         &mut self,
         now: Instant,
@@ -20,28 +22,38 @@ impl<P> LeaseEngine<P> {
         // Apply before advancing the clock: a successful renew proves the lease was still ours
         // at its send time, so it must not be expired by the time its answer is read.
         self.set_now(now);
-        if let Some((epoch, seq)) = self.answer_round(batch, false) {
-            for (id, result) in results {
-                let Some(lease) = self.leases.get_mut(id) else {
-                    continue;
-                };
-                if !lease.state.is_held() || lease.fence_seq > seq {
-                    continue;
-                }
-                match result {
-                    RenewResult::Kept if lease.epoch < epoch => {
-                        let old = std::mem::replace(&mut lease.epoch, epoch);
-                        self.epochs.remove(old);
-                        self.epochs.add(epoch);
+        match self.answer_round(batch, false) {
+            None => self.stats.unexpected += 1,
+            Some((epoch, seq, _)) => {
+                for (id, result) in results {
+                    if !self.leases.was_issued(id) {
+                        self.stats.unexpected += 1;
+                        continue;
                     }
-                    RenewResult::Kept => {}
-                    // An ack or dead-letter in flight may have removed the entry: its own result
-                    // tells what happened.
-                    RenewResult::Lost if lease.state.is_in_flight() => {}
-                    RenewResult::Lost => self.drop_lease(id, CancelReason::LeaseLost),
+                    let Some(lease) = self.leases.get_mut(id) else {
+                        self.stats.stale += 1;
+                        continue;
+                    };
+                    if !lease.state.is_held() || lease.fence_seq > seq {
+                        self.stats.stale += 1;
+                        continue;
+                    }
+                    match result {
+                        RenewResult::Kept if lease.epoch < epoch => {
+                            let old = std::mem::replace(&mut lease.epoch, epoch);
+                            self.epochs.remove(old);
+                            self.epochs.add(epoch);
+                            self.confirmed(id);
+                        }
+                        RenewResult::Kept => {}
+                        // An ack or dead-letter in flight may have removed the entry: its own result
+                        // tells what happened.
+                        RenewResult::Lost if lease.state.is_in_flight() => {}
+                        RenewResult::Lost => self.drop_lease(id, CancelReason::LeaseLost),
+                    }
                 }
+                self.close_round_if_answered();
             }
-            self.close_round_if_answered();
         }
         self.begin_now();
         self.finish();
@@ -49,46 +61,71 @@ impl<P> LeaseEngine<P> {
 
     /// The `Renew` effect `batch` failed as a whole (timeout, connection lost). Its leases keep
     /// their state; the next round comes sooner, and leases expire if renewing keeps failing.
-    pub fn handle_renew_failed(&mut self, now: Instant, batch: RenewId) {
+    /// A fatal error also stops the stream's intake.
+    pub fn handle_renew_failed(&mut self, now: Instant, batch: RenewId, kind: ErrorKind) {
         self.begin(now);
-        if self.answer_round(batch, true).is_some() {
-            self.close_round_if_answered();
+        match self.answer_round(batch, true) {
+            None => self.stats.unexpected += 1,
+            Some((_, _, stream)) => {
+                if kind == ErrorKind::Fatal {
+                    self.halt(stream);
+                }
+                self.close_round_if_answered();
+            }
         }
         self.finish();
     }
 
-    /// Sends one renew round for every renewable lease, in chunks of `renew_batch_size`.
+    /// Sends one renew round for every renewable lease: per stream, in chunks of
+    /// `renew_batch_size`.
     pub(super) fn start_round(&mut self) {
         let size = self.cfg.renew_batch_size;
-        // Built chunk by chunk (no list of all ids first), each sized for what is left.
-        let mut left = self.renewable();
-        let mut chunks: Vec<Vec<LeaseId>> = Vec::with_capacity(left.div_ceil(size));
-        for (id, _) in self.leases.iter().filter(|(_, l)| l.state.is_renewable()) {
-            match chunks.last_mut() {
-                Some(chunk) if chunk.len() < size => chunk.push(id),
+        let left = self.renewable();
+        // Built chunk by chunk (no list of all ids first); with one stream, each chunk sized
+        // for what is left.
+        let mut chunks: Vec<(StreamId, Vec<LeaseId>, Vec<LeaseRef>)> =
+            Vec::with_capacity(left.div_ceil(size));
+        // Per stream, the index of its chunk being filled.
+        let mut filling: Vec<Option<usize>> = vec![None; self.streams.len()];
+        let renewable = self.leases.iter().filter(|(_, l)| l.state.is_renewable());
+        for (placed, (id, lease)) in renewable.enumerate() {
+            let open = &mut filling[usize::from(lease.stream.0)];
+            let chunk = match *open {
+                Some(i) if chunks[i].1.len() < size => i,
                 _ => {
-                    let mut chunk = Vec::with_capacity(size.min(left).max(1));
-                    chunk.push(id);
-                    chunks.push(chunk);
+                    let capacity = size.min(left - placed).max(1);
+                    chunks.push((
+                        lease.stream,
+                        Vec::with_capacity(capacity),
+                        Vec::with_capacity(capacity),
+                    ));
+                    *open = Some(chunks.len() - 1);
+                    chunks.len() - 1
                 }
-            }
-            left = left.saturating_sub(1);
+            };
+            chunks[chunk].1.push(id);
+            chunks[chunk].2.push(lease.lease_ref());
         }
         let epoch = self.epochs.open(self.now);
         let seq = self.next_seq();
         let count = chunks.len();
         let first = self.next_renew_id;
         self.next_renew_id += count as u64;
-        for (i, leases) in chunks.into_iter().enumerate() {
+        let mut streams = Vec::with_capacity(count);
+        for (i, (stream, leases, refs)) in chunks.into_iter().enumerate() {
+            streams.push(stream);
             self.effects.push_back(Effect::Renew {
                 batch: RenewId(first + i as u64),
+                stream,
                 leases,
+                refs,
             });
         }
         self.renew_due = None;
         self.round = Some(Round {
             first,
             answered: vec![false; count],
+            streams,
             remaining: count,
             epoch,
             seq,
@@ -97,8 +134,9 @@ impl<P> LeaseEngine<P> {
         });
     }
 
-    /// Marks chunk `batch` answered; returns the round's epoch and sequence if it was pending.
-    fn answer_round(&mut self, batch: RenewId, failed: bool) -> Option<(u64, u64)> {
+    /// Marks chunk `batch` answered; returns the round's epoch and sequence, and the chunk's
+    /// stream, if it was pending.
+    fn answer_round(&mut self, batch: RenewId, failed: bool) -> Option<(u64, u64, StreamId)> {
         let round = self.round.as_mut()?;
         let index = usize::try_from(batch.0.checked_sub(round.first)?).ok()?;
         let answered = round.answered.get_mut(index)?;
@@ -107,7 +145,7 @@ impl<P> LeaseEngine<P> {
         }
         round.remaining -= 1;
         round.failed |= failed;
-        Some((round.epoch, round.seq))
+        Some((round.epoch, round.seq, round.streams[index]))
     }
 
     fn close_round_if_answered(&mut self) {

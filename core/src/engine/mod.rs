@@ -17,12 +17,12 @@ use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::config::{Config, ConfigError, Settings};
-use crate::effect::{Effect, Stats};
+use crate::effect::{Effect, Stats, StreamLoad};
 use crate::lease::{Lease, LeaseTable, State};
 use crate::timers::{ticks, Entry, Epochs, Fifo, Heap, Rng, Tick, Timers};
-use crate::types::{DeadLetterReason, LeaseId, MessageId, StreamId};
+use crate::types::{DeadLetterReason, InvocationId, LeaseId, MessageId, StreamId};
 
-/// Per-stream fetch pacing.
+/// Per-stream fetch pacing and acks.
 #[derive(Debug)]
 struct Pacing {
     /// The fetch awaiting its result.
@@ -33,6 +33,26 @@ struct Pacing {
     wait: Tick,
     /// Consecutive failed fetches, for the backoff.
     failures: u32,
+    /// A fatal error stopped the stream's intake: it is never fetched from again.
+    halted: bool,
+    /// Leases due to be acked, waiting for the next `Ack` of the stream.
+    acks: Vec<LeaseId>,
+    /// The stream's `Ack` in flight: one at a time, so a backend whose calls take a round trip
+    /// gets batches, not one call per message.
+    acking: Option<AckInFlight>,
+    /// Its leases by class: held, running (orphans included), orphaned.
+    held: usize,
+    running: usize,
+    orphaned: usize,
+}
+
+/// An `Ack` effect awaiting its answer.
+#[derive(Debug)]
+struct AckInFlight {
+    batch: u64,
+    /// The sequence number its leases were sent at (their `sent_seq`).
+    seq: u64,
+    leases: Vec<LeaseId>,
 }
 
 /// A fetch awaiting its result.
@@ -51,6 +71,8 @@ struct Outstanding {
 struct Round {
     first: u64,
     answered: Vec<bool>,
+    /// The stream of each chunk.
+    streams: Vec<StreamId>,
     remaining: usize,
     epoch: u64,
     seq: u64,
@@ -89,7 +111,8 @@ enum Extra {
 
 /// The lease engine. See the [crate documentation](crate) for the model and an example.
 ///
-/// `P` is the payload type, opaque to the engine (bytes, a decoded message, `()`...).
+/// `P` is the payload type, opaque to the engine (bytes, a decoded message, `()`...); each `Run`
+/// effect carries a clone, so it should be cheap to clone.
 pub struct LeaseEngine<P> {
     cfg: Settings,
     durations: Durations,
@@ -120,10 +143,12 @@ pub struct LeaseEngine<P> {
     round: Option<Round>,
     renew_due: Option<Tick>,
     next_renew_id: u64,
-    acks: Vec<LeaseId>,
+    next_ack_id: u64,
+    /// A stream has acks due and no `Ack` in flight.
+    ack_due: bool,
     /// An input came since fetches were last decided.
     fetch_due: bool,
-    effects: VecDeque<Effect>,
+    effects: VecDeque<Effect<P>>,
     shutdown: Option<Shutdown>,
     drained: bool,
     rng: Rng,
@@ -145,102 +170,8 @@ impl<P> std::fmt::Debug for LeaseEngine<P> {
 /// fetch of thousands of `Run`s) does not pin its memory.
 const EFFECTS_KEPT: usize = 64;
 
+/// What can be read, and what needs no payload: no `Clone` needed.
 impl<P> LeaseEngine<P> {
-    /// An engine serving one stream, starting at `now`.
-    pub fn new(config: &Config, now: Instant) -> Result<Self, ConfigError> {
-        Self::with_streams(config, 1, now)
-    }
-
-    /// An engine serving `streams` streams with one shared concurrency budget;
-    /// they are numbered `StreamId(0)..StreamId(streams - 1)`.
-    pub fn with_streams(config: &Config, streams: u16, now: Instant) -> Result<Self, ConfigError> {
-        let cfg = config.validate()?;
-        if streams == 0 {
-            return Err(ConfigError::NoStreams);
-        }
-        let durations = Durations {
-            lease_ttl: ticks(cfg.lease_ttl()),
-            heartbeat: ticks(cfg.heartbeat_interval),
-            heartbeat_quarter: ticks(cfg.heartbeat_interval / 4),
-            poll: ticks(cfg.poll_interval),
-            max_processing_time: ticks(cfg.max_processing_time),
-        };
-        let stream = || Pacing {
-            outstanding: None,
-            next_at: 0,
-            wait: durations.poll,
-            failures: 0,
-        };
-        let mut engine = Self {
-            rng: Rng::new(cfg.seed),
-            cfg,
-            durations,
-            base: now,
-            now: 0,
-            seq: 0,
-            leases: LeaseTable::new(),
-            extras: hashbrown::HashMap::new(),
-            orphans: HashMap::new(),
-            streams: (0..streams).map(|_| stream()).collect(),
-            next_stream: 0,
-            reserved: 0,
-            held: 0,
-            running: 0,
-            releasing: 0,
-            blocked: 0,
-            deadlines: Timers::default(),
-            repolls: Timers::default(),
-            retries: Timers::default(),
-            ready: Timers::default(),
-            epochs: Epochs::default(),
-            round: None,
-            renew_due: None,
-            next_renew_id: 0,
-            acks: Vec::new(),
-            fetch_due: true,
-            effects: VecDeque::new(),
-            shutdown: None,
-            drained: false,
-            stats: Stats::default(),
-        };
-        engine.finish();
-        Ok(engine)
-    }
-
-    // ----- outputs -------------------------------------------------------------------------
-
-    /// The next effect to execute, if any. Drain effects before sleeping on
-    /// [`poll_timeout`](Self::poll_timeout).
-    ///
-    /// `Ack` and `Fetch` are decided here, when everything else has been drained: a driver
-    /// that feeds a burst of inputs before draining gets one ack batch and one fetch sized for
-    /// all the slots the burst freed, instead of one tiny fetch per finished invocation.
-    #[inline]
-    pub fn poll_effect(&mut self) -> Option<Effect> {
-        if let Some(effect) = self.effects.pop_front() {
-            return Some(effect);
-        }
-        if self.fetch_due || !self.acks.is_empty() {
-            if let Some(effect) = self.poll_decided() {
-                return Some(effect);
-            }
-        }
-        if self.effects.capacity() > EFFECTS_KEPT {
-            self.effects.shrink_to(EFFECTS_KEPT);
-        }
-        None
-    }
-
-    /// The queue is empty: decide fetches, else send the acks collected.
-    fn poll_decided(&mut self) -> Option<Effect> {
-        if std::mem::take(&mut self.fetch_due) {
-            if let Some(effect) = self.fetch().or_else(|| self.effects.pop_front()) {
-                return Some(effect);
-            }
-        }
-        self.ack_batch()
-    }
-
     /// When to call [`handle_timeout`](Self::handle_timeout) next; `None` when only an input
     /// can change anything. Always after the last `now` once effects are drained (no busy loop).
     pub fn poll_timeout(&self) -> Option<Instant> {
@@ -282,7 +213,11 @@ impl<P> LeaseEngine<P> {
                 return Some(others.map_or(shutdown.deadline, |o| o.min(shutdown.deadline)));
             }
         } else if self.fetch_budget() > 0 {
-            for stream in self.streams.iter().filter(|s| s.outstanding.is_none()) {
+            for stream in self
+                .streams
+                .iter()
+                .filter(|s| s.outstanding.is_none() && !s.halted)
+            {
                 consider(stream.next_at);
             }
         }
@@ -303,11 +238,49 @@ impl<P> LeaseEngine<P> {
 
     fn valid_until_tick(&self, id: LeaseId) -> Option<Tick> {
         let lease = self.leases.get(id)?;
-        lease.state.is_held().then(|| {
-            self.epochs
-                .sent_at(lease.epoch)
-                .saturating_add(self.durations.lease_ttl)
-        })
+        lease
+            .state
+            .is_held()
+            .then(|| self.confirmation_deadline(lease.epoch))
+    }
+
+    /// When a lease last confirmed by `epoch` expires locally.
+    #[inline]
+    fn confirmation_deadline(&self, epoch: u64) -> Tick {
+        self.epochs
+            .sent_at(epoch)
+            .saturating_add(self.durations.lease_ttl)
+    }
+
+    /// A lease was confirmed again (its epoch moved): a running invocation learns its new
+    /// local expiry.
+    #[inline]
+    fn confirmed(&mut self, id: LeaseId) {
+        let Some(lease) = self.leases.get(id) else {
+            return;
+        };
+        if let State::Running { cancelled: None } = lease.state {
+            let invocation = InvocationId {
+                lease: id,
+                attempt: lease.attempt,
+            };
+            let until = self.instant(self.confirmation_deadline(lease.epoch));
+            self.effects
+                .push_back(Effect::LeaseValid { invocation, until });
+        }
+    }
+
+    /// A fatal error stopped `stream`'s intake: it is never fetched from again. `Halt` is
+    /// emitted once, unless shutdown already completed: nothing follows `Drained`.
+    fn halt(&mut self, stream: StreamId) {
+        if let Some(pacing) = self.streams.get_mut(usize::from(stream.0)) {
+            if !std::mem::replace(&mut pacing.halted, true) {
+                self.stats.halted += 1;
+                if !self.drained {
+                    self.effects.push_back(Effect::Halt { stream });
+                }
+            }
+        }
     }
 
     /// The validated configuration.
@@ -330,17 +303,20 @@ impl<P> LeaseEngine<P> {
         self.running
     }
 
+    /// What `stream` occupies now (all zero for a stream the engine does not have).
+    pub fn load(&self, stream: StreamId) -> StreamLoad {
+        self.streams
+            .get(usize::from(stream.0))
+            .map_or_else(StreamLoad::default, |s| StreamLoad {
+                held: s.held,
+                running: s.running,
+                waiting: s.held - (s.running - s.orphaned),
+            })
+    }
+
     /// Whether shutdown has completed (`Effect::Drained` was emitted).
     pub fn is_drained(&self) -> bool {
         self.drained
-    }
-
-    // ----- inputs (the others are in fetch.rs, heartbeat.rs and settle.rs) -----------------
-
-    /// Timers may be due: call when [`poll_timeout`](Self::poll_timeout) has passed.
-    pub fn handle_timeout(&mut self, now: Instant) {
-        self.begin(now);
-        self.finish();
     }
 
     // ----- time ----------------------------------------------------------------------------
@@ -360,6 +336,156 @@ impl<P> LeaseEngine<P> {
     #[inline]
     fn set_now(&mut self, now: Instant) {
         self.now = self.now.max(self.tick(now));
+    }
+
+    fn renewable(&self) -> usize {
+        self.held - self.releasing
+    }
+
+    /// Whether a held lease may have lapsed by now: nothing can have lapsed before the oldest
+    /// confirming epoch's deadline.
+    #[inline]
+    fn lapsing(&self) -> bool {
+        self.epochs
+            .oldest_live()
+            .is_some_and(|sent| sent.saturating_add(self.durations.lease_ttl) <= self.now)
+    }
+
+    /// Whether a ready lease may start: a slot is free and not promised to an outstanding
+    /// fetch. Only the part of a fetch's reservation beyond the prefetch room is promised to
+    /// slots: what it brings beyond the free slots waits, ready, anyway.
+    fn slot_free(&self) -> bool {
+        self.running + self.reserved.saturating_sub(self.cfg.prefetch) < self.cfg.concurrency
+    }
+
+    /// How many more messages a fetch may bring: free slots (and prefetch room) that are not
+    /// promised to ready or blocked runs or to outstanding fetches, within the lease budget.
+    pub(super) fn fetch_budget(&self) -> usize {
+        let slots = self
+            .cfg
+            .concurrency
+            .saturating_add(self.cfg.prefetch)
+            .saturating_sub(self.running + self.ready.live + self.blocked + self.reserved);
+        let leases = self
+            .cfg
+            .max_leases
+            .saturating_sub(self.held + self.reserved);
+        slots.min(leases)
+    }
+}
+
+impl<P: Clone> LeaseEngine<P> {
+    /// An engine serving one stream, starting at `now`.
+    pub fn new(config: &Config, now: Instant) -> Result<Self, ConfigError> {
+        Self::with_streams(config, 1, now)
+    }
+
+    /// An engine serving `streams` streams with one shared concurrency budget;
+    /// they are numbered `StreamId(0)..StreamId(streams - 1)`.
+    pub fn with_streams(config: &Config, streams: u16, now: Instant) -> Result<Self, ConfigError> {
+        let cfg = config.validate()?;
+        if streams == 0 {
+            return Err(ConfigError::NoStreams);
+        }
+        let durations = Durations {
+            lease_ttl: ticks(cfg.lease_ttl()),
+            heartbeat: ticks(cfg.heartbeat_interval),
+            heartbeat_quarter: ticks(cfg.heartbeat_interval / 4),
+            poll: ticks(cfg.poll_interval),
+            max_processing_time: ticks(cfg.max_processing_time),
+        };
+        let stream = || Pacing {
+            outstanding: None,
+            next_at: 0,
+            wait: durations.poll,
+            failures: 0,
+            halted: false,
+            acks: Vec::new(),
+            acking: None,
+            held: 0,
+            running: 0,
+            orphaned: 0,
+        };
+        let mut engine = Self {
+            rng: Rng::new(cfg.seed),
+            cfg,
+            durations,
+            base: now,
+            now: 0,
+            seq: 0,
+            leases: LeaseTable::new(),
+            extras: hashbrown::HashMap::new(),
+            orphans: HashMap::new(),
+            streams: (0..streams).map(|_| stream()).collect(),
+            next_stream: 0,
+            reserved: 0,
+            held: 0,
+            running: 0,
+            releasing: 0,
+            blocked: 0,
+            deadlines: Timers::default(),
+            repolls: Timers::default(),
+            retries: Timers::default(),
+            ready: Timers::default(),
+            epochs: Epochs::default(),
+            round: None,
+            renew_due: None,
+            next_renew_id: 0,
+            next_ack_id: 0,
+            ack_due: false,
+            fetch_due: true,
+            effects: VecDeque::new(),
+            shutdown: None,
+            drained: false,
+            stats: Stats::default(),
+        };
+        engine.finish();
+        Ok(engine)
+    }
+
+    // ----- outputs -------------------------------------------------------------------------
+
+    /// The next effect to execute, if any. Drain effects before sleeping on
+    /// [`poll_timeout`](Self::poll_timeout).
+    ///
+    /// `Ack` and `Fetch` are decided here, when everything else has been drained: a driver
+    /// that feeds a burst of inputs before draining gets one ack batch and one fetch sized for
+    /// all the slots the burst freed, instead of one tiny fetch per finished invocation.
+    #[inline]
+    pub fn poll_effect(&mut self) -> Option<Effect<P>> {
+        if let Some(effect) = self.effects.pop_front() {
+            return Some(effect);
+        }
+        if self.fetch_due || self.ack_due {
+            if let Some(effect) = self.poll_decided() {
+                return Some(effect);
+            }
+        }
+        if self.effects.capacity() > EFFECTS_KEPT {
+            self.effects.shrink_to(EFFECTS_KEPT);
+        }
+        None
+    }
+
+    /// The queue is empty: decide fetches, else send the acks collected.
+    fn poll_decided(&mut self) -> Option<Effect<P>> {
+        if std::mem::take(&mut self.fetch_due) {
+            if let Some(effect) = self.fetch().or_else(|| self.effects.pop_front()) {
+                return Some(effect);
+            }
+        }
+        if std::mem::take(&mut self.ack_due) {
+            self.ack_batches();
+        }
+        self.effects.pop_front()
+    }
+
+    // ----- inputs (the others are in fetch.rs, heartbeat.rs and settle.rs) -----------------
+
+    /// Timers may be due: call when [`poll_timeout`](Self::poll_timeout) has passed.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.begin(now);
+        self.finish();
     }
 
     // ----- the pass around every input -----------------------------------------------------
@@ -389,10 +515,6 @@ impl<P> LeaseEngine<P> {
         self.advance();
     }
 
-    fn renewable(&self) -> usize {
-        self.held - self.releasing
-    }
-
     /// Runs every timer that is due at `self.now`.
     #[inline(always)]
     fn advance(&mut self) {
@@ -408,15 +530,6 @@ impl<P> LeaseEngine<P> {
         {
             self.run_due_timers();
         }
-    }
-
-    /// Whether a held lease may have lapsed by now: nothing can have lapsed before the oldest
-    /// confirming epoch's deadline.
-    #[inline]
-    fn lapsing(&self) -> bool {
-        self.epochs
-            .oldest_live()
-            .is_some_and(|sent| sent.saturating_add(self.durations.lease_ttl) <= self.now)
     }
 
     fn run_due_timers(&mut self) {
@@ -501,13 +614,6 @@ impl<P> LeaseEngine<P> {
         }
     }
 
-    /// Whether a ready lease may start: a slot is free and not promised to an outstanding
-    /// fetch. Only the part of a fetch's reservation beyond the prefetch room is promised to
-    /// slots: what it brings beyond the free slots waits, ready, anyway.
-    fn slot_free(&self) -> bool {
-        self.running + self.reserved.saturating_sub(self.cfg.prefetch) < self.cfg.concurrency
-    }
-
     /// Starts ready leases (re-runs, prefetched messages) while invocation slots are free.
     fn start_ready(&mut self) {
         while self.slot_free() {
@@ -526,7 +632,8 @@ impl<P> LeaseEngine<P> {
     /// Moves a lease to `state`, keeping counters and timers in step.
     #[inline(always)]
     fn set_state(&mut self, id: LeaseId, state: State) {
-        let (old, epoch, stamp) = self.leases.set_state(id, state);
+        let (old, epoch, stamp, stream) = self.leases.set_state(id, state);
+        self.tally(stream, Some(old), Some(state));
         // Held and running counts (and the epoch's) change only when the state's class does.
         match (old.is_held(), state.is_held()) {
             (true, false) => {
@@ -545,6 +652,28 @@ impl<P> LeaseEngine<P> {
         self.enter_timers(id, state, stamp);
     }
 
+    /// Moves a lease of `stream` from state `from` to state `to` in its stream's load (`None`:
+    /// the lease is created, or removed). Most transitions keep the class: nothing to count.
+    #[inline(always)]
+    fn tally(&mut self, stream: StreamId, from: Option<State>, to: Option<State>) {
+        let class = |s: Option<State>| {
+            s.map_or((0, 0, 0), |s| {
+                (
+                    usize::from(s.is_held()),
+                    usize::from(s.is_running()),
+                    usize::from(s == State::Orphaned),
+                )
+            })
+        };
+        let (old, new) = (class(from), class(to));
+        if old != new {
+            let pacing = &mut self.streams[usize::from(stream.0)];
+            pacing.held = pacing.held + new.0 - old.0;
+            pacing.running = pacing.running + new.1 - old.1;
+            pacing.orphaned = pacing.orphaned + new.2 - old.2;
+        }
+    }
+
     /// A lease in `slot` with `stamp` leaves `state` for good (it is removed).
     #[inline(always)]
     fn leave(&mut self, state: State, epoch: u64, slot: u32, stamp: u32) {
@@ -560,7 +689,8 @@ impl<P> LeaseEngine<P> {
 
     /// A new lease enters `state`.
     #[inline(always)]
-    fn enter(&mut self, id: LeaseId, state: State, epoch: u64, stamp: u32) {
+    fn enter(&mut self, id: LeaseId, stream: StreamId, state: State, epoch: u64, stamp: u32) {
+        self.tally(stream, None, Some(state));
         if state.is_held() {
             self.held += 1;
             self.epochs.add(epoch);
@@ -633,7 +763,8 @@ impl<P> LeaseEngine<P> {
     /// Removes a lease and what it carries beside the slab.
     #[inline(always)]
     fn remove(&mut self, id: LeaseId) {
-        if let Some((state, epoch, stamp)) = self.leases.remove(id) {
+        if let Some((state, epoch, stamp, stream)) = self.leases.remove(id) {
+            self.tally(stream, Some(state), None);
             self.leave(state, epoch, id.slot, stamp);
             if state.has_extra() {
                 self.extras.remove(&id.slot);

@@ -3,10 +3,14 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Extra, LeaseEngine, Shutdown};
+use super::{AckInFlight, Extra, LeaseEngine, Shutdown};
+use crate::backend::ErrorKind;
 use crate::effect::Effect;
 use crate::lease::{Op, State};
-use crate::types::{CancelReason, DeadLetterReason, InvocationId, LeaseId, Outcome, SettleResult};
+use crate::types::{
+    AckId, CancelReason, DeadLetterReason, InvocationId, LeaseId, LossReason, Outcome,
+    SettleResult, StreamId,
+};
 
 /// How a lease is settled, with what the operation carries.
 #[derive(Debug)]
@@ -16,7 +20,7 @@ pub(super) enum Settle {
     DeadLetter(Box<DeadLetterReason>),
 }
 
-impl<P> LeaseEngine<P> {
+impl<P: Clone> LeaseEngine<P> {
     /// An invocation finished with `outcome`. Outcomes of cancelled invocations, or of leases
     /// lost meanwhile, are discarded (the slot is freed); unknown invocations are ignored.
     pub fn handle_outcome(&mut self, now: Instant, invocation: InvocationId, outcome: Outcome) {
@@ -26,7 +30,10 @@ impl<P> LeaseEngine<P> {
             Some(lease) if lease.attempt == invocation.attempt && lease.state.is_running() => {
                 lease.state
             }
-            _ => return self.finish(),
+            _ => {
+                self.stats.unexpected += 1;
+                return self.finish();
+            }
         };
         match state {
             State::Orphaned => self.end_orphan(id),
@@ -57,33 +64,85 @@ impl<P> LeaseEngine<P> {
         self.finish();
     }
 
-    /// Results of an `Ack` effect, one per lease.
+    /// The backend dead-lettered `count` entries by itself while fetching: they could never be
+    /// delivered (see [`Backend::take_undeliverable`](crate::Backend::take_undeliverable)).
+    /// They count with the engine's own dead letters; nothing else changes.
+    pub fn handle_undeliverable(&mut self, count: usize) {
+        self.stats.dead_lettered += count as u64;
+    }
+
+    /// Results of the `Ack` effect `batch`, one per lease. A lease of the batch left out of
+    /// the results counts as a transient failure (it is acked again later).
     pub fn handle_acked(
         &mut self,
         now: Instant,
+        batch: AckId,
         results: impl IntoIterator<Item = (LeaseId, SettleResult)>,
     ) {
         // Answers are about sends already made: apply them before timers re-send anything.
         self.set_now(now);
-        for (id, result) in results {
-            self.settled(id, result, Op::Ack);
+        match self.take_ack(batch) {
+            None => self.stats.unexpected += 1,
+            Some(acked) => {
+                for (id, result) in results {
+                    if self.in_ack(id, acked.seq) {
+                        self.settled(id, result, Op::Ack);
+                    } else {
+                        self.not_settling(id);
+                    }
+                }
+                for &id in &acked.leases {
+                    if self.in_ack(id, acked.seq) {
+                        self.settled(id, SettleResult::Failed, Op::Ack);
+                    }
+                }
+            }
         }
         self.begin_now();
         self.finish();
     }
 
-    /// Result of a `Release` effect.
-    pub fn handle_released(&mut self, now: Instant, lease: LeaseId, result: SettleResult) {
+    /// The `Ack` effect `batch` failed as a whole. Its leases are acked again after a transient
+    /// error; after a fatal one they are given up (they lapse on the backend and are delivered
+    /// again) and the stream's intake stops.
+    pub fn handle_ack_failed(&mut self, now: Instant, batch: AckId, kind: ErrorKind) {
         self.set_now(now);
-        self.settled(lease, result, Op::Release);
+        match self.take_ack(batch) {
+            None => self.stats.unexpected += 1,
+            Some(acked) => {
+                for &id in &acked.leases {
+                    if self.in_ack(id, acked.seq) {
+                        self.settle_failed(id, Op::Ack, kind);
+                    }
+                }
+            }
+        }
         self.begin_now();
         self.finish();
     }
 
-    /// Result of a `DeadLetter` effect.
-    pub fn handle_dead_lettered(&mut self, now: Instant, lease: LeaseId, result: SettleResult) {
+    /// The answer to a `Release` effect: the backend's result, or the call's failure.
+    pub fn handle_released(
+        &mut self,
+        now: Instant,
+        lease: LeaseId,
+        result: Result<SettleResult, ErrorKind>,
+    ) {
         self.set_now(now);
-        self.settled(lease, result, Op::DeadLetter);
+        self.settle_answered(lease, result, Op::Release);
+        self.begin_now();
+        self.finish();
+    }
+
+    /// The answer to a `DeadLetter` effect: the backend's result, or the call's failure.
+    pub fn handle_dead_lettered(
+        &mut self,
+        now: Instant,
+        lease: LeaseId,
+        result: Result<SettleResult, ErrorKind>,
+    ) {
+        self.set_now(now);
+        self.settle_answered(lease, result, Op::DeadLetter);
         self.begin_now();
         self.finish();
     }
@@ -152,16 +211,10 @@ impl<P> LeaseEngine<P> {
     pub(super) fn start_run(&mut self, id: LeaseId) {
         let lease = self.leases.get_mut(id).expect("held");
         lease.attempt += 1;
-        let run = lease.attempt;
         self.set_state(id, State::Running { cancelled: None });
         self.stats.invocations += 1;
-        self.effects.push_back(Effect::Run {
-            invocation: InvocationId {
-                lease: id,
-                attempt: run,
-            },
-            lease: id,
-        });
+        let run = self.run_effect(id);
+        self.effects.push_back(run);
     }
 
     pub(super) fn cancel(&mut self, id: LeaseId, reason: CancelReason) {
@@ -197,6 +250,14 @@ impl<P> LeaseEngine<P> {
             self.settle(id, Settle::DeadLetter(Box::new(reason)));
         } else {
             let delay = delay.unwrap_or_else(|| self.backoff(deliveries));
+            let lease = self.leases.get(id).expect("held");
+            self.effects.push_back(Effect::Failed {
+                stream: lease.stream,
+                lease_ref: lease.lease_ref(),
+                delivery_count: deliveries,
+                error,
+                retry_in: delay,
+            });
             self.settle(id, Settle::Release(delay));
         }
     }
@@ -228,19 +289,28 @@ impl<P> LeaseEngine<P> {
         self.send_settle(id, op);
     }
 
-    /// Sends (or re-sends) the settle operation `op` for a held lease. Acks are collected and
-    /// sent as one batch when effects are polled.
+    /// Sends (or re-sends) the settle operation `op` for a held lease. Acks are queued per
+    /// stream and sent as one batch when effects are polled, one batch in flight per stream.
     #[inline(always)]
     pub(super) fn send_settle(&mut self, id: LeaseId, op: Op) {
-        let sent_seq = self.next_seq();
         match op {
-            Op::Ack => self.acks.push(id),
+            Op::Ack => {
+                // Sent when the batch goes out (which stamps `sent_seq`); until then it belongs
+                // to no batch.
+                let lease = self.leases.get_mut(id).expect("held");
+                lease.sent_seq = 0;
+                let stream = lease.stream;
+                let pacing = &mut self.streams[usize::from(stream.0)];
+                pacing.acks.push(id);
+                self.ack_due |= pacing.acking.is_none();
+            }
             Op::Release | Op::DeadLetter => {
+                let sent_seq = self.next_seq();
+                self.leases.get_mut(id).expect("held").sent_seq = sent_seq;
                 let effect = self.settle_effect(id, op);
                 self.effects.push_back(effect);
             }
         }
-        self.leases.get_mut(id).expect("held").sent_seq = sent_seq;
         self.set_state(
             id,
             State::Settling {
@@ -252,36 +322,73 @@ impl<P> LeaseEngine<P> {
 
     /// The `Release` or `DeadLetter` effect for a lease, from what it carries beside the slab.
     #[inline(never)]
-    fn settle_effect(&self, id: LeaseId, op: Op) -> Effect {
+    fn settle_effect(&self, id: LeaseId, op: Op) -> Effect<P> {
+        let lease = self.leases.get(id).expect("held");
+        let (stream, lease_ref) = (lease.stream, lease.lease_ref());
         match (op, self.extras.get(&id.slot)) {
             (Op::Release, Some(Extra::Release(delay))) => Effect::Release {
+                stream,
                 lease: id,
+                lease_ref,
                 delay: *delay,
             },
             (Op::DeadLetter, Some(Extra::DeadLetter(reason))) => Effect::DeadLetter {
+                stream,
                 lease: id,
+                lease_ref,
                 reason: (**reason).clone(),
             },
             (op, extra) => unreachable!("{op:?} without what it carries (found {extra:?})"),
         }
     }
 
-    /// The backend answered a settle operation `expected` for `id`.
-    fn settled(&mut self, id: LeaseId, result: SettleResult, expected: Op) {
-        let Some(lease) = self.leases.get(id) else {
-            return;
-        };
-        let State::Settling {
-            op,
-            in_flight: true,
-        } = lease.state
-        else {
-            return;
-        };
-        if op != expected {
-            return;
+    /// A release or dead-letter was answered (or its call failed).
+    fn settle_answered(&mut self, id: LeaseId, result: Result<SettleResult, ErrorKind>, op: Op) {
+        let sent = self.leases.get(id).is_some_and(|l| {
+            l.state
+                == State::Settling {
+                    op,
+                    in_flight: true,
+                }
+        });
+        if !sent {
+            return self.not_settling(id);
         }
+        match result {
+            Ok(result) => self.settled(id, result, op),
+            Err(kind) => self.settle_failed(id, op, kind),
+        }
+    }
+
+    /// An answer came for a lease that is not waiting for one: stale if the engine let the
+    /// lease go meanwhile (it expired while the call was out), unexpected otherwise.
+    fn not_settling(&mut self, id: LeaseId) {
+        if self.leases.get(id).is_none() && self.leases.was_issued(id) {
+            self.stats.stale += 1;
+        } else {
+            self.stats.unexpected += 1;
+        }
+    }
+
+    /// The settle call for `id` failed: retried after a transient error; given up after a
+    /// fatal one, which also stops the stream's intake.
+    fn settle_failed(&mut self, id: LeaseId, op: Op, kind: ErrorKind) {
+        match kind {
+            ErrorKind::Transient => self.settled(id, SettleResult::Failed, op),
+            ErrorKind::Fatal => {
+                let stream = self.leases.get(id).expect("settling").stream;
+                self.stats.abandoned += 1;
+                self.remove(id);
+                self.halt(stream);
+            }
+        }
+    }
+
+    /// The backend answered the settle operation `op` for `id`, which is in flight.
+    fn settled(&mut self, id: LeaseId, result: SettleResult, op: Op) {
+        let lease = self.leases.get(id).expect("settling");
         let refenced = lease.fence_seq > lease.sent_seq;
+        let epoch = lease.epoch;
         match result {
             SettleResult::Ok => {
                 match op {
@@ -296,17 +403,22 @@ impl<P> LeaseEngine<P> {
             SettleResult::Lost
                 if refenced && self.valid_until_tick(id).is_some_and(|t| t > self.now) =>
             {
+                self.stats.stale += 1;
                 self.send_settle(id, op)
             }
-            SettleResult::Lost if refenced => self.set_state(
-                id,
-                State::Settling {
-                    op,
-                    in_flight: false,
-                },
-            ),
+            SettleResult::Lost if refenced => {
+                self.stats.stale += 1;
+                self.set_state(
+                    id,
+                    State::Settling {
+                        op,
+                        in_flight: false,
+                    },
+                )
+            }
             SettleResult::Lost => {
                 self.stats.lost += 1;
+                self.report_loss(id, LossReason::LostAtSettle);
                 self.remove(id);
             }
             SettleResult::Failed if self.shutdown.is_some_and(|s| s.deadline_at <= self.now) => {
@@ -316,7 +428,7 @@ impl<P> LeaseEngine<P> {
             SettleResult::Failed => {
                 let renewable_due = self
                     .epochs
-                    .sent_at(lease.epoch)
+                    .sent_at(epoch)
                     .saturating_add(self.durations.heartbeat);
                 self.set_state(
                     id,
@@ -330,31 +442,77 @@ impl<P> LeaseEngine<P> {
         }
     }
 
-    /// The acks collected since the last poll, as one batch.
-    pub(super) fn ack_batch(&mut self) -> Option<Effect> {
-        if self.acks.is_empty() {
-            return None;
-        }
-        // A lease dropped after its Done (lost, expired) is not acked. The collecting vector
-        // keeps its capacity; the effect gets a vector of its own.
-        let leases = &self.leases;
-        let still_acking = |id: &LeaseId| {
-            leases.get(*id).is_some_and(|l| {
-                l.state
+    /// Whether `id` is a lease of the ack batch sent at `seq` still waiting for its answer.
+    fn in_ack(&self, id: LeaseId, seq: u64) -> bool {
+        self.leases.get(id).is_some_and(|l| {
+            l.sent_seq == seq
+                && l.state
                     == State::Settling {
                         op: Op::Ack,
                         in_flight: true,
                     }
-            })
-        };
-        let mut batch = Vec::with_capacity(self.acks.len());
-        for id in &self.acks {
-            if still_acking(id) {
-                batch.push(*id);
+        })
+    }
+
+    /// The stream's ack batch `batch`, no longer in flight.
+    fn take_ack(&mut self, batch: AckId) -> Option<AckInFlight> {
+        let stream = self.streams.iter_mut().find(|s| {
+            s.acking
+                .as_ref()
+                .is_some_and(|acking| acking.batch == batch.0)
+        })?;
+        let acked = stream.acking.take();
+        self.ack_due |= !stream.acks.is_empty();
+        acked
+    }
+
+    /// The acks collected since the last poll, as one batch per stream that has none in
+    /// flight.
+    pub(super) fn ack_batches(&mut self) {
+        for i in 0..self.streams.len() {
+            let pacing = &self.streams[i];
+            if pacing.acking.is_some() || pacing.acks.is_empty() {
+                continue;
             }
+            // A lease dropped after its Done (lost, expired) is not acked. The collecting
+            // vector keeps its capacity; the effect gets vectors of its own.
+            let seq = self.next_seq();
+            let mut due = std::mem::take(&mut self.streams[i].acks);
+            let mut leases = Vec::with_capacity(due.len());
+            let mut refs = Vec::with_capacity(due.len());
+            let acking = State::Settling {
+                op: Op::Ack,
+                in_flight: true,
+            };
+            for &id in &due {
+                match self.leases.get_mut(id) {
+                    Some(lease) if lease.state == acking && lease.sent_seq != seq => {
+                        lease.sent_seq = seq;
+                        leases.push(id);
+                        refs.push(lease.lease_ref());
+                    }
+                    _ => {}
+                }
+            }
+            due.clear();
+            self.streams[i].acks = due;
+            if leases.is_empty() {
+                continue;
+            }
+            let batch = self.next_ack_id;
+            self.next_ack_id += 1;
+            self.streams[i].acking = Some(AckInFlight {
+                batch,
+                seq,
+                leases: leases.clone(),
+            });
+            self.effects.push_back(Effect::Ack {
+                batch: AckId(batch),
+                stream: StreamId(i as u16),
+                leases,
+                refs,
+            });
         }
-        self.acks.clear();
-        (!batch.is_empty()).then_some(Effect::Ack { leases: batch })
     }
 
     /// The lease is no longer ours (lost or expired): never act on it again. A running
@@ -366,12 +524,19 @@ impl<P> LeaseEngine<P> {
         if !lease.state.is_held() {
             return;
         }
-        match reason {
-            CancelReason::LeaseExpired => self.stats.expired += 1,
-            _ => self.stats.lost += 1,
-        }
-        if let State::Running { cancelled } = lease.state {
-            let key = (lease.stream, lease.id.clone());
+        let loss = match reason {
+            CancelReason::LeaseExpired => {
+                self.stats.expired += 1;
+                LossReason::Expired
+            }
+            _ => {
+                self.stats.lost += 1;
+                LossReason::TakenOver
+            }
+        };
+        let (state, key) = (lease.state, (lease.stream, lease.id.clone()));
+        self.report_loss(id, loss);
+        if let State::Running { cancelled } = state {
             if cancelled.is_none() {
                 self.cancel(id, reason);
             }
@@ -380,6 +545,21 @@ impl<P> LeaseEngine<P> {
             self.set_state(id, State::Orphaned);
         } else {
             self.remove(id);
+        }
+    }
+
+    /// Tells the driver a held lease is being let go of, with the validity it had left.
+    fn report_loss(&mut self, id: LeaseId, reason: LossReason) {
+        let margin = self.valid_until_tick(id).map_or(Duration::ZERO, |t| {
+            Duration::from_nanos(t.saturating_sub(self.now))
+        });
+        if let Some(lease) = self.leases.get(id) {
+            self.effects.push_back(Effect::Lost {
+                stream: lease.stream,
+                lease_ref: lease.lease_ref(),
+                reason,
+                margin,
+            });
         }
     }
 

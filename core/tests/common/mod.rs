@@ -6,11 +6,12 @@
 //! numbered as in the crate docs of `leasehold-core`.
 #![allow(dead_code)]
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use leasehold_core::{
-    CancelReason, Config, DeadLetterReason, Effect, Fence, Fetched, InvocationId, LeaseEngine,
-    LeaseId, MessageId, Outcome, RenewId, RenewResult, SettleResult, StreamId,
+    AckId, CancelReason, Config, DeadLetterReason, Effect, ErrorKind, Fence, Fetched, InvocationId,
+    LeaseEngine, LeaseId, MessageId, Outcome, RenewId, RenewResult, SettleResult, StreamId,
 };
 
 /// `n` milliseconds.
@@ -45,12 +46,196 @@ pub fn config() -> Config {
 }
 
 /// Builds an engine, asserting the configuration is valid.
-pub fn engine(config: &Config, t0: Instant) -> LeaseEngine<String> {
-    LeaseEngine::new(config, t0).expect("valid test configuration")
+pub fn engine(config: &Config, t0: Instant) -> TestEngine {
+    TestEngine::new(LeaseEngine::new(config, t0).expect("valid test configuration"))
 }
 
-/// Every effect the engine has queued, in order.
-pub fn drain<P>(engine: &mut LeaseEngine<P>) -> Vec<Effect> {
+/// An engine serving `streams` streams, asserting the configuration is valid.
+pub fn engine_with_streams(config: &Config, streams: u16, t0: Instant) -> TestEngine {
+    TestEngine::new(LeaseEngine::with_streams(config, streams, t0).expect("valid test config"))
+}
+
+/// The engine under test, with the bookkeeping a driver keeps: which ack batch each lease was
+/// sent in, so a test answers acks by lease. Every engine method is reachable through `Deref`;
+/// the few defined here answer the way a driver does (a whole ack batch, a transient failure).
+pub struct TestEngine {
+    engine: LeaseEngine<String>,
+    /// The ack batch each lease was last sent in.
+    ack_batch: HashMap<LeaseId, AckId>,
+}
+
+impl TestEngine {
+    fn new(engine: LeaseEngine<String>) -> Self {
+        Self {
+            engine,
+            ack_batch: HashMap::new(),
+        }
+    }
+
+    /// The next effect, noting the batch of an `Ack`.
+    pub fn poll_effect(&mut self) -> Option<Effect<String>> {
+        let effect = self.engine.poll_effect()?;
+        if let Effect::Ack { batch, leases, .. } = &effect {
+            for id in leases {
+                self.ack_batch.insert(*id, *batch);
+            }
+        }
+        Some(effect)
+    }
+
+    /// Answers acks by lease: each lease's answer goes to the batch it was sent in (one
+    /// `handle_acked` per batch, in the order the batches first appear).
+    pub fn handle_acked(
+        &mut self,
+        now: Instant,
+        results: impl IntoIterator<Item = (LeaseId, SettleResult)>,
+    ) {
+        let mut batches: Vec<(AckId, Vec<(LeaseId, SettleResult)>)> = Vec::new();
+        for (id, result) in results {
+            let batch = *self
+                .ack_batch
+                .get(&id)
+                .unwrap_or_else(|| panic!("{id:?} was never in an Ack"));
+            match batches.iter_mut().find(|(b, _)| *b == batch) {
+                Some((_, answers)) => answers.push((id, result)),
+                None => batches.push((batch, vec![(id, result)])),
+            }
+        }
+        for (batch, answers) in batches {
+            self.engine.handle_acked(now, batch, answers);
+        }
+    }
+
+    /// The batch of the latest `Ack` polled.
+    pub fn last_ack_batch(&self) -> Option<AckId> {
+        self.ack_batch.values().max().copied()
+    }
+
+    /// A release's answer from the backend.
+    pub fn handle_released(&mut self, now: Instant, lease: LeaseId, result: SettleResult) {
+        self.engine.handle_released(now, lease, Ok(result));
+    }
+
+    /// A dead-letter's answer from the backend.
+    pub fn handle_dead_lettered(&mut self, now: Instant, lease: LeaseId, result: SettleResult) {
+        self.engine.handle_dead_lettered(now, lease, Ok(result));
+    }
+
+    /// A fetch that failed transiently.
+    pub fn handle_fetch_failed(&mut self, now: Instant, stream: StreamId) {
+        self.engine
+            .handle_fetch_failed(now, stream, ErrorKind::Transient);
+    }
+
+    /// The ack call `batch` failed.
+    pub fn handle_ack_failed(&mut self, now: Instant, batch: AckId, kind: ErrorKind) {
+        self.engine.handle_ack_failed(now, batch, kind);
+    }
+
+    /// A renew call that failed transiently.
+    pub fn handle_renew_failed(&mut self, now: Instant, batch: RenewId) {
+        self.engine
+            .handle_renew_failed(now, batch, ErrorKind::Transient);
+    }
+}
+
+impl std::ops::Deref for TestEngine {
+    type Target = LeaseEngine<String>;
+    fn deref(&self) -> &Self::Target {
+        &self.engine
+    }
+}
+
+impl std::ops::DerefMut for TestEngine {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.engine
+    }
+}
+
+/// An effect as the tests compare it: what it names, without what it carries for the backend
+/// (refs, payload, the stream of a renew or ack) and without the notices `LeaseValid`,
+/// `Failed` and `Lost` (see [`drain_all`] for every effect as it is).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Seen {
+    Fetch {
+        stream: StreamId,
+        max: usize,
+        wait: Duration,
+    },
+    Run {
+        invocation: InvocationId,
+        lease: LeaseId,
+    },
+    Cancel {
+        invocation: InvocationId,
+        reason: CancelReason,
+    },
+    Renew {
+        batch: RenewId,
+        leases: Vec<LeaseId>,
+    },
+    Ack {
+        leases: Vec<LeaseId>,
+    },
+    Release {
+        lease: LeaseId,
+        delay: Duration,
+    },
+    DeadLetter {
+        lease: LeaseId,
+        reason: DeadLetterReason,
+    },
+    Halt {
+        stream: StreamId,
+    },
+    Drained,
+}
+
+impl Seen {
+    fn of(effect: &Effect<String>) -> Option<Self> {
+        Some(match effect {
+            Effect::Fetch { stream, max, wait } => Seen::Fetch {
+                stream: *stream,
+                max: *max,
+                wait: *wait,
+            },
+            Effect::Run(run) => Seen::Run {
+                invocation: run.invocation,
+                lease: run.invocation.lease(),
+            },
+            Effect::Cancel { invocation, reason } => Seen::Cancel {
+                invocation: *invocation,
+                reason: *reason,
+            },
+            Effect::LeaseValid { .. } | Effect::Failed { .. } | Effect::Lost { .. } => return None,
+            Effect::Renew { batch, leases, .. } => Seen::Renew {
+                batch: *batch,
+                leases: leases.clone(),
+            },
+            Effect::Ack { leases, .. } => Seen::Ack {
+                leases: leases.clone(),
+            },
+            Effect::Release { lease, delay, .. } => Seen::Release {
+                lease: *lease,
+                delay: *delay,
+            },
+            Effect::DeadLetter { lease, reason, .. } => Seen::DeadLetter {
+                lease: *lease,
+                reason: reason.clone(),
+            },
+            Effect::Halt { stream } => Seen::Halt { stream: *stream },
+            Effect::Drained => Seen::Drained,
+        })
+    }
+}
+
+/// Every effect the engine has queued, in order, as the tests compare them ([`Seen`]).
+pub fn drain(engine: &mut TestEngine) -> Vec<Seen> {
+    drain_all(engine).iter().filter_map(Seen::of).collect()
+}
+
+/// Every effect the engine has queued, in order, as it is.
+pub fn drain_all(engine: &mut TestEngine) -> Vec<Effect<String>> {
     std::iter::from_fn(|| engine.poll_effect()).collect()
 }
 
@@ -69,9 +254,9 @@ pub fn delivery(id: u64, delivery_count: u32, fence: u64) -> Fetched<String> {
     }
 }
 
-/// `Effect::Fetch` for stream 0.
-pub fn fetch(max: usize, wait: Duration) -> Effect {
-    Effect::Fetch {
+/// A fetch from stream 0.
+pub fn fetch(max: usize, wait: Duration) -> Seen {
+    Seen::Fetch {
         stream: S0,
         max,
         wait,
@@ -79,18 +264,18 @@ pub fn fetch(max: usize, wait: Duration) -> Effect {
 }
 
 /// The `Run` effects, as `(invocation, lease)`.
-pub fn runs(effects: &[Effect]) -> Vec<(InvocationId, LeaseId)> {
+pub fn runs(effects: &[Seen]) -> Vec<(InvocationId, LeaseId)> {
     effects
         .iter()
         .filter_map(|e| match e {
-            Effect::Run { invocation, lease } => Some((*invocation, *lease)),
+            Seen::Run { invocation, lease } => Some((*invocation, *lease)),
             _ => None,
         })
         .collect()
 }
 
 /// The one `Run` effect of `effects`; panics unless there is exactly one.
-pub fn one_run(effects: &[Effect]) -> (InvocationId, LeaseId) {
+pub fn one_run(effects: &[Seen]) -> (InvocationId, LeaseId) {
     match runs(effects)[..] {
         [run] => run,
         _ => panic!("expected exactly one Run in {effects:?}"),
@@ -98,87 +283,98 @@ pub fn one_run(effects: &[Effect]) -> (InvocationId, LeaseId) {
 }
 
 /// The `Fetch` effects, as `(stream, max, wait)`.
-pub fn fetches(effects: &[Effect]) -> Vec<(StreamId, usize, Duration)> {
+pub fn fetches(effects: &[Seen]) -> Vec<(StreamId, usize, Duration)> {
     effects
         .iter()
         .filter_map(|e| match e {
-            Effect::Fetch { stream, max, wait } => Some((*stream, *max, *wait)),
+            Seen::Fetch { stream, max, wait } => Some((*stream, *max, *wait)),
             _ => None,
         })
         .collect()
 }
 
 /// The `Renew` effects, as `(batch, leases)`.
-pub fn renews(effects: &[Effect]) -> Vec<(RenewId, Vec<LeaseId>)> {
+pub fn renews(effects: &[Seen]) -> Vec<(RenewId, Vec<LeaseId>)> {
     effects
         .iter()
         .filter_map(|e| match e {
-            Effect::Renew { batch, leases } => Some((*batch, leases.clone())),
+            Seen::Renew { batch, leases } => Some((*batch, leases.clone())),
             _ => None,
         })
         .collect()
 }
 
 /// The one `Renew` effect of `effects`; panics unless there is exactly one.
-pub fn one_renew(effects: &[Effect]) -> (RenewId, Vec<LeaseId>) {
+pub fn one_renew(effects: &[Seen]) -> (RenewId, Vec<LeaseId>) {
     let mut all = renews(effects);
     assert_eq!(all.len(), 1, "expected exactly one Renew in {effects:?}");
     all.remove(0)
 }
 
 /// The `Ack` effects' lease lists.
-pub fn acks(effects: &[Effect]) -> Vec<Vec<LeaseId>> {
+pub fn acks(effects: &[Seen]) -> Vec<Vec<LeaseId>> {
     effects
         .iter()
         .filter_map(|e| match e {
-            Effect::Ack { leases } => Some(leases.clone()),
+            Seen::Ack { leases } => Some(leases.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The `LeaseValid` effects, as `(invocation, until)`.
+pub fn validities(effects: &[Effect<String>]) -> Vec<(InvocationId, Instant)> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::LeaseValid { invocation, until } => Some((*invocation, *until)),
             _ => None,
         })
         .collect()
 }
 
 /// The `Release` effects, as `(lease, delay)`.
-pub fn releases(effects: &[Effect]) -> Vec<(LeaseId, Duration)> {
+pub fn releases(effects: &[Seen]) -> Vec<(LeaseId, Duration)> {
     effects
         .iter()
         .filter_map(|e| match e {
-            Effect::Release { lease, delay } => Some((*lease, *delay)),
+            Seen::Release { lease, delay } => Some((*lease, *delay)),
             _ => None,
         })
         .collect()
 }
 
 /// The `Cancel` effects, as `(invocation, reason)`.
-pub fn cancels(effects: &[Effect]) -> Vec<(InvocationId, CancelReason)> {
+pub fn cancels(effects: &[Seen]) -> Vec<(InvocationId, CancelReason)> {
     effects
         .iter()
         .filter_map(|e| match e {
-            Effect::Cancel { invocation, reason } => Some((*invocation, *reason)),
+            Seen::Cancel { invocation, reason } => Some((*invocation, *reason)),
             _ => None,
         })
         .collect()
 }
 
 /// The `DeadLetter` effects, as `(lease, reason)`.
-pub fn dead_letters(effects: &[Effect]) -> Vec<(LeaseId, DeadLetterReason)> {
+pub fn dead_letters(effects: &[Seen]) -> Vec<(LeaseId, DeadLetterReason)> {
     effects
         .iter()
         .filter_map(|e| match e {
-            Effect::DeadLetter { lease, reason } => Some((*lease, reason.clone())),
+            Seen::DeadLetter { lease, reason } => Some((*lease, reason.clone())),
             _ => None,
         })
         .collect()
 }
 
 /// Whether any effect names `lease` (in a Run, Renew, Ack, Release or DeadLetter).
-pub fn mentions(effects: &[Effect], lease: LeaseId) -> bool {
+pub fn mentions(effects: &[Seen], lease: LeaseId) -> bool {
     effects.iter().any(|e| match e {
-        Effect::Run { lease: l, .. }
-        | Effect::Release { lease: l, .. }
-        | Effect::DeadLetter { lease: l, .. } => *l == lease,
-        Effect::Cancel { invocation, .. } => invocation.lease() == lease,
-        Effect::Renew { leases, .. } | Effect::Ack { leases } => leases.contains(&lease),
-        Effect::Fetch { .. } | Effect::Drained => false,
+        Seen::Run { lease: l, .. }
+        | Seen::Release { lease: l, .. }
+        | Seen::DeadLetter { lease: l, .. } => *l == lease,
+        Seen::Cancel { invocation, .. } => invocation.lease() == lease,
+        Seen::Renew { leases, .. } | Seen::Ack { leases } => leases.contains(&lease),
+        Seen::Fetch { .. } | Seen::Halt { .. } | Seen::Drained => false,
     })
 }
 
@@ -243,8 +439,9 @@ pub struct Sim {
     rng: TestRng,
     concurrency: usize,
     max_leases: usize,
+    streams: u16,
     /// Every effect, in order.
-    pub log: Vec<Effect>,
+    pub log: Vec<Effect<u64>>,
     /// `poll_timeout()` after each input.
     pub timeouts: Vec<Option<Instant>>,
     /// Inputs after which `poll_timeout()` was not after `now` (guarantee 7).
@@ -254,7 +451,7 @@ pub struct Sim {
     fetches: Vec<(StreamId, usize)>,
     runs: Vec<(InvocationId, (StreamId, MessageId))>,
     renews: Vec<(RenewId, Vec<LeaseId>)>,
-    acks: Vec<LeaseId>,
+    acks: Vec<(AckId, Vec<LeaseId>)>,
     releases: Vec<LeaseId>,
     dead: Vec<LeaseId>,
     next_fence: u64,
@@ -275,6 +472,7 @@ impl Sim {
             rng: TestRng::new(seed),
             concurrency: settings.concurrency,
             max_leases: settings.max_leases,
+            streams,
             log: Vec::new(),
             timeouts: Vec::new(),
             busy_loops: Vec::new(),
@@ -308,9 +506,9 @@ impl Sim {
         while let Some(effect) = self.engine.poll_effect() {
             match &effect {
                 Effect::Fetch { stream, max, .. } => self.fetches.push((*stream, *max)),
-                Effect::Run { invocation, lease } => {
-                    let l = self.engine.lease(*lease).expect("a run's lease is known");
-                    let key = (l.stream(), l.message_id().clone());
+                Effect::Run(run) => {
+                    let invocation = &run.invocation;
+                    let key = (run.stream, run.lease.id.clone());
                     if self.runs.iter().any(|(_, k)| *k == key) {
                         self.violations.push(format!(
                             "step {} ({input}): second concurrent Run of {key:?}",
@@ -327,13 +525,32 @@ impl Sim {
                         ));
                     }
                 }
-                Effect::Renew { batch, leases } => self.renews.push((*batch, leases.clone())),
-                Effect::Ack { leases } => self.acks.extend(leases.iter().copied()),
+                Effect::Renew { batch, leases, .. } => self.renews.push((*batch, leases.clone())),
+                Effect::Ack { batch, leases, .. } => self.acks.push((*batch, leases.clone())),
                 Effect::Release { lease, .. } => self.releases.push(*lease),
                 Effect::DeadLetter { lease, .. } => self.dead.push(*lease),
-                Effect::Cancel { .. } | Effect::Drained => {}
+                Effect::Cancel { .. }
+                | Effect::LeaseValid { .. }
+                | Effect::Failed { .. }
+                | Effect::Lost { .. }
+                | Effect::Halt { .. }
+                | Effect::Drained => {}
             }
             self.log.push(effect);
+        }
+        let loads: Vec<_> = (0..self.streams)
+            .map(|s| self.engine.load(StreamId(s)))
+            .collect();
+        let held: usize = loads.iter().map(|l| l.held).sum();
+        let running: usize = loads.iter().map(|l| l.running).sum();
+        if held != self.engine.held() || running != self.engine.running() {
+            self.violations.push(format!(
+                "step {} ({input}): per-stream loads {loads:?} do not add up to held {} and \
+                 running {}",
+                self.step,
+                self.engine.held(),
+                self.engine.running()
+            ));
         }
         if self.engine.held() > self.max_leases {
             self.violations.push(format!(
@@ -383,7 +600,8 @@ impl Sim {
                 self.fetches = fetches;
                 let Some((stream, max)) = picked else { return };
                 if self.rng.chance(10) {
-                    self.engine.handle_fetch_failed(self.now, stream);
+                    self.engine
+                        .handle_fetch_failed(self.now, stream, ErrorKind::Transient);
                     return self.after("fetch failed");
                 }
                 let n = self.rng.below(max as u64 + 1 + u64::from(self.overdeliver));
@@ -433,7 +651,8 @@ impl Sim {
                     return;
                 };
                 if self.rng.chance(10) {
-                    self.engine.handle_renew_failed(self.now, batch);
+                    self.engine
+                        .handle_renew_failed(self.now, batch, ErrorKind::Transient);
                     return self.after("renew failed");
                 }
                 let results: Vec<_> = leases
@@ -461,8 +680,11 @@ impl Sim {
                         let mut acks = std::mem::take(&mut self.acks);
                         let picked = self.pick(&mut acks);
                         self.acks = acks;
-                        let Some(lease) = picked else { return };
-                        self.engine.handle_acked(self.now, [(lease, result)]);
+                        let Some((batch, leases)) = picked else {
+                            return;
+                        };
+                        let results: Vec<_> = leases.into_iter().map(|id| (id, result)).collect();
+                        self.engine.handle_acked(self.now, batch, results);
                         self.after("acked");
                     }
                     1 => {
@@ -470,7 +692,7 @@ impl Sim {
                         let picked = self.pick(&mut releases);
                         self.releases = releases;
                         let Some(lease) = picked else { return };
-                        self.engine.handle_released(self.now, lease, result);
+                        self.engine.handle_released(self.now, lease, Ok(result));
                         self.after("released");
                     }
                     _ => {
@@ -478,7 +700,8 @@ impl Sim {
                         let picked = self.pick(&mut dead);
                         self.dead = dead;
                         let Some(lease) = picked else { return };
-                        self.engine.handle_dead_lettered(self.now, lease, result);
+                        self.engine
+                            .handle_dead_lettered(self.now, lease, Ok(result));
                         self.after("dead-lettered");
                     }
                 }
