@@ -1,10 +1,11 @@
 //! # leasehold-sim: the deterministic multi-replica simulator
 //!
-//! N replicas, each a [`LeaseEngine`](leasehold_core::LeaseEngine) plus a tiny synchronous
-//! driver, consume ONE shared stream (the real `leasehold-memory` backend on a `ManualClock`, or
-//! a model of it with a deliberate flaw) on **virtual time**, single-threaded. Every choice —
-//! which event comes first at an instant, every delay, every fault, every handler's behaviour —
-//! is drawn from one seeded generator ([`rng::Rng`], splitmix64), so a seed replays exactly:
+//! N replicas, each **the real worker** (`leasehold-worker`'s driver, its engine, its handler
+//! task pool) on a node of a deterministic, single-threaded [`World`] on **virtual time**,
+//! consume ONE shared stream: the real `leasehold-memory` backend, or a model of it with a
+//! deliberate flaw. Every choice — which ready task is polled first, every delay, every fault,
+//! every handler's behaviour — is drawn from seeded generators ([`rng::Rng`], splitmix64), so a
+//! seed replays exactly:
 //!
 //! ```text
 //! cargo run -p leasehold-sim --release -- --seeds 1000       # a batch, with a summary table
@@ -13,45 +14,46 @@
 //!
 //! ## The model
 //!
-//! **A replica** is an engine, its consumer on the stream (a fresh consumer name per
-//! incarnation), its open backend calls and its running handlers. After every input the driver
-//! drains `poll_effect()`, executes each effect as below, and schedules a wake-up at
-//! `poll_timeout()` (fired up to 2 ms late, never early: a real timer). A `poll_timeout` not in
-//! the future after draining is reported (busy loop).
+//! **The world** ([`runtime`]) polls every task of every replica on one thread; time moves only
+//! when nothing is ready, to the next timer or scheduled event. A **replica** is one node: the
+//! worker started on it with `WorkerBuilder::new(world.runtime(node))`, over a consumer of the
+//! shared store of its own (a fresh consumer name per incarnation).
 //!
-//! **A backend call** (fetch, renew, ack, release, dead-letter) is sent, reaches the store after
-//! a request delay, executes there atomically at that instant, and its answer reaches the
-//! replica after an answer delay (each 1–20 ms when fault-free). The driver bounds every call
-//! with `call_timeout` (a fetch gets its `wait` on top), as the real driver does: whichever of
-//! answer and timeout the replica processes first wins, and a timeout is the engine's failure
-//! input (`handle_fetch_failed`, `handle_renew_failed`, `SettleResult::Failed`). A fetch that
-//! finds nothing blocks in the store like the memory backend does on a real clock: it looks
-//! again on a publish, a release or the next lapse, until its `wait` is over. While faults are
-//! on, a call may **fail fast** (the store is not touched), **lose its answer** (the store is
-//! changed, the driver times out), or be **slow** (request and/or answer delayed up to 1.5 × the
-//! claim timeout, so it may execute after its sender gave up, after a peer reclaimed the
-//! message, or arrive reordered with other replicas' calls). Requests already sent when their
-//! replica crashes still reach the store.
+//! **A backend call** (the driver's fetch, renew, ack, release, dead-letter) crosses a simulated
+//! network ([`backend`]): its request travels on a network node that is never paused or
+//! killed, reaches the store after a request delay, executes there atomically at that instant
+//! and answers after an answer delay (1–20 ms each when fault-free); the driver bounds each
+//! call with its `call_timeout`, as in production. A fetch that finds nothing blocks in the
+//! store like the memory backend does on a real clock: it looks again on a publish, a release
+//! or the next lapse, until its `wait` is over; one its driver dropped takes nothing. While
+//! faults are on, a call may **fail fast** with a transient error or now and then a fatal one
+//! (the store is not touched), **lose its answer** (the store is changed, the driver times out),
+//! be **slow** (request and/or answer delayed up to 1.5 × the claim timeout, so it may execute
+//! after its sender gave up, after a peer reclaimed the message, or arrive reordered with other
+//! replicas' calls), or **reach the store twice**. Requests already sent when their replica
+//! crashes still reach the store.
 //!
 //! **A handler** follows the behaviour its message drew when published ([`Behaviour`]: quick,
 //! slow past the claim timeout, fail N times — error, panic as the driver reports it, `Retry`
 //! with or without delay —, fail always, `Pending` k times then `Done`, hang until cancelled,
-//! reject). Invocations are counted per message across replicas. On `Cancel` a handler reports
-//! within the driver's `cancel_grace` — half the time with `Done`, which the engine must discard
-//! — and a hanging one is dropped when the grace is over.
+//! reject), on its replica's virtual time. Invocations are counted per message across replicas.
+//! On a cancellation a handler reacts within the cancel grace — half the time with `Done`,
+//! which the driver must discard — and a hanging one is dropped when the grace is over.
 //!
 //! **Faults**, until [`SimConfig::faults_until`] (each kind a Poisson process per replica):
-//! replica **crash** (the engine, its handlers and its open calls are dropped; its leases lapse
-//! in the store; a new engine with a new consumer restarts it after 0.5 s – 2 × claim timeout);
-//! **stop-the-world pause** of 0.05 – 3 × the claim timeout (the replica processes nothing:
-//! answers and handler outcomes queue up and are delivered in random order at resume, an answer
-//! beating its call's timeout, then a timeout tick; its engine sees the time jump on that first
-//! input), at random instants and right after a heartbeat was sent; **degraded link** for a
-//! quarter to two claim timeouts (80 % of the replica's calls faulty); faulty calls as above.
-//! Faults then stop; *quiet* is the instant the last fault's effect is over (last pause ended,
-//! last restart, last faulty call executed, answered or timed out). The run continues until
-//! every message is acked or dead-lettered, then every replica gets `handle_shutdown` and must
-//! drain.
+//! replica **crash** (its node is killed: worker, handlers and calls in flight are dropped; its
+//! leases lapse in the store; a new worker with a new consumer restarts it after 0.5 s – 2 ×
+//! claim timeout); **stop-the-world pause** of 0.05 – 3 × the claim timeout (the node is not
+//! polled; answers and handler outcomes wait, and are taken in the world's order at resume),
+//! at random instants and right after a heartbeat went out; **clock stall** of up to 2 × the
+//! claim timeout (the replica runs on, but its clock stands still, then jumps); **degraded
+//! link** for a quarter to two claim timeouts (80 % of the replica's calls faulty); **graceful
+//! restart**, a rolling deploy (the worker is shut down with its grace while faults go on;
+//! once it reports, a fresh incarnation starts); faulty calls as above. A worker a fatal error
+//! stopped (its health says so) is restarted within a claim
+//! timeout, as an operator would. Faults then stop; *quiet* is the instant the last fault's
+//! effect is over. The run continues until every message is acked or dead-lettered, then every
+//! replica's worker is shut down and must report.
 //!
 //! Two fault profiles ([`Profile`]): `broad` spreads every kind of fault; `lease-edge` aims at
 //! the lease boundary (most heartbeats followed by a pause of half to one claim timeout, every
@@ -59,39 +61,45 @@
 //!
 //! ## The checks (a failing seed is a [`Failure`])
 //!
-//! - **Single live runner** ([`Check::SingleRunner`]). A run is live from its `Run` effect until
-//!   its outcome is delivered or it is cancelled (or its replica crashes). At every `Run`, no
-//!   other live run of the message may exist unless its replica is paused at that instant (it
-//!   is then marked *superseded*), nor any unreported one on the same replica, cancelled or not
-//!   (serial per message); after every input of every replica, no two live runs of one
-//!   message on replicas that are not paused; at the end of a resume, no superseded run of the
-//!   resumed replica may still be live; and an `Ack` effect must name a lease whose last run
-//!   returned `Done` uncancelled and not superseded (so a paused runner's late `Done` never
-//!   even reaches the store).
+//! - **Single live runner** ([`Check::SingleRunner`]). An invocation is live from its handler's
+//!   start until it returns, is dropped, or its cancellation fires. At every start, no other
+//!   live invocation of the message may exist unless the replica holding the older lease
+//!   (lower fence) is paused or its clock stalled (that invocation is then *superseded*: a
+//!   paused runner was taken over, or a stalled starter acts on a lease it cannot know has
+//!   lapsed), nor any unended one on the same
+//!   replica (serial per message); after every step, no two live invocations of one message on
+//!   replicas that are neither; once a paused or stalled replica wakes and reacts, no
+//!   superseded invocation of it may still be live; and every lease the driver asks to ack must
+//!   follow a `Done` that was neither cancelled nor superseded.
 //! - **Fencing** ([`Check::Fencing`]). The checker keeps its own log of deliveries (owner and
 //!   fence of the latest delivery of each message, from the store's fetch results, with fences
 //!   strictly increasing). Every ack, dead-letter or release the store accepts must come from
 //!   that owner with that fence, for a message not yet removed.
 //! - **Nothing lost** ([`Check::NothingLost`]). An accepted ack needs an uncancelled `Done` of
-//!   the message on that consumer, an accepted dead-letter a failure or rejection there; no
-//!   removed message is ever delivered again; at the end the store is empty, each message was
-//!   removed exactly once, and the dead-letter stream holds exactly the dead-lettered ones.
+//!   the message on that consumer, an accepted dead-letter a failure, a rejection or a time-out
+//!   there; no removed message is ever delivered again; at the end the store is empty, each
+//!   message was removed exactly once, and the dead-letter stream holds exactly the
+//!   dead-lettered ones.
 //! - **Liveness** ([`Check::Liveness`]). All work completes within the bound below after quiet;
-//!   a run that cannot finish (stuck, livelock, more than [`SimConfig::max_events`] events)
-//!   fails too.
-//! - **No leak** ([`Check::NoLeak`]). Within [`SimConfig::shutdown_grace`] + `cancel_grace` +
-//!   `poll_interval` + 4 × latency of the shutdown, every engine emitted `Drained` and reports
-//!   `held() == 0` and `running() == 0`, no call or handler is outstanding, and the store's
-//!   pending list is empty.
-//! - **Engine** ([`Check::Engine`]): no busy loop, no effect naming an unknown lease.
+//!   a run that cannot finish (nothing left to happen, or more than [`SimConfig::max_events`]
+//!   steps) fails too.
+//! - **No leak** ([`Check::NoLeak`]). Within the drain bound every worker reports its shutdown;
+//!   none reports a halted stream at the end (a deploy may meet a fatal fault); at its report
+//!   none of its handlers still runs, none starts after it, and it claims no more acks,
+//!   releases and dead letters than the store accepted from it; at the end the store's pending
+//!   list is empty.
+//! - **Engine contract** ([`Check::Engine`]): no busy loop (a node polled over and over without
+//!   the clock moving); every driver gave its engine only inputs it asked for (its
+//!   `Stats::unexpected` is 0); a worker stops, or a stream halts, only on a fatal error the
+//!   simulator injected, and names that error.
 //!
 //! ## The liveness bound
 //!
-//! After quiet, no replica crashes or pauses, every call is answered within `rtt` = 2 × the
-//! fault-free latency, and nothing fails but handlers. Let `slots` = replicas × concurrency,
-//! `D` = `max_deliveries` + 1, and for each message `m`: `P(m)` the number of `Pending` answers
-//! its behaviour can still give, `H(m)` the longest one invocation can hold a slot (its run
-//! time; for a hang `max_processing_time` + `cancel_grace`), `H_max` = max `H`.
+//! After quiet, no replica crashes, pauses or stalls, every call is answered within `rtt` = 2 ×
+//! the fault-free latency, and nothing fails but handlers. Let `slots` = replicas ×
+//! concurrency, `D` = `max_deliveries` + 1, and for each message `m`: `P(m)` the number of
+//! `Pending` answers its behaviour can still give, `H(m)` the longest one invocation can hold a
+//! slot (its run time; for a hang `max_processing_time` + `cancel_grace`), `H_max` = max `H`.
 //!
 //! - *Deliveries.* A message is delivered at most `D` more times: each delivery ends in an ack,
 //!   a dead-letter, a release after a failed attempt (the delivery count rises with each, and
@@ -101,11 +109,12 @@
 //!   `Pending` one more).
 //! - *gap(m)*: its time outside a slot: one lapse of a stale lease (`claim_timeout`), per
 //!   delivery the next fetch (up to `poll_interval` plus a fetch blocking up to its wait, so 2 ×
-//!   `poll_interval`), two calls (`2·rtt`), an orphan's wind-down (`cancel_grace`) and the
-//!   release delay (at most `claim_timeout`: the store caps it there), with `prefetch` a wait
-//!   for a slot on its replica (behind at most `max_leases` held leases: `ceil(max_leases /
-//!   concurrency) · H_max`), and per `Pending` the
-//!   re-poll interval plus waiting for a slot on its replica (`H_max`) and `rtt`.
+//!   `poll_interval`), three calls (`3·rtt`: the fetch, the settle call, and the ack call ahead
+//!   of it on its stream), an orphan's wind-down (`cancel_grace`) and the release delay (at most
+//!   `claim_timeout`: the store caps it there), with `prefetch` a wait for a slot on its replica
+//!   (behind at most `max_leases` held leases: `ceil(max_leases / concurrency) · H_max`), and
+//!   per `Pending` the re-poll interval plus waiting for a slot on its replica (`H_max`) and
+//!   `rtt`.
 //! - At any instant after quiet either every slot is busy — total slot work `Σ busy(m)` drains at
 //!   `slots` per second — or some slot is free, and then every unfinished message is making
 //!   progress on its own `busy + gap` budget (running, or waiting on a timer, a call or the next
@@ -118,17 +127,24 @@
 //!   purpose — it must hold for every seed — and [`SeedReport::completed_after_quiet`] reports
 //!   what was used; the summary prints the largest fraction seen.
 //!
-//! ## Broken backends
+//! ## Broken components (the checks can fail)
 //!
 //! [`StoreKind::Model`] with a [`Flaw`] runs the same scenarios against a store whose renew
 //! steals messages back (a heartbeat that is a plain, unconditional `XCLAIM`, the classic hole of
-//! Redis Streams consumers) or
-//! whose ack ignores the owner; `tests/broken.rs` asserts the checks catch both.
+//! Redis Streams consumers) or whose ack ignores the owner. [`SimConfig::broken`] breaks the
+//! driver at its boundary with the store ([`BrokenDriver`]): it acks results the engine
+//! discarded, drops a renew result, reports lost leases as kept, or answers a shutdown's
+//! releases without making them.
+//! `tests/broken.rs` asserts the checks catch each, within a stated number of seeds.
 #![forbid(unsafe_code)]
 
+mod backend;
 pub mod behaviour;
 mod bound;
+mod checker;
+mod handler;
 pub mod rng;
+pub mod runtime;
 mod sim;
 pub mod store;
 mod trace;
@@ -141,6 +157,8 @@ use std::time::Duration;
 use leasehold_core::RetryPolicy;
 
 pub use behaviour::Behaviour;
+pub use checker::BrokenDriver;
+pub use runtime::{NodeId, SimClock, SimRuntime, Step, World, WorldConfig};
 pub use store::{Flaw, StoreKind};
 
 /// Everything a simulation run is made of. Per seed, the engine's concurrency (1 ..=
@@ -175,7 +193,8 @@ pub struct SimConfig {
     pub fetch_backoff_max: Duration,
     /// The drivers' bound on one backend call.
     pub call_timeout: Duration,
-    /// How long a cancelled handler may take to stop before the driver drops it.
+    /// How long a cancelled handler may take to stop before the driver drops it (the engines'
+    /// `cancel_grace`: shorter than their expiry margin).
     pub cancel_grace: Duration,
     /// Largest one-way latency of a fault-free call.
     pub latency: Duration,
@@ -213,11 +232,17 @@ pub struct SimConfig {
     pub max_events: u64,
     /// Multiplies the liveness bound. Only for showing that the liveness check can fail.
     pub bound_scale: f64,
-    /// Skip a `Release` or `DeadLetter` effect naming a lease the engine no longer knows, as the
-    /// worker driver does, and count it in [`SeedReport::stale_effects`], instead of failing
-    /// the seed ([`Check::Engine`]). Off by default; it let soaks look past the engine defect
-    /// pinned (now fixed) in `tests/known_defects.rs`.
-    pub skip_stale_effects: bool,
+    /// Mean time between clock stalls of one replica.
+    pub stall_mean: Duration,
+    /// Mean time between graceful restarts (deploys) of one replica.
+    pub deploy_mean: Duration,
+    /// Share of failing-fast calls whose error is fatal (it stops the replica's worker, which
+    /// is then restarted).
+    pub fatal_share: f64,
+    /// Share of the faulty calls that are neither slow nor failing that reach the store twice.
+    pub duplicate_share: f64,
+    /// Breaks the driver at its boundary with the store, to show the checks catch it.
+    pub broken: Option<BrokenDriver>,
 }
 
 impl Default for SimConfig {
@@ -241,7 +266,7 @@ impl Default for SimConfig {
             shutdown_grace: Duration::from_secs(5),
             fetch_backoff_max: Duration::from_secs(5),
             call_timeout: Duration::from_secs(5),
-            cancel_grace: Duration::from_secs(1),
+            cancel_grace: Duration::from_millis(500),
             latency: Duration::from_millis(20),
             quick_max: Duration::from_millis(200),
             slow_max: Duration::from_secs(25),
@@ -260,7 +285,11 @@ impl Default for SimConfig {
             trace_len: 50,
             max_events: 3_000_000,
             bound_scale: 1.0,
-            skip_stale_effects: false,
+            stall_mean: Duration::from_secs(60),
+            deploy_mean: Duration::from_secs(90),
+            fatal_share: 0.05,
+            duplicate_share: 0.2,
+            broken: None,
         }
     }
 }
@@ -328,8 +357,8 @@ impl SimConfig {
                 self.faults_until.as_secs_f64()
             ));
         }
-        if self.skip_stale_effects {
-            cmd.push_str(" --skip-stale-effects");
+        if let Some(broken) = self.broken {
+            cmd.push_str(&format!(" --broken {}", broken.name()));
         }
         if self.bound_scale != 1.0 {
             cmd.push_str(&format!(" --bound-scale {}", self.bound_scale));
@@ -456,14 +485,22 @@ pub struct SeedReport {
     pub bound: Duration,
     /// Events processed.
     pub events: u64,
-    /// Stale settle effects skipped (only with [`SimConfig::skip_stale_effects`]).
-    pub stale_effects: u64,
+    /// Calls that reached the store twice.
+    pub duplicated_calls: u64,
+    /// Clock stalls.
+    pub stalls: u64,
+    /// Workers a fatal error stopped (restarted).
+    pub halts: u64,
+    /// Graceful restarts.
+    pub deploys: u64,
+    /// Answers the engines counted as stale (raced with an expiry or a redelivery).
+    pub stale_inputs: u64,
     /// A hash of the whole event trace (only from [`run_seed_digest`], else 0).
     pub digest: u64,
 }
 
 impl SeedReport {
-    /// Faults injected: crashes, pauses and faulty calls.
+    /// Faults injected: crashes, pauses, stalls, deploys, degraded links and faulty calls.
     pub fn faults(&self) -> u64 {
         self.crashes
             + self.pauses
@@ -471,6 +508,9 @@ impl SeedReport {
             + self.failed_calls
             + self.lost_answers
             + self.slow_calls
+            + self.duplicated_calls
+            + self.stalls
+            + self.deploys
     }
 }
 
@@ -532,7 +572,11 @@ impl Summary {
         t.slow_calls += report.slow_calls;
         t.paused_overlaps += report.paused_overlaps;
         t.events += report.events;
-        t.stale_effects += report.stale_effects;
+        t.duplicated_calls += report.duplicated_calls;
+        t.stalls += report.stalls;
+        t.halts += report.halts;
+        t.deploys += report.deploys;
+        t.stale_inputs += report.stale_inputs;
         self.virtual_time += report.virtual_time;
         let used = report.completed_after_quiet.as_secs_f64() / report.bound.as_secs_f64();
         if used > self.worst_bound_use {

@@ -4,13 +4,15 @@
 //! leasehold-sim [--seeds N] [--first S] [--seed S] [--replicas R] [--messages M]
 //!               [--backend memory|model|steal-back|unfenced-ack] [--profile broad|lease-edge]
 //!               [--threads T] [--print] [--trace N] [--faults-until S] [--bound-scale X]
-//!               [--keep-going]
+//!               [--broken NAME] [--keep-going]
 //! ```
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use leasehold_sim::{run_seed, run_seed_printing, run_seeds, Profile, SimConfig, StoreKind};
+use leasehold_sim::{
+    run_seed, run_seed_printing, run_seeds, BrokenDriver, Profile, SimConfig, StoreKind,
+};
 
 const USAGE: &str = "\
 usage: leasehold-sim [options]
@@ -27,8 +29,8 @@ usage: leasehold-sim [options]
   --trace N          events kept for a failure's trace (default 50)
   --bound-scale X    multiply the liveness bound (default 1; <1 shows the check failing)
   --keep-going       report every failing seed of a batch instead of stopping at 5
-  --skip-stale-effects  skip (and count) a Release/DeadLetter naming a lease the engine no
-                     longer knows, as the worker driver does, instead of failing the seed";
+  --broken NAME      break the driver at the store: acks-after-loss, drops-renew-result,
+                     keeps-lost-leases, forgets-lease-at-shutdown (to see the checks catch it)";
 
 struct Args {
     cfg: SimConfig,
@@ -89,7 +91,11 @@ fn parse() -> Result<Args, String> {
             }
             "--print" => args.print = true,
             "--keep-going" => args.keep_going = true,
-            "--skip-stale-effects" => args.cfg.skip_stale_effects = true,
+            "--broken" => {
+                let name = value()?;
+                args.cfg.broken =
+                    Some(BrokenDriver::parse(&name).ok_or(format!("unknown --broken {name:?}"))?);
+            }
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown option {other}")),
         }
@@ -167,15 +173,20 @@ fn main() -> ExitCode {
         (
             "faults injected",
             format!(
-                "{} ({} crashes, {} pauses, {} degraded links, {} calls failed, {} answers \
-                 lost, {} slow calls)",
+                "{} ({} crashes, {} pauses, {} clock stalls, {} deploys, {} degraded links, \
+                 {} calls failed, {} answers lost, {} slow calls, {} calls duplicated; {} \
+                 workers stopped by a fatal error and restarted)",
                 t.faults(),
                 t.crashes,
                 t.pauses,
+                t.stalls,
+                t.deploys,
                 t.link_faults,
                 t.failed_calls,
                 t.lost_answers,
-                t.slow_calls
+                t.slow_calls,
+                t.duplicated_calls,
+                t.halts
             ),
         ),
         (
@@ -196,12 +207,11 @@ fn main() -> ExitCode {
         ),
         ("events", t.events.to_string()),
         (
-            "stale effects",
-            if args.cfg.skip_stale_effects {
-                format!("{} skipped (known engine defect)", t.stale_effects)
-            } else {
-                "fail the seed".into()
-            },
+            "stale answers",
+            format!(
+                "{} (raced with an expiry or a redelivery; ignored)",
+                t.stale_inputs
+            ),
         ),
         (
             "wall time",
@@ -212,6 +222,11 @@ fn main() -> ExitCode {
     for (name, value) in rows {
         println!("  {name:<20} {value}");
     }
+    println!(
+        "{} seeds, {} violations",
+        summary.seeds,
+        summary.failures.len()
+    );
     if summary.failures.is_empty() {
         ExitCode::SUCCESS
     } else {

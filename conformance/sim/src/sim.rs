@@ -1,227 +1,92 @@
-//! The event loop: replicas, calls, handlers, faults, and the checks run along the way.
+//! One seed: the world, its replicas (each the real worker on a node of its own), the
+//! publishes and the faults on a schedule, and the checks after every step.
 
-use std::cmp::{Ordering, Reverse};
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use leasehold_core::{
-    CancelReason, Config, DeadLetterReason, Effect, Fetched, InvocationId, LeaseEngine, LeaseId,
-    LeaseRef, MessageId, Outcome, RenewId, RenewResult, Settings, SettleResult, StreamId,
-};
+use event_listener::Event as Notify;
+use leasehold_core::{Config, MessageId, Stats};
 use leasehold_memory::Bytes;
+use leasehold_worker::{Health, Raw, ShutdownReport, Worker, WorkerBuilder};
 
+use crate::backend::SimBackend;
 use crate::behaviour::Behaviour;
 use crate::bound::{drain_bound, liveness_bound};
+use crate::checker::{lock, Accepted, Msg, ReplicaView, Shared, SharedState};
+use crate::handler::handler;
 use crate::rng::{mix, Rng};
-use crate::store::{ConsumerId, SimStore};
-use crate::trace::{Event, Fault, MsgFence, OpKind, Trace};
+use crate::runtime::{JoinHandle, NodeId, Step, World, WorldConfig};
+use crate::store::ConsumerId;
+use crate::trace::{Event, Trace};
 use crate::{Check, Failure, SeedReport, SimConfig};
 
-/// Virtual time: an offset from the simulation's start.
-type Time = Duration;
-
-/// Events on the queue.
+/// What the simulation schedules for itself.
 #[derive(Debug)]
 enum Scheduled {
     Publish(usize),
-    Wake { r: usize, inc: u32, gen: u64 },
-    Exec { call: usize, gen: u32 },
-    Deliver { r: usize, inc: u32, input: Input },
     Crash(usize),
     Restart(usize),
-    PauseStart(usize, bool),
+    Pause {
+        replica: usize,
+        after_renew: bool,
+    },
+    Resume {
+        replica: usize,
+        pause: u64,
+    },
+    Stall(usize),
+    StallEnd {
+        replica: usize,
+        stall: u64,
+    },
     LinkFault(usize),
-    PauseEnd { r: usize, id: u64 },
+    /// A graceful restart (a rolling deploy): shut the worker down, start a fresh one.
+    Deploy(usize),
+    /// A replica woke (a pause or a stall ended) and has reacted: check it.
+    Woke(usize),
     FaultsStop,
     Quiet,
     Deadline,
     DrainDeadline,
 }
 
-/// What reaches a replica (and waits in its inbox while it is paused).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Input {
-    Answer(usize),
-    Timeout(usize),
-    Outcome(InvocationId, u32),
-}
-
-struct Item {
-    at: Time,
-    tie: u64,
-    seq: u64,
-    ev: Scheduled,
-}
-
-impl PartialEq for Item {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-impl Eq for Item {}
-impl PartialOrd for Item {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Item {
-    fn cmp(&self, other: &Self) -> Ordering {
-        (self.at, self.tie, self.seq).cmp(&(other.at, other.tie, other.seq))
-    }
-}
-
-struct Pause {
-    id: u64,
-    inbox: Vec<Input>,
-}
-
-/// A handler invocation in flight on a replica.
-struct HandlerRun {
-    run: usize,
-    gen: u32,
-    /// When and with what it finishes; `None`: it hangs.
-    end: Option<(Time, Outcome)>,
-}
-
+/// A replica, as the simulation drives it.
 struct Replica {
-    inc: u32,
-    consumer: ConsumerId,
-    engine: Option<LeaseEngine<Bytes>>,
-    pause: Option<Pause>,
-    wake_gen: u64,
-    open: BTreeSet<usize>,
-    handlers: BTreeMap<InvocationId, HandlerRun>,
-    /// The last run of each lease of this incarnation (lookups only).
-    lease_runs: HashMap<LeaseId, usize>,
-    drained: bool,
-    /// Until when its connection to the store is degraded (a link fault).
-    link_bad_until: Time,
-}
-
-/// One run (handler invocation) as the checker sees it.
-struct InvocationRecord {
-    msg: usize,
-    r: usize,
-    live: bool,
-    cancelled: Option<CancelReason>,
-    /// Another replica started the message while this one was live on a paused replica.
-    superseded: bool,
-    outcome: Option<Outcome>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Removal {
-    Acked,
-    DeadLettered,
-}
-
-struct Msg {
-    id: MessageId,
-    behaviour: Behaviour,
-    published: bool,
-    invocations: u32,
-    live_runs: Vec<usize>,
-    /// The checker's own view of the current delivery: (consumer, fence), from fetch results.
-    owner: Option<(ConsumerId, u64)>,
-    removed: Option<(Removal, ConsumerId)>,
-    /// Consumers a live, uncancelled invocation of which returned `Done`.
-    done_by: Vec<ConsumerId>,
-    /// Consumers an invocation of which failed, was rejected or hit `max_processing_time`.
-    failed_by: Vec<ConsumerId>,
-}
-
-enum Op {
-    Fetch {
-        stream: StreamId,
-        max: usize,
-        wait: Duration,
-    },
-    Renew {
-        batch: RenewId,
-        leases: Vec<(LeaseId, LeaseRef)>,
-    },
-    Ack {
-        leases: Vec<(LeaseId, LeaseRef)>,
-    },
-    Release {
-        lease: LeaseId,
-        lref: LeaseRef,
-        delay: Duration,
-    },
-    DeadLetter {
-        lease: LeaseId,
-        lref: LeaseRef,
-        reason: DeadLetterReason,
-    },
-}
-
-impl Op {
-    fn kind(&self) -> OpKind {
-        match self {
-            Op::Fetch { .. } => OpKind::Fetch,
-            Op::Renew { .. } => OpKind::Renew,
-            Op::Ack { .. } => OpKind::Ack,
-            Op::Release { .. } => OpKind::Release,
-            Op::DeadLetter { .. } => OpKind::DeadLetter,
-        }
-    }
-}
-
-enum Answer {
-    Fetched(Vec<Fetched<Bytes>>),
-    Renewed(Vec<(LeaseId, RenewResult)>),
-    Acked(Vec<(LeaseId, SettleResult)>),
-    Settled(SettleResult),
-    Failed,
-}
-
-struct Call {
-    r: usize,
-    inc: u32,
-    consumer: ConsumerId,
-    op: Op,
-    fault: Fault,
-    answer_delay: Duration,
-    exec_gen: u32,
-    first_exec: Option<Time>,
-    answer: Option<Answer>,
+    node: Option<NodeId>,
+    worker: Option<Worker<Bytes>>,
+    /// The shutdown under way: the worker's counters, then its report.
+    shutdown: Option<JoinHandle<(Option<Stats>, ShutdownReport)>>,
+    paused: Option<u64>,
+    stalled: Option<u64>,
+    restart_scheduled: bool,
+    /// Its shutdown is a graceful restart, not the end of the run.
+    deploying: bool,
 }
 
 type Res<T = ()> = Result<T, Box<Failure>>;
 
-pub(crate) struct Sim<'a> {
-    cfg: &'a SimConfig,
-    seed: u64,
-    rng: Rng,
-    base: Instant,
-    now: Time,
-    queue: BinaryHeap<Reverse<Item>>,
-    seq: u64,
-    store: Box<dyn SimStore>,
+pub(crate) struct Sim {
+    cfg: SimConfig,
+    world: World<Scheduled>,
+    shared: SharedState,
+    /// A publish or a release happened: blocked fetches look again.
+    changed: Arc<Notify>,
+    network: NodeId,
     engine_config: Config,
-    settings: Settings,
     replicas: Vec<Replica>,
     next_consumer: u32,
-    calls: Vec<Call>,
-    blocked: BTreeSet<usize>,
-    msgs: Vec<Msg>,
-    by_id: HashMap<MessageId, usize>,
-    runs: Vec<InvocationRecord>,
-    trace: Trace,
-    report: SeedReport,
-    faults_active: bool,
-    quiet_at: Time,
+    next_fault_id: u64,
     quiet: bool,
-    deadline: Option<Time>,
-    completed: Option<Time>,
-    shutdown: Option<Time>,
+    deadline: Option<Instant>,
+    completed: Option<Duration>,
+    shutdown_at: Option<Duration>,
     finished: bool,
-    published: usize,
-    next_pause: u64,
+    steps: u64,
 }
 
-impl<'a> Sim<'a> {
-    pub(crate) fn new(cfg: &'a SimConfig, seed: u64, print: bool, digest: bool) -> Self {
+impl Sim {
+    pub(crate) fn new(cfg: &SimConfig, seed: u64, print: bool, digest: bool) -> Self {
         let mut rng = Rng::new(mix(seed ^ 0x5eed_1ea5_e401_5133));
         let claim = cfg.claim_timeout;
         let concurrency = rng.range(1, cfg.max_concurrency as u64) as usize;
@@ -242,6 +107,7 @@ impl<'a> Sim<'a> {
             .retry(cfg.retry.clone())
             .max_deliveries(cfg.max_deliveries)
             .shutdown_grace(cfg.shutdown_grace)
+            .cancel_grace(cfg.cancel_grace)
             .renew_batch_size(*rng.pick(&[1000, 1000, 2, 3]))
             .fetch_backoff_max(cfg.fetch_backoff_max)
             .prefetch(prefetch);
@@ -250,7 +116,16 @@ impl<'a> Sim<'a> {
             .expect("the simulator's engine configuration is valid");
         // Any fixed instant works; only differences matter.
         let base = Instant::now();
-        let store = cfg.store.build(claim, base);
+        let world_rng = Rng::new(mix(seed ^ 0x77a1_d0c3_9b2e_4f61));
+        let mut world = World::with_config(
+            base,
+            world_rng,
+            WorldConfig {
+                trace_len: 0,
+                ..WorldConfig::default()
+            },
+        );
+        let network = world.new_node();
         let report = SeedReport {
             seed,
             messages: cfg.messages,
@@ -258,255 +133,255 @@ impl<'a> Sim<'a> {
             concurrency,
             ..SeedReport::default()
         };
-        Self {
-            cfg,
+        let shared = Shared {
+            cfg: cfg.clone(),
             seed,
-            rng,
-            base,
-            now: Duration::ZERO,
-            queue: BinaryHeap::new(),
-            seq: 0,
-            store,
-            engine_config,
             settings,
-            replicas: Vec::new(),
-            next_consumer: 0,
-            calls: Vec::new(),
-            blocked: BTreeSet::new(),
+            clock: world.clock(),
+            base,
+            store: cfg.store.build(claim, base),
+            rng,
             msgs: Vec::new(),
             by_id: HashMap::new(),
             runs: Vec::new(),
+            replicas: vec![ReplicaView::default(); cfg.replicas],
+            faults_active: true,
+            shutting_down: false,
+            quiet_at: cfg.faults_until,
+            next_call: 0,
             trace: Trace::new(cfg.trace_len, print, digest),
             report,
-            faults_active: true,
-            quiet_at: cfg.faults_until,
+            failure: None,
+            pauses_requested: Vec::new(),
+        };
+        Self {
+            cfg: cfg.clone(),
+            world,
+            shared: Arc::new(Mutex::new(shared)),
+            changed: Arc::new(Notify::new()),
+            network,
+            engine_config,
+            replicas: Vec::new(),
+            next_consumer: 0,
+            next_fault_id: 0,
             quiet: false,
             deadline: None,
             completed: None,
-            shutdown: None,
+            shutdown_at: None,
             finished: false,
-            published: 0,
-            next_pause: 0,
+            steps: 0,
         }
     }
 
-    // ----- plumbing ------------------------------------------------------------------------
-
-    fn at(&mut self, after: Duration, ev: Scheduled) {
-        let at = self.now + after;
-        self.seq += 1;
-        let tie = self.rng.next_u64();
-        self.queue.push(Reverse(Item {
-            at,
-            tie,
-            seq: self.seq,
-            ev,
-        }));
+    fn now(&self) -> Duration {
+        self.world.elapsed()
     }
 
-    fn instant(&self) -> Instant {
-        self.base + self.now
+    fn at(&mut self, after: Duration, event: Scheduled) {
+        let at = self.world.now() + after;
+        self.world.schedule(at, event);
     }
 
-    fn log(&mut self, event: Event) {
-        self.trace.push(self.now, event);
+    fn log(&self, event: Event) {
+        lock(&self.shared).log(event);
     }
 
     fn fail(&self, check: Check, detail: String) -> Box<Failure> {
-        Box::new(Failure {
-            seed: self.seed,
-            check,
-            at: self.now,
-            detail,
-            replay: self.cfg.replay_command(self.seed),
-            settings: describe(&self.settings),
-            trace: self.trace.lines(),
-        })
-    }
-
-    /// Notes an instant a fault still has an effect at: the liveness bound starts after it.
-    fn fault_effect_until(&mut self, at: Time) {
-        if self.faults_active {
-            self.quiet_at = self.quiet_at.max(at);
-        }
-    }
-
-    fn message_index(&self, id: &MessageId) -> usize {
-        self.by_id[id]
-    }
-
-    fn engine(&mut self, r: usize) -> &mut LeaseEngine<Bytes> {
-        self.replicas[r].engine.as_mut().expect("a live replica")
-    }
-
-    fn latency(&mut self) -> Duration {
-        self.rng.duration(self.cfg.latency / 20, self.cfg.latency)
+        let mut s = lock(&self.shared);
+        s.fail(check, detail);
+        s.failure.take().expect("just recorded")
     }
 
     // ----- the run -------------------------------------------------------------------------
 
     pub(crate) fn run(mut self) -> Res<SeedReport> {
-        let cfg = self.cfg;
-        for i in 0..cfg.messages {
-            let behaviour = Behaviour::draw(&mut self.rng);
-            self.msgs.push(Msg {
-                id: MessageId::from(""),
-                behaviour,
-                published: false,
-                invocations: 0,
-                live_runs: Vec::new(),
-                owner: None,
-                removed: None,
-                done_by: Vec::new(),
-                failed_by: Vec::new(),
-            });
-            let at = self.rng.duration(Duration::ZERO, cfg.publish_until);
-            self.at(at, Scheduled::Publish(i));
+        let cfg = self.cfg.clone();
+        {
+            let mut s = lock(&self.shared);
+            for i in 0..cfg.messages {
+                let behaviour = Behaviour::draw(&mut s.rng);
+                s.msgs.push(Msg {
+                    id: MessageId::from(""),
+                    behaviour,
+                    published: false,
+                    invocations: 0,
+                    owner: None,
+                    deliveries: Vec::new(),
+                    removed: None,
+                    done_by: Vec::new(),
+                    failed_by: Vec::new(),
+                });
+                let at = s.rng.duration(Duration::ZERO, cfg.publish_until);
+                drop(s);
+                self.at(at, Scheduled::Publish(i));
+                s = lock(&self.shared);
+            }
         }
         for r in 0..cfg.replicas {
             self.replicas.push(Replica {
-                inc: 0,
-                consumer: ConsumerId(0),
-                engine: None,
-                pause: None,
-                wake_gen: 0,
-                open: BTreeSet::new(),
-                handlers: BTreeMap::new(),
-                lease_runs: HashMap::new(),
-                drained: false,
-                link_bad_until: Duration::ZERO,
+                node: None,
+                worker: None,
+                shutdown: None,
+                paused: None,
+                stalled: None,
+                restart_scheduled: false,
+                deploying: false,
             });
-            self.start_replica(r)?;
+            self.start_replica(r);
             // Faults as Poisson arrivals per replica, until faults stop.
-            for (mean, kind) in [(cfg.crash_mean, 0), (cfg.pause_mean, 1), (cfg.link_mean, 2)] {
-                let mut t = self.rng.exponential(mean);
+            let kinds = [
+                (cfg.crash_mean, 0),
+                (cfg.pause_mean, 1),
+                (cfg.link_mean, 2),
+                (cfg.stall_mean, 3),
+                (cfg.deploy_mean, 4),
+            ];
+            for (mean, kind) in kinds {
+                let mut t = lock(&self.shared).rng.exponential(mean);
                 while t < cfg.faults_until {
-                    let ev = match kind {
+                    let event = match kind {
                         0 => Scheduled::Crash(r),
-                        1 => Scheduled::PauseStart(r, false),
-                        _ => Scheduled::LinkFault(r),
+                        1 => Scheduled::Pause {
+                            replica: r,
+                            after_renew: false,
+                        },
+                        2 => Scheduled::LinkFault(r),
+                        3 => Scheduled::Stall(r),
+                        _ => Scheduled::Deploy(r),
                     };
-                    self.at(t, ev);
-                    t += self.rng.exponential(mean);
+                    self.at(t, event);
+                    t += lock(&self.shared).rng.exponential(mean);
                 }
             }
         }
         self.at(cfg.faults_until, Scheduled::FaultsStop);
-        while let Some(Reverse(item)) = self.queue.pop() {
-            self.now = item.at;
-            self.report.events += 1;
-            if self.report.events > cfg.max_events {
+        loop {
+            self.steps += 1;
+            if self.steps > cfg.max_events {
                 return Err(self.fail(
                     Check::Liveness,
                     format!(
-                        "more than {} events without finishing: a busy loop or a livelock",
+                        "more than {} steps without finishing: a livelock",
                         cfg.max_events
                     ),
                 ));
             }
-            self.event(item.ev)?;
+            let step = match self.world.step() {
+                Ok(step) => step,
+                Err(busy) => {
+                    return Err(self.fail(Check::Engine, format!("{busy} (a busy loop)")));
+                }
+            };
+            match step {
+                Step::Event(event) => self.event(event),
+                Step::Advanced(_) => {}
+                Step::Idle => {
+                    return Err(self.fail(
+                        Check::Liveness,
+                        "nothing left to happen, but the run did not finish".into(),
+                    ));
+                }
+            }
+            self.after_step();
+            if let Some(failure) = lock(&self.shared).failure.take() {
+                return Err(failure);
+            }
             if self.finished {
                 break;
             }
         }
-        if !self.finished {
-            return Err(self.fail(
-                Check::Liveness,
-                "nothing left to happen, but the run did not finish".into(),
-            ));
-        }
-        self.report.virtual_time = self.now;
-        self.report.digest = self.trace.digest.unwrap_or_default();
-        Ok(self.report)
+        let mut s = lock(&self.shared);
+        s.report.virtual_time = self.world.elapsed();
+        s.report.events = self.steps;
+        s.report.digest = s.trace.digest.unwrap_or_default();
+        Ok(s.report.clone())
     }
 
-    fn event(&mut self, ev: Scheduled) -> Res {
-        match ev {
+    fn event(&mut self, event: Scheduled) {
+        match event {
             Scheduled::Publish(i) => self.publish(i),
-            Scheduled::Wake { r, inc, gen } => {
-                let rep = &self.replicas[r];
-                if rep.inc == inc && rep.wake_gen == gen && rep.pause.is_none() {
-                    if let Some(engine) = self.replicas[r].engine.as_mut() {
-                        engine.handle_timeout(self.base + self.now);
-                        self.pump(r)?;
-                    }
-                }
-                Ok(())
-            }
-            Scheduled::Exec { call, gen } => self.exec(call, gen),
-            Scheduled::Deliver { r, inc, input } => {
-                let rep = &mut self.replicas[r];
-                if rep.inc != inc || rep.engine.is_none() {
-                    return Ok(()); // for an incarnation that crashed
-                }
-                if let Some(pause) = rep.pause.as_mut() {
-                    pause.inbox.push(input);
-                    return Ok(());
-                }
-                self.input(r, input)
-            }
             Scheduled::Crash(r) => self.crash(r),
-            Scheduled::Restart(r) => self.start_replica(r),
-            Scheduled::PauseStart(r, after_renew) => {
-                self.pause(r, after_renew);
-                Ok(())
+            Scheduled::Restart(r) => {
+                self.replicas[r].restart_scheduled = false;
+                self.start_replica(r);
+            }
+            Scheduled::Pause {
+                replica,
+                after_renew,
+            } => self.pause(replica, after_renew),
+            Scheduled::Resume { replica, pause } => {
+                if self.replicas[replica].paused == Some(pause) {
+                    self.replicas[replica].paused = None;
+                    if let Some(node) = self.replicas[replica].node {
+                        self.world.resume(node);
+                    }
+                    self.log(Event::Resume { r: replica as u16 });
+                    self.woke(replica);
+                }
+            }
+            Scheduled::Stall(r) => self.stall(r),
+            Scheduled::StallEnd { replica, stall } => {
+                if self.replicas[replica].stalled == Some(stall) {
+                    self.replicas[replica].stalled = None;
+                    self.woke(replica);
+                }
             }
             Scheduled::LinkFault(r) => {
-                if self.faults_active && self.replicas[r].engine.is_some() {
+                let mut s = lock(&self.shared);
+                if s.faults_active && self.replicas[r].node.is_some() {
                     let claim = self.cfg.claim_timeout;
-                    let until = self.now + self.rng.duration(claim / 4, claim * 2);
-                    self.replicas[r].link_bad_until = until;
-                    self.report.link_faults += 1;
-                    self.log(Event::Link { r: r as u16, until });
-                    self.fault_effect_until(until);
+                    let until = s.now() + s.rng.duration(claim / 4, claim * 2);
+                    s.replicas[r].link_bad_until = until;
+                    s.report.link_faults += 1;
+                    s.log(Event::Link { r: r as u16, until });
+                    s.fault_effect_until(until);
                 }
-                Ok(())
             }
-            Scheduled::PauseEnd { r, id } => {
-                if self.replicas[r].pause.as_ref().is_some_and(|p| p.id == id) {
-                    self.resume(r)?;
-                }
-                Ok(())
-            }
+            Scheduled::Deploy(r) => self.deploy(r),
+            Scheduled::Woke(r) => lock(&self.shared).check_woke(r),
             Scheduled::FaultsStop => {
-                self.faults_active = false;
-                self.log(Event::FaultsStop);
+                let mut s = lock(&self.shared);
+                s.faults_active = false;
+                s.log(Event::FaultsStop);
                 // Just after the last fault effect, so it is processed after every one of them.
-                let quiet = self.quiet_at.max(self.now) + Duration::from_millis(1);
-                self.report.quiet_at = quiet;
-                self.at(quiet - self.now, Scheduled::Quiet);
-                Ok(())
+                let quiet = s.quiet_at.max(s.now()) + Duration::from_millis(1);
+                s.report.quiet_at = quiet;
+                let now = s.now();
+                drop(s);
+                self.at(quiet - now, Scheduled::Quiet);
             }
             Scheduled::Quiet => {
                 self.quiet = true;
-                let behaviours: Vec<Behaviour> = self.msgs.iter().map(|m| m.behaviour).collect();
-                let bound =
-                    liveness_bound(self.cfg, &self.settings, &behaviours, self.cfg.replicas)
-                        .mul_f64(self.cfg.bound_scale);
-                self.report.bound = bound;
-                self.deadline = Some(self.now + bound);
-                self.log(Event::Quiet { bound });
+                let mut s = lock(&self.shared);
+                let behaviours: Vec<Behaviour> = s.msgs.iter().map(|m| m.behaviour).collect();
+                let bound = liveness_bound(&self.cfg, &s.settings, &behaviours, self.cfg.replicas)
+                    .mul_f64(self.cfg.bound_scale);
+                s.report.bound = bound;
+                s.log(Event::Quiet { bound });
+                drop(s);
+                self.deadline = Some(self.world.now() + bound);
                 self.at(bound, Scheduled::Deadline);
-                self.check_completed()
             }
             Scheduled::Deadline => {
                 if self.completed.is_none() {
-                    let rows = self.store.pending(self.base + self.now);
+                    let mut s = lock(&self.shared);
+                    let now = s.instant();
+                    let rows = s.store.pending(now);
                     let mut detail = format!(
-                        "{} message(s) unfinished {:?} after the last fault effect ended (the bound)",
-                        self.store.len(),
-                        self.report.bound
+                        "{} message(s) unfinished {:?} after the last fault effect ended (the \
+                         bound)",
+                        s.store.len(),
+                        s.report.bound
                     );
                     for row in rows {
-                        let i = self.message_index(&row.id);
+                        let i = s.message_index(&row.id);
                         detail.push_str(&format!(
                             "\n    m{i} ({}) pending on c{} with count {}, idle {:?}",
-                            self.msgs[i].behaviour, row.owner.0, row.delivery_count, row.idle
+                            s.msgs[i].behaviour, row.owner.0, row.delivery_count, row.idle
                         ));
                     }
-                    return Err(self.fail(Check::Liveness, detail));
+                    s.fail(Check::Liveness, detail);
                 }
-                Ok(())
             }
             Scheduled::DrainDeadline => {
                 if !self.finished {
@@ -514,1066 +389,460 @@ impl<'a> Sim<'a> {
                         .replicas
                         .iter()
                         .enumerate()
-                        .filter(|(_, rep)| !rep.drained)
-                        .map(|(r, rep)| {
-                            let e = rep.engine.as_ref().expect("live");
-                            format!("r{r} (held {}, running {})", e.held(), e.running())
-                        })
+                        .filter(|(_, rep)| rep.worker.is_some() || rep.shutdown.is_some())
+                        .map(|(r, _)| format!("r{r}"))
                         .collect();
-                    return Err(self.fail(
+                    let bound = drain_bound(&self.cfg, &lock(&self.shared).settings);
+                    lock(&self.shared).fail(
                         Check::NoLeak,
                         format!(
-                            "shutdown did not drain within {:?}: {}",
-                            drain_bound(self.cfg, &self.settings),
+                            "shutdown did not finish within {bound:?}: no report from {}",
                             stuck.join(", ")
                         ),
-                    ));
+                    );
                 }
-                Ok(())
             }
         }
     }
 
-    fn publish(&mut self, i: usize) -> Res {
+    /// After every step the world is quiet: check it, act on what the replicas did.
+    fn after_step(&mut self) {
+        lock(&self.shared).check_single_runner();
+        let requested = std::mem::take(&mut lock(&self.shared).pauses_requested);
+        for (replica, after) in requested {
+            self.at(
+                after,
+                Scheduled::Pause {
+                    replica,
+                    after_renew: true,
+                },
+            );
+        }
+        // A worker stopped by a fatal error is restarted, as an operator would.
+        for r in 0..self.replicas.len() {
+            let health = self.replicas[r].worker.as_ref().map(|w| w.health());
+            if let Some(Health::Stopped(why)) = health {
+                if self.shutdown_at.is_none() {
+                    lock(&self.shared).check_halt_cause(r, &why);
+                    self.halted(r);
+                }
+            }
+        }
+        self.collect_reports();
+        self.check_completed();
+    }
+
+    fn publish(&mut self, i: usize) {
+        let mut s = lock(&self.shared);
         let payload = Bytes::from(format!("message {i}"));
-        let id = self.store.publish(self.base + self.now, payload);
-        self.by_id.insert(id.clone(), i);
-        let msg = &mut self.msgs[i];
+        let now = s.instant();
+        let id = s.store.publish(now, payload);
+        s.by_id.insert(id.clone(), i);
+        let msg = &mut s.msgs[i];
         msg.id = id;
         msg.published = true;
-        self.published += 1;
         let behaviour = msg.behaviour.to_string();
-        self.log(Event::Publish {
+        s.log(Event::Publish {
             m: i as u32,
             behaviour,
         });
-        self.wake_blocked();
-        Ok(())
+        drop(s);
+        self.changed.notify(usize::MAX);
     }
 
     // ----- replicas ------------------------------------------------------------------------
 
-    fn start_replica(&mut self, r: usize) -> Res {
+    fn start_replica(&mut self, r: usize) {
         let consumer = ConsumerId(self.next_consumer);
         self.next_consumer += 1;
-        self.store.add_consumer(consumer);
-        let rep = &mut self.replicas[r];
-        rep.inc += 1;
+        let node = self.world.new_node();
+        let incarnation = {
+            let mut s = lock(&self.shared);
+            s.store.add_consumer(consumer);
+            let view = &mut s.replicas[r];
+            view.incarnation += 1;
+            view.consumer = consumer;
+            view.frozen = false;
+            view.waking = false;
+            view.shutting_down = false;
+            view.accepted = Accepted::default();
+            view.reported_at = None;
+            let incarnation = view.incarnation;
+            if self.world.elapsed() > Duration::ZERO {
+                s.report.restarts += 1;
+                s.log(Event::Restart {
+                    r: r as u16,
+                    consumer: consumer.0,
+                });
+            }
+            incarnation
+        };
+        let backend = SimBackend {
+            shared: self.shared.clone(),
+            replica: r,
+            consumer,
+            claim_timeout: self.cfg.claim_timeout,
+            network: self.world.runtime(self.network),
+            changed: self.changed.clone(),
+        };
+        let rt = self.world.runtime(node);
+        let seed = lock(&self.shared).seed;
         let config = self
             .engine_config
             .clone()
-            .seed(mix(self.seed ^ ((r as u64) << 32) ^ u64::from(rep.inc)));
-        rep.engine = Some(
-            LeaseEngine::new(&config, self.base + self.now).expect("valid engine configuration"),
-        );
-        rep.consumer = consumer;
-        rep.pause = None;
-        rep.open.clear();
-        rep.handlers.clear();
-        rep.lease_runs.clear();
-        rep.drained = false;
-        if self.now > Duration::ZERO {
-            self.report.restarts += 1;
-            self.log(Event::Restart {
-                r: r as u16,
-                consumer: consumer.0,
-            });
-        }
-        self.pump(r)
+            .seed(mix(seed ^ ((r as u64) << 32) ^ u64::from(incarnation)));
+        let worker = WorkerBuilder::new(rt.clone())
+            .config(config)
+            .call_timeout(self.cfg.call_timeout)
+            .stream_with_codec("s", backend, Raw, handler(self.shared.clone(), r, rt))
+            .start()
+            .expect("the simulator's worker configuration is valid");
+        let replica = &mut self.replicas[r];
+        replica.node = Some(node);
+        replica.worker = Some(worker);
+        replica.paused = None;
+        replica.stalled = None;
     }
 
-    fn crash(&mut self, r: usize) -> Res {
-        if self.replicas[r].engine.is_none() || !self.faults_active {
-            return Ok(());
+    /// Kills the replica's node (its worker, handlers and calls in flight die with it;
+    /// requests already on the wire still land) and schedules its restart.
+    fn kill(&mut self, r: usize, restart_in: Duration) {
+        if let Some(node) = self.replicas[r].node.take() {
+            self.world.kill(node);
         }
-        let restart_in = self
-            .rng
-            .duration(Duration::from_millis(500), self.cfg.claim_timeout * 2);
-        self.report.crashes += 1;
-        self.log(Event::Crash {
-            r: r as u16,
-            restart_in,
-        });
-        let rep = &mut self.replicas[r];
-        rep.engine = None;
-        rep.pause = None;
-        rep.inc += 1; // answers and outcomes for the dead incarnation are dropped
-        rep.open.clear();
-        rep.lease_runs.clear();
-        let handlers = std::mem::take(&mut rep.handlers);
-        for inv in handlers.values() {
-            self.end_run(inv.run);
-        }
-        // A blocked fetch dies with its connection; requests already sent still reach the store.
-        let calls = &self.calls;
-        self.blocked.retain(|&c| calls[c].r != r);
-        self.fault_effect_until(self.now + restart_in);
+        drop(self.replicas[r].worker.take());
+        drop(self.replicas[r].shutdown.take());
+        self.replicas[r].deploying = false;
+        self.replicas[r].paused = None;
+        self.replicas[r].stalled = None;
+        let mut s = lock(&self.shared);
+        s.crashed(r);
+        s.replicas[r].shutting_down = false;
+        s.replicas[r].frozen = false;
+        s.replicas[r].waking = false;
+        let until = s.now() + restart_in;
+        s.fault_effect_until(until);
+        drop(s);
+        self.replicas[r].restart_scheduled = true;
         self.at(restart_in, Scheduled::Restart(r));
-        Ok(())
     }
 
-    fn pause(&mut self, r: usize, after_renew: bool) {
-        let rep = &self.replicas[r];
-        if rep.engine.is_none() || rep.pause.is_some() || !self.faults_active {
+    fn crash(&mut self, r: usize) {
+        if self.replicas[r].node.is_none() || !lock(&self.shared).faults_active {
             return;
         }
-        let claim = self.cfg.claim_timeout;
-        // Short stalls, pauses around the lease, and pauses well past the claim timeout.
-        // Short stalls, pauses around the lease, and pauses well past the claim timeout; right
-        // after a heartbeat, pauses around the lease.
-        let length = match self.rng.below(10) {
-            _ if after_renew => self.rng.duration(claim / 2, self.cfg.pause_after_renew_max),
-            0..=2 => self.rng.duration(claim / 20, claim / 2),
-            3..=6 => self.rng.duration(claim / 2, claim * 3 / 2),
-            _ => self.rng.duration(claim * 3 / 2, claim * 3),
+        let restart_in = lock(&self.shared)
+            .rng
+            .duration(Duration::from_millis(500), self.cfg.claim_timeout * 2);
+        {
+            let mut s = lock(&self.shared);
+            s.report.crashes += 1;
+            s.log(Event::Crash {
+                r: r as u16,
+                restart_in,
+            });
+        }
+        self.kill(r, restart_in);
+    }
+
+    /// Shuts the replica's worker down with the configured grace; once it reports, the
+    /// report is checked and a fresh incarnation starts (see `collect_reports`).
+    fn deploy(&mut self, r: usize) {
+        if !lock(&self.shared).faults_active || self.replicas[r].node.is_none() {
+            return;
+        }
+        let Some(worker) = self.replicas[r].worker.take() else {
+            return;
         };
-        self.next_pause += 1;
-        let id = self.next_pause;
-        self.replicas[r].pause = Some(Pause {
-            id,
-            inbox: Vec::new(),
-        });
-        self.report.pauses += 1;
-        self.log(Event::Pause {
-            r: r as u16,
-            until: self.now + length,
-        });
-        self.fault_effect_until(self.now + length);
-        self.at(length, Scheduled::PauseEnd { r, id });
+        {
+            let mut s = lock(&self.shared);
+            s.report.deploys += 1;
+            s.replicas[r].shutting_down = true;
+            s.log(Event::Deploy { r: r as u16 });
+            // The restart follows the report: the grace, the hand-off, a restart delay.
+            let until = s.now() + self.cfg.shutdown_grace + self.cfg.claim_timeout * 2;
+            s.fault_effect_until(until);
+        }
+        self.replicas[r].deploying = true;
+        self.replicas[r].shutdown = Some(self.spawn_shutdown(r, worker));
     }
 
-    fn resume(&mut self, r: usize) -> Res {
-        let mut inbox = self.replicas[r].pause.take().expect("paused").inbox;
-        self.log(Event::Resume {
-            r: r as u16,
-            inbox: inbox.len(),
-        });
-        // Both an answer and the driver's timeout of one call may have arrived: the call task
-        // polls the call first, so the answer wins.
-        let answered: BTreeSet<usize> = inbox
-            .iter()
-            .filter_map(|i| match i {
-                Input::Answer(c) => Some(*c),
-                _ => None,
-            })
-            .collect();
-        inbox.retain(|i| !matches!(i, Input::Timeout(c) if answered.contains(c)));
-        // The tasks that completed during the pause are polled in no particular order.
-        self.rng.shuffle(&mut inbox);
-        for input in inbox {
-            self.input(r, input)?;
-        }
-        let now = self.instant();
-        self.engine(r).handle_timeout(now);
-        self.pump(r)?;
-        // Whatever another replica took over during the pause must be cancelled by now.
-        let rep = &self.replicas[r];
-        for inv in rep.handlers.values() {
-            let run = &self.runs[inv.run];
-            if run.live && run.superseded {
-                return Err(self.fail(
-                    Check::SingleRunner,
-                    format!(
-                        "r{r} resumed from a pause past its lease and still runs m{} (not \
-                         cancelled), while another replica took it over during the pause",
-                        run.msg
-                    ),
-                ));
-            }
-        }
-        self.check_single_runner(r)
-    }
-
-    /// No two live runs of one message on replicas that are not paused.
-    fn check_single_runner(&self, r: usize) -> Res {
-        for inv in self.replicas[r].handlers.values() {
-            let run = &self.runs[inv.run];
-            if !run.live {
-                continue;
-            }
-            for &other in &self.msgs[run.msg].live_runs {
-                let o = &self.runs[other];
-                if other != inv.run && self.replicas[o.r].pause.is_none() {
-                    let how = if run.superseded || o.superseded {
-                        let (old, new) = if run.superseded { (r, o.r) } else { (o.r, r) };
-                        format!(
-                            " (r{new} took it over while r{old} was paused; r{old} resumed and \
-                             its invocation was not cancelled)"
-                        )
-                    } else {
-                        String::new()
-                    };
-                    return Err(self.fail(
-                        Check::SingleRunner,
-                        format!(
-                            "m{} runs on r{r} and on r{} at once, neither paused{how}",
-                            run.msg, o.r
-                        ),
-                    ));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Feeds one input to a running (not paused) replica, then executes its effects.
-    fn input(&mut self, r: usize, input: Input) -> Res {
-        let now = self.base + self.now;
-        match input {
-            Input::Answer(c) | Input::Timeout(c) => {
-                if !self.replicas[r].open.remove(&c) {
-                    return Ok(()); // already answered (or timed out)
-                }
-                let timeout = matches!(input, Input::Timeout(_));
-                let call = &mut self.calls[c];
-                let answer = if timeout {
-                    Answer::Failed
-                } else {
-                    call.answer.take().unwrap_or(Answer::Failed)
-                };
-                let kind = call.op.kind();
-                let failed = matches!(answer, Answer::Failed);
-                self.log(if timeout {
-                    Event::Timeout {
-                        r: r as u16,
-                        call: c as u32,
-                        op: kind,
-                    }
-                } else {
-                    Event::Answer {
-                        r: r as u16,
-                        call: c as u32,
-                        op: kind,
-                        failed,
-                    }
-                });
-                let call = &self.calls[c];
-                let engine = self.replicas[r].engine.as_mut().expect("live");
-                match (&call.op, answer) {
-                    (Op::Fetch { stream, .. }, Answer::Fetched(got)) => {
-                        engine.handle_fetched(now, *stream, got)
-                    }
-                    (Op::Fetch { stream, .. }, _) => engine.handle_fetch_failed(now, *stream),
-                    (Op::Renew { batch, .. }, Answer::Renewed(results)) => {
-                        engine.handle_renewed(now, *batch, results)
-                    }
-                    (Op::Renew { batch, .. }, _) => engine.handle_renew_failed(now, *batch),
-                    (Op::Ack { .. }, Answer::Acked(results)) => engine.handle_acked(now, results),
-                    (Op::Ack { leases }, _) => engine.handle_acked(
-                        now,
-                        leases.iter().map(|(id, _)| (*id, SettleResult::Failed)),
-                    ),
-                    (Op::Release { lease, .. }, answer) => {
-                        engine.handle_released(now, *lease, settled(answer))
-                    }
-                    (Op::DeadLetter { lease, .. }, answer) => {
-                        engine.handle_dead_lettered(now, *lease, settled(answer))
-                    }
-                }
-            }
-            Input::Outcome(invocation, gen) => {
-                let rep = &mut self.replicas[r];
-                if rep.handlers.get(&invocation).map(|i| i.gen) != Some(gen) {
-                    return Ok(());
-                }
-                let inv = rep.handlers.remove(&invocation).expect("checked");
-                let (_, outcome) = inv.end.expect("only finishing invocations report");
-                let consumer = rep.consumer;
-                let run = &mut self.runs[inv.run];
-                let (msg, cancelled) = (run.msg, run.cancelled);
-                run.outcome = Some(outcome.clone());
-                let live = run.live;
-                self.end_run(inv.run);
-                let m = &mut self.msgs[msg];
-                match (&outcome, cancelled) {
-                    (Outcome::Done, None) if live => m.done_by.push(consumer),
-                    (
-                        Outcome::Failed { .. } | Outcome::Retry { .. } | Outcome::Reject { .. },
-                        None,
-                    )
-                    | (_, Some(CancelReason::MaxProcessingTime)) => m.failed_by.push(consumer),
-                    _ => {}
-                }
-                self.log(Event::Outcome {
-                    r: r as u16,
-                    m: msg as u32,
-                    outcome: short(&outcome),
-                    cancelled: cancelled.is_some(),
-                });
-                self.engine(r).handle_outcome(now, invocation, outcome);
-            }
-        }
-        self.pump(r)
-    }
-
-    /// Executes every effect of replica `r`'s engine, then sets its next wake-up.
-    fn pump(&mut self, r: usize) -> Res {
-        while let Some(effect) = self.engine(r).poll_effect() {
-            self.effect(r, effect)?;
-        }
-        let now = self.base + self.now;
-        let engine = self.replicas[r].engine.as_ref().expect("live");
-        let next = engine.poll_timeout();
-        if next.is_some_and(|t| t <= now) {
-            return Err(self.fail(
-                Check::Engine,
-                format!("r{r}: poll_timeout is not in the future after draining (busy loop)"),
-            ));
-        }
-        let rep = &mut self.replicas[r];
-        rep.wake_gen += 1;
-        let (inc, gen) = (rep.inc, rep.wake_gen);
-        if let Some(t) = next {
-            // A driver's timer fires a little late, never early.
-            let late = self.rng.duration(Duration::ZERO, Duration::from_millis(2));
-            self.at(t - now + late, Scheduled::Wake { r, inc, gen });
-        }
-        if self.shutdown.is_some() {
-            self.check_drained()?;
-        }
-        self.check_single_runner(r)
-    }
-
-    fn lease_ref(&self, r: usize, lease: LeaseId) -> Res<LeaseRef> {
-        let engine = self.replicas[r].engine.as_ref().expect("live");
-        match engine.lease(lease) {
-            Some(l) => Ok(l.lease_ref()),
-            None => Err(self.fail(
-                Check::Engine,
-                format!("r{r}: an effect names lease {lease:?}, which the engine does not know"),
-            )),
-        }
-    }
-
-    fn lease_refs(&self, r: usize, leases: Vec<LeaseId>) -> Res<Vec<(LeaseId, LeaseRef)>> {
-        leases
-            .into_iter()
-            .map(|id| Ok((id, self.lease_ref(r, id)?)))
-            .collect()
-    }
-
-    fn effect(&mut self, r: usize, effect: Effect) -> Res {
-        let shown = format!("{effect:?}");
-        self.effect_inner(r, effect).map_err(|mut f| {
-            if f.check == Check::Engine {
-                f.detail.push_str(&format!(" (effect: {shown})"));
-            }
-            f
+    /// The worker's counters, then its shutdown report, from a task on its own node.
+    fn spawn_shutdown(
+        &mut self,
+        r: usize,
+        worker: Worker<Bytes>,
+    ) -> JoinHandle<(Option<Stats>, ShutdownReport)> {
+        let node = self.replicas[r].node.expect("a running replica has a node");
+        let grace = self.cfg.shutdown_grace;
+        self.world.spawn(node, async move {
+            let stats = worker.stats().await;
+            let report = worker.shutdown(grace).await;
+            (stats, report)
         })
     }
 
-    fn effect_inner(&mut self, r: usize, effect: Effect) -> Res {
-        match effect {
-            Effect::Fetch { stream, max, wait } => self.send(r, Op::Fetch { stream, max, wait }),
-            Effect::Run { invocation, lease } => self.start_run(r, invocation, lease),
-            Effect::Cancel { invocation, reason } => {
-                self.cancel(r, invocation, reason);
-                Ok(())
-            }
-            Effect::Renew { batch, leases } => {
-                let leases = self.lease_refs(r, leases)?;
-                self.send(r, Op::Renew { batch, leases })?;
-                // A stop-the-world pause right after a heartbeat went out: the case where a
-                // renew lands while its sender cannot act on anything.
-                if self.faults_active && self.rng.chance(self.cfg.pause_after_renew) {
-                    let after = self.rng.duration(Duration::ZERO, Duration::from_millis(5));
-                    self.at(after, Scheduled::PauseStart(r, true));
-                }
-                Ok(())
-            }
-            Effect::Ack { leases } => {
-                for lease in &leases {
-                    self.check_ack(r, *lease)?;
-                }
-                let leases = self.lease_refs(r, leases)?;
-                self.send(r, Op::Ack { leases })
-            }
-            Effect::Release { lease, .. } | Effect::DeadLetter { lease, .. }
-                if self.cfg.skip_stale_effects && self.engine(r).lease(lease).is_none() =>
-            {
-                // What the worker driver does with it: nothing (see `skip_stale_effects`).
-                self.report.stale_effects += 1;
-                Ok(())
-            }
-            Effect::Release { lease, delay } => {
-                let lref = self.lease_ref(r, lease)?;
-                self.send(r, Op::Release { lease, lref, delay })
-            }
-            Effect::DeadLetter { lease, reason } => {
-                let lref = self.lease_ref(r, lease)?;
-                self.send(
-                    r,
-                    Op::DeadLetter {
-                        lease,
-                        lref,
-                        reason,
-                    },
-                )
-            }
-            Effect::Drained => {
-                self.replicas[r].drained = true;
-                self.log(Event::Drained { r: r as u16 });
-                Ok(())
-            }
-        }
-    }
-
-    /// An `Ack` must follow a `Done` of an invocation that was neither cancelled nor taken over.
-    fn check_ack(&self, r: usize, lease: LeaseId) -> Res {
-        let run = self.replicas[r]
-            .lease_runs
-            .get(&lease)
-            .map(|&i| &self.runs[i]);
-        let ok = run.is_some_and(|run| {
-            run.outcome == Some(Outcome::Done) && run.cancelled.is_none() && !run.superseded
-        });
-        if ok {
-            return Ok(());
-        }
-        let what = match run {
-            None => "a lease that never ran".to_string(),
-            Some(run) if run.superseded => format!(
-                "m{}, whose invocation another replica took over while r{r} was paused",
-                run.msg
-            ),
-            Some(run) => format!(
-                "m{} after outcome {:?}, cancelled: {:?}",
-                run.msg, run.outcome, run.cancelled
-            ),
-        };
-        Err(self.fail(
-            Check::SingleRunner,
-            format!("r{r} acks {what}: its result should have been discarded"),
-        ))
-    }
-
-    // ----- handlers ------------------------------------------------------------------------
-
-    fn start_run(&mut self, r: usize, invocation: InvocationId, lease: LeaseId) -> Res {
-        let lref = self.lease_ref(r, lease)?;
-        let msg = self.message_index(&lref.id);
-        // Serial per message on one replica, counting a cancelled invocation still winding down.
-        if let Some(inv) = self.replicas[r]
-            .handlers
-            .values()
-            .find(|inv| self.runs[inv.run].msg == msg)
+    /// A fatal error stopped the replica's worker: restart it.
+    fn halted(&mut self, r: usize) {
+        // At most a claim timeout: the fatal call's fault effect lasts that long (see
+        // `SimBackend::plan`).
+        let restart_in = lock(&self.shared)
+            .rng
+            .duration(Duration::from_millis(100), self.cfg.claim_timeout);
         {
-            let cancelled = self.runs[inv.run].cancelled;
-            return Err(self.fail(
-                Check::SingleRunner,
-                format!(
-                    "r{r} starts m{msg} again while its previous invocation has not reported \
-                     (cancelled: {cancelled:?})"
-                ),
-            ));
+            let mut s = lock(&self.shared);
+            s.report.halts += 1;
+            s.log(Event::Halted {
+                r: r as u16,
+                restart_in,
+            });
         }
-        let mut overlaps_paused = false;
-        for &other in &self.msgs[msg].live_runs {
-            let o = &self.runs[other];
-            if self.replicas[o.r].pause.is_none() {
-                return Err(self.fail(
-                    Check::SingleRunner,
-                    format!(
-                        "r{r} starts m{msg} (fence {}) while r{} still runs it and is not paused",
-                        lref.fence.0, o.r
-                    ),
-                ));
-            }
-            overlaps_paused = true;
-        }
-        for &other in &self.msgs[msg].live_runs {
-            self.runs[other].superseded = true;
-        }
-        if overlaps_paused {
-            self.report.paused_overlaps += 1;
-        }
-        let run = self.runs.len();
-        self.runs.push(InvocationRecord {
-            msg,
-            r,
-            live: true,
-            cancelled: None,
-            superseded: false,
-            outcome: None,
-        });
-        let m = &mut self.msgs[msg];
-        m.live_runs.push(run);
-        m.invocations += 1;
-        let (n, behaviour) = (m.invocations, m.behaviour);
-        if n > 1 {
-            self.report.reruns += 1;
-        }
-        self.report.runs += 1;
-        self.log(Event::Run {
-            r: r as u16,
-            m: msg as u32,
-            fence: lref.fence.0,
-            n,
-            overlaps_paused,
-        });
-        let plan = behaviour.plan(n, self.cfg, &mut self.rng);
-        let end = plan
-            .finish
-            .map(|(after, outcome)| (self.now + after, outcome));
-        let rep = &mut self.replicas[r];
-        rep.lease_runs.insert(lease, run);
-        let inc = rep.inc;
-        if let Some((at, _)) = &end {
-            let after = *at - self.now;
-            self.at(
-                after,
-                Scheduled::Deliver {
-                    r,
-                    inc,
-                    input: Input::Outcome(invocation, 0),
-                },
-            );
-        }
-        self.replicas[r]
-            .handlers
-            .insert(invocation, HandlerRun { run, gen: 0, end });
-        Ok(())
+        self.kill(r, restart_in);
     }
 
-    fn cancel(&mut self, r: usize, invocation: InvocationId, reason: CancelReason) {
-        let Some(inv) = self.replicas[r].handlers.get(&invocation) else {
-            return; // it already reported
+    fn pause(&mut self, r: usize, after_renew: bool) {
+        let Some(node) = self.replicas[r].node else {
+            return;
         };
-        let (run, hangs, planned) = (inv.run, inv.end.is_none(), inv.end.as_ref().map(|e| e.0));
-        let msg = self.runs[run].msg;
-        self.runs[run].cancelled = Some(reason);
-        self.end_run(run);
-        self.log(Event::Cancel {
-            r: r as u16,
-            m: msg as u32,
-            reason,
-        });
-        // The handler notices within the cancel grace, or is dropped when it is over.
-        let grace = self.cfg.cancel_grace;
-        let react = if hangs {
-            grace
-        } else {
-            self.rng.duration(Duration::ZERO, grace)
-        };
-        let at = self.now + react;
-        if planned.is_some_and(|end| end <= at) {
-            return; // it finishes on its own first
+        if self.replicas[r].paused.is_some() || !lock(&self.shared).faults_active {
+            return;
         }
-        let outcome = if hangs {
-            Outcome::Failed {
-                error: format!("cancelled ({reason:?}) and dropped after {grace:?}"),
-            }
-        } else if self.rng.chance(0.5) {
-            Outcome::Done // ignores the signal and reports success: must be discarded
-        } else {
-            Outcome::Failed {
-                error: "cancelled".into(),
+        let claim = self.cfg.claim_timeout;
+        let length = {
+            let mut s = lock(&self.shared);
+            // Short stalls, pauses around the lease, and pauses well past the claim timeout;
+            // right after a heartbeat, pauses around the lease.
+            let roll = s.rng.below(10);
+            match roll {
+                _ if after_renew => s.rng.duration(claim / 2, self.cfg.pause_after_renew_max),
+                0..=2 => s.rng.duration(claim / 20, claim / 2),
+                3..=6 => s.rng.duration(claim / 2, claim * 3 / 2),
+                _ => s.rng.duration(claim * 3 / 2, claim * 3),
             }
         };
-        let rep = &mut self.replicas[r];
-        let inv = rep.handlers.get_mut(&invocation).expect("checked");
-        inv.gen += 1;
-        inv.end = Some((at, outcome));
-        let (inc, gen) = (rep.inc, inv.gen);
+        self.next_fault_id += 1;
+        let id = self.next_fault_id;
+        self.world.pause(node);
+        self.replicas[r].paused = Some(id);
+        self.update_frozen(r);
+        {
+            let mut s = lock(&self.shared);
+            s.report.pauses += 1;
+            let until = s.now() + length;
+            s.log(Event::Pause { r: r as u16, until });
+            s.fault_effect_until(until);
+        }
         self.at(
-            react,
-            Scheduled::Deliver {
-                r,
-                inc,
-                input: Input::Outcome(invocation, gen),
+            length,
+            Scheduled::Resume {
+                replica: r,
+                pause: id,
             },
         );
     }
 
-    /// The run is no longer live (it reported, was cancelled, or its replica crashed).
-    fn end_run(&mut self, run: usize) {
-        let rec = &mut self.runs[run];
-        if rec.live {
-            rec.live = false;
-            let live = &mut self.msgs[rec.msg].live_runs;
-            live.retain(|&x| x != run);
+    fn stall(&mut self, r: usize) {
+        let Some(node) = self.replicas[r].node else {
+            return;
+        };
+        if self.replicas[r].stalled.is_some() || !lock(&self.shared).faults_active {
+            return;
         }
-    }
-
-    // ----- backend calls -------------------------------------------------------------------
-
-    fn send(&mut self, r: usize, op: Op) -> Res {
-        let cfg = self.cfg;
-        let claim = cfg.claim_timeout;
-        // A degraded link fails or slows most calls; otherwise calls fault independently.
-        let bad_link = self.now < self.replicas[r].link_bad_until;
-        let p = if bad_link {
-            cfg.link_fault
-        } else {
-            cfg.call_fault
-        };
-        let fault = if self.faults_active && self.rng.chance(p) {
-            if self.rng.chance(cfg.slow_share) {
-                Fault::Slow
-            } else if self.rng.chance(0.55) {
-                Fault::FailFast
-            } else {
-                Fault::LoseAnswer
-            }
-        } else {
-            Fault::None
-        };
-        let (mut request, mut answer) = (self.latency(), self.latency());
-        if fault == Fault::Slow {
-            // The request lands around the lease boundary (half to one claim timeout late),
-            // or the answer is late (up to 1.5 × the claim timeout), or both legs are.
-            if self.rng.chance(cfg.slow_request_edge) {
-                request = self.rng.duration(claim / 2, claim);
-            } else if self.rng.chance(0.5) {
-                answer = self.rng.duration(Duration::ZERO, claim * 3 / 2);
-            } else {
-                request = self.rng.duration(Duration::ZERO, claim * 3 / 4);
-                answer = self.rng.duration(Duration::ZERO, claim * 3 / 4);
-            }
+        let claim = self.cfg.claim_timeout;
+        let length = lock(&self.shared).rng.duration(claim / 20, claim * 2);
+        self.next_fault_id += 1;
+        let id = self.next_fault_id;
+        self.world.stall_clock(node, length);
+        self.replicas[r].stalled = Some(id);
+        self.update_frozen(r);
+        {
+            let mut s = lock(&self.shared);
+            s.report.stalls += 1;
+            let until = s.now() + length;
+            s.log(Event::Stall { r: r as u16, until });
+            s.fault_effect_until(until);
         }
-        match fault {
-            Fault::FailFast => self.report.failed_calls += 1,
-            Fault::LoseAnswer => self.report.lost_answers += 1,
-            Fault::Slow => self.report.slow_calls += 1,
-            Fault::None => {}
-        }
-        let c = self.calls.len();
-        let kind = op.kind();
-        let msgs: Box<[MsgFence]> = match &op {
-            Op::Fetch { .. } => Box::new([]),
-            Op::Renew { leases, .. } | Op::Ack { leases } => leases
-                .iter()
-                .map(|(_, l)| (self.message_index(&l.id) as u32, l.fence.0))
-                .collect(),
-            Op::Release { lref, .. } | Op::DeadLetter { lref, .. } => {
-                Box::new([(self.message_index(&lref.id) as u32, lref.fence.0)])
-            }
-        };
-        let wait = match op {
-            Op::Fetch { wait, .. } => wait,
-            _ => Duration::ZERO,
-        };
-        self.log(Event::Send {
-            r: r as u16,
-            call: c as u32,
-            op: kind,
-            msgs,
-            fault,
-            exec_in: request,
-        });
-        let rep = &mut self.replicas[r];
-        rep.open.insert(c);
-        let (inc, consumer) = (rep.inc, rep.consumer);
-        self.calls.push(Call {
-            r,
-            inc,
-            consumer,
-            op,
-            fault,
-            answer_delay: answer,
-            exec_gen: 0,
-            first_exec: None,
-            answer: None,
-        });
-        // The driver bounds every call (a fetch gets its wait on top).
-        let timeout = cfg.call_timeout + wait;
         self.at(
-            timeout,
-            Scheduled::Deliver {
-                r,
-                inc,
-                input: Input::Timeout(c),
+            length,
+            Scheduled::StallEnd {
+                replica: r,
+                stall: id,
             },
         );
-        self.fault_effect_until(self.now + (request + wait + answer).max(timeout));
-        if fault == Fault::FailFast {
-            self.calls[c].answer = Some(Answer::Failed);
-            self.at(
-                request,
-                Scheduled::Deliver {
-                    r,
-                    inc,
-                    input: Input::Answer(c),
-                },
-            );
-        } else {
-            self.at(request, Scheduled::Exec { call: c, gen: 0 });
-        }
-        Ok(())
     }
 
-    /// Wakes every fetch blocked in the store to look again (a publish or a release).
-    fn wake_blocked(&mut self) {
-        for c in std::mem::take(&mut self.blocked) {
-            self.calls[c].exec_gen += 1;
-            let gen = self.calls[c].exec_gen;
-            self.at(Duration::ZERO, Scheduled::Exec { call: c, gen });
+    /// A pause or a stall ended: once the replica is neither paused nor stalled and has
+    /// reacted (the tasks woken at this instant ran), check what it still runs. Until then
+    /// the checker leaves its invocations be: it cannot have acted on what it missed yet.
+    fn woke(&mut self, r: usize) {
+        if self.update_frozen(r) {
+            lock(&self.shared).replicas[r].waking = true;
+            self.at(Duration::ZERO, Scheduled::Woke(r));
         }
     }
 
-    /// The request of call `c` reaches the store.
-    fn exec(&mut self, c: usize, gen: u32) -> Res {
-        let now = self.base + self.now;
-        let call = &self.calls[c];
-        if call.exec_gen != gen {
-            return Ok(());
-        }
-        let (r, consumer) = (call.r, call.consumer);
-        let answer = match &call.op {
-            Op::Fetch { max, wait, .. } => {
-                let (max, wait) = (*max, *wait);
-                let first = *self.calls[c].first_exec.get_or_insert(self.now);
-                let alive = self.replicas[r].inc == self.calls[c].inc;
-                let waiting = alive && self.replicas[r].open.contains(&c);
-                if first != self.now && !waiting {
-                    // The driver dropped the blocked fetch (its call timed out, or the replica
-                    // crashed): a dropped fetch takes nothing.
-                    self.blocked.remove(&c);
-                    return Ok(());
-                }
-                let got = self.store.fetch(now, consumer, max);
-                let deadline = first + wait;
-                if got.is_empty() && self.now < deadline && waiting {
-                    // Block like the memory backend does on a real clock: until a publish, a
-                    // release, the next lapse, or the end of the wait.
-                    let lapse = self
-                        .store
-                        .next_claimable(now)
-                        .map(|at| at.saturating_duration_since(self.base))
-                        .filter(|&at| at > self.now);
-                    let wake = lapse.map_or(deadline, |at| at.min(deadline));
-                    let call = &mut self.calls[c];
-                    call.exec_gen += 1;
-                    let gen = call.exec_gen;
-                    self.blocked.insert(c);
-                    self.log(Event::Blocked {
-                        r: r as u16,
-                        call: c as u32,
-                    });
-                    self.at(wake - self.now, Scheduled::Exec { call: c, gen });
-                    return Ok(());
-                }
-                self.blocked.remove(&c);
-                let mut list = Vec::with_capacity(got.len());
-                for f in &got {
-                    let m = self.message_index(&f.id);
-                    list.push((m as u32, f.fence.0));
-                    self.delivered(m, consumer, f.fence.0)?;
-                }
-                self.log(Event::Fetched {
-                    r: r as u16,
-                    call: c as u32,
-                    got: list.into(),
-                });
-                Answer::Fetched(got)
-            }
-            Op::Renew { leases, .. } => {
-                let refs: Vec<LeaseRef> = leases.iter().map(|(_, l)| l.clone()).collect();
-                let results = self.store.renew(now, consumer, &refs);
-                let call = &self.calls[c];
-                let Op::Renew { leases, .. } = &call.op else {
-                    unreachable!()
-                };
-                let logged = leases
-                    .iter()
-                    .zip(&results)
-                    .map(|((_, l), res)| (self.message_index(&l.id) as u32, l.fence.0, *res))
-                    .collect();
-                let answer = leases.iter().map(|(id, _)| *id).zip(results).collect();
-                self.log(Event::Renewed {
-                    r: r as u16,
-                    call: c as u32,
-                    results: logged,
-                });
-                Answer::Renewed(answer)
-            }
-            Op::Ack { leases } => {
-                let refs: Vec<LeaseRef> = leases.iter().map(|(_, l)| l.clone()).collect();
-                let ids: Vec<LeaseId> = leases.iter().map(|(id, _)| *id).collect();
-                let results = self.store.ack(now, consumer, &refs);
-                self.settled(r, c, OpKind::Ack, consumer, &refs, &results)?;
-                Answer::Acked(ids.into_iter().zip(results).collect())
-            }
-            Op::Release { lref, delay, .. } => {
-                let (lref, delay) = (lref.clone(), *delay);
-                let result = self.store.release(now, consumer, &lref, delay);
-                self.settled(r, c, OpKind::Release, consumer, &[lref], &[result])?;
-                if result == SettleResult::Ok {
-                    self.wake_blocked();
-                }
-                Answer::Settled(result)
-            }
-            Op::DeadLetter { lref, reason, .. } => {
-                let (lref, reason) = (lref.clone(), reason.clone());
-                let result = self.store.dead_letter(now, consumer, &lref, &reason);
-                self.settled(r, c, OpKind::DeadLetter, consumer, &[lref], &[result])?;
-                Answer::Settled(result)
-            }
-        };
-        let call = &mut self.calls[c];
-        if call.fault == Fault::LoseAnswer {
-            return self.check_completed(); // the driver's timeout answers instead
-        }
-        call.answer = Some(answer);
-        let (inc, after) = (call.inc, call.answer_delay);
-        self.at(
-            after,
-            Scheduled::Deliver {
-                r,
-                inc,
-                input: Input::Answer(c),
-            },
-        );
-        self.check_completed()
-    }
-
-    // ----- the store-side checks -----------------------------------------------------------
-
-    /// The store delivered message `m` to `consumer` with `fence`.
-    fn delivered(&mut self, m: usize, consumer: ConsumerId, fence: u64) -> Res {
-        let msg = &self.msgs[m];
-        if msg.removed.is_some() {
-            return Err(self.fail(
-                Check::NothingLost,
-                format!("the store delivered m{m}, which was already acked or dead-lettered"),
-            ));
-        }
-        if let Some((_, old)) = msg.owner {
-            if fence <= old {
-                return Err(self.fail(
-                    Check::Fencing,
-                    format!(
-                        "m{m} redelivered to c{} with fence {fence}, not above {old}",
-                        consumer.0
-                    ),
-                ));
-            }
-        }
-        self.msgs[m].owner = Some((consumer, fence));
-        Ok(())
-    }
-
-    /// Checks what the store accepted of an ack, release or dead-letter against the checker's
-    /// own log of deliveries.
-    fn settled(
-        &mut self,
-        r: usize,
-        c: usize,
-        op: OpKind,
-        consumer: ConsumerId,
-        refs: &[LeaseRef],
-        results: &[SettleResult],
-    ) -> Res {
-        let logged = refs
-            .iter()
-            .zip(results)
-            .map(|(l, res)| (self.message_index(&l.id) as u32, l.fence.0, *res))
-            .collect();
-        self.log(Event::Settled {
-            r: r as u16,
-            call: c as u32,
-            op,
-            results: logged,
-        });
-        for (lref, result) in refs.iter().zip(results) {
-            if *result != SettleResult::Ok {
-                continue;
-            }
-            let m = self.message_index(&lref.id);
-            let msg = &self.msgs[m];
-            let owner = msg.owner;
-            if msg.removed.is_some() || owner != Some((consumer, lref.fence.0)) {
-                return Err(self.fail(
-                    Check::Fencing,
-                    format!(
-                        "the store accepted {op} of m{m} by c{} with fence {}, but the current \
-                         delivery is {} ({})",
-                        consumer.0,
-                        lref.fence.0,
-                        owner.map_or("none".into(), |(o, f)| format!("c{} fence {f}", o.0)),
-                        if msg.removed.is_some() {
-                            "already removed"
-                        } else {
-                            "another replica's delivery"
-                        }
-                    ),
-                ));
-            }
-            let removal = match op {
-                OpKind::Ack => Removal::Acked,
-                OpKind::DeadLetter => Removal::DeadLettered,
-                _ => continue,
-            };
-            let justified = match removal {
-                Removal::Acked => msg.done_by.contains(&consumer),
-                Removal::DeadLettered => msg.failed_by.contains(&consumer),
-            };
-            if !justified {
-                return Err(self.fail(
-                    Check::NothingLost,
-                    format!(
-                        "m{m} {} by c{} although no invocation there {}",
-                        if removal == Removal::Acked {
-                            "acked"
-                        } else {
-                            "dead-lettered"
-                        },
-                        consumer.0,
-                        if removal == Removal::Acked {
-                            "returned Done uncancelled: its work is lost"
-                        } else {
-                            "failed or was rejected"
-                        }
-                    ),
-                ));
-            }
-            self.msgs[m].removed = Some((removal, consumer));
-            match removal {
-                Removal::Acked => self.report.acked += 1,
-                Removal::DeadLettered => self.report.dead_lettered += 1,
-            }
-        }
-        Ok(())
+    /// Tells the checker whether the replica can act on what it knows right now; true if
+    /// it can.
+    fn update_frozen(&mut self, r: usize) -> bool {
+        let frozen = self.replicas[r].paused.is_some() || self.replicas[r].stalled.is_some();
+        lock(&self.shared).replicas[r].frozen = frozen;
+        !frozen
     }
 
     // ----- the end -------------------------------------------------------------------------
 
     /// Once faults stopped and every message is acked or dead-lettered: shut every replica down.
-    fn check_completed(&mut self) -> Res {
-        if self.completed.is_none() && self.published == self.msgs.len() && self.store.is_empty() {
-            self.completed = Some(self.now);
+    fn check_completed(&mut self) {
+        let done = lock(&self.shared).all_done();
+        if self.completed.is_none() && done {
+            self.completed = Some(self.now());
         }
-        let Some(done) = self.completed else {
-            return Ok(());
+        let Some(done_at) = self.completed else {
+            return;
         };
-        if !self.quiet || self.shutdown.is_some() {
-            return Ok(());
+        if !self.quiet
+            || self.shutdown_at.is_some()
+            || self
+                .replicas
+                .iter()
+                .any(|r| r.restart_scheduled || r.deploying)
+        {
+            return;
         }
-        self.report.completed_after_quiet = done.saturating_sub(self.report.quiet_at);
-        self.log(Event::Completed);
-        self.shutdown = Some(self.now);
-        self.log(Event::Shutdown);
-        let deadline = self.base + self.now + self.cfg.shutdown_grace;
+        {
+            let mut s = lock(&self.shared);
+            s.report.completed_after_quiet = done_at.saturating_sub(s.report.quiet_at);
+            s.shutting_down = true;
+            s.log(Event::Completed);
+            s.log(Event::Shutdown);
+        }
+        self.shutdown_at = Some(self.now());
         for r in 0..self.replicas.len() {
-            let now = self.base + self.now;
-            self.engine(r).handle_shutdown(now, deadline);
-            self.pump(r)?;
+            if self.replicas[r].node.is_none() {
+                continue;
+            }
+            let Some(worker) = self.replicas[r].worker.take() else {
+                continue;
+            };
+            lock(&self.shared).replicas[r].shutting_down = true;
+            self.replicas[r].shutdown = Some(self.spawn_shutdown(r, worker));
         }
-        self.at(
-            drain_bound(self.cfg, &self.settings),
-            Scheduled::DrainDeadline,
-        );
-        self.check_drained()
+        let bound = drain_bound(&self.cfg, &lock(&self.shared).settings);
+        self.at(bound, Scheduled::DrainDeadline);
     }
 
-    fn check_drained(&mut self) -> Res {
-        if self.finished || self.replicas.iter().any(|r| !r.drained) {
-            return Ok(());
-        }
-        // No leak: every engine drained with nothing held or running, and no call open but a
-        // heartbeat (a renew holds nothing; the engine may drain while its last one is in
-        // flight, and its answer changes nothing).
-        for (r, rep) in self.replicas.iter().enumerate() {
-            let e = rep.engine.as_ref().expect("live");
-            let open = rep
-                .open
-                .iter()
-                .filter(|&&c| !matches!(self.calls[c].op, Op::Renew { .. }))
-                .count();
-            if !e.is_drained() || e.held() != 0 || e.running() != 0 || open != 0 {
-                return Err(self.fail(
+    /// Takes the shutdown reports that came in, checks each replica as it stops, and the store
+    /// once all have.
+    fn collect_reports(&mut self) {
+        for r in 0..self.replicas.len() {
+            let Some(handle) = self.replicas[r].shutdown.as_mut() else {
+                continue;
+            };
+            let Some((stats, report)) = handle.try_take() else {
+                continue;
+            };
+            self.replicas[r].shutdown = None;
+            let mut s = lock(&self.shared);
+            let now = s.now();
+            s.replicas[r].reported_at = Some(now);
+            s.log(Event::Reported { r: r as u16 });
+            if let Some(run) = s.runs.iter().find(|run| run.replica == r && !run.ended) {
+                let msg = run.msg;
+                s.fail(
                     Check::NoLeak,
-                    format!(
-                        "r{r} drained with held {}, running {}, {open} call(s) other than renews \
-                         open",
-                        e.held(),
-                        e.running(),
-                    ),
-                ));
+                    format!("r{r}'s worker reported its shutdown while its handler of m{msg} runs"),
+                );
             }
-            if !rep.handlers.is_empty() {
-                return Err(self.fail(
-                    Check::NoLeak,
+            match stats {
+                Some(stats) if stats.unexpected > 0 => s.fail(
+                    Check::Engine,
                     format!(
-                        "r{r} drained while {} invocation(s) still run",
-                        rep.handlers.len()
+                        "r{r}'s driver gave its engine {} input(s) it never asked for",
+                        stats.unexpected
                     ),
-                ));
-            }
-        }
-        let now = self.base + self.now;
-        let pending = self.store.pending(now);
-        if !pending.is_empty() || !self.store.is_empty() {
-            return Err(self.fail(
-                Check::NoLeak,
-                format!(
-                    "after shutdown the store still holds {} message(s), {} pending: {:?}",
-                    self.store.len(),
-                    pending.len(),
-                    pending
                 ),
-            ));
+                Some(stats) => s.report.stale_inputs += stats.stale,
+                None => {}
+            }
+            s.check_report(r, &report);
+            for halted in &report.halted {
+                s.check_halt_cause(r, &halted.error);
+            }
+            if self.replicas[r].deploying {
+                // Faults still strike during a deploy: a fatal one may halt a stream then.
+                let restart_in = s
+                    .rng
+                    .duration(Duration::from_millis(100), Duration::from_secs(2));
+                s.log(Event::Redeployed {
+                    r: r as u16,
+                    restart_in,
+                });
+                drop(s);
+                self.kill(r, restart_in);
+                continue;
+            }
+            if !report.halted.is_empty() {
+                s.fail(
+                    Check::NoLeak,
+                    format!(
+                        "r{r} reported halted streams at shutdown: {:?}",
+                        report.halted
+                    ),
+                );
+            }
+        }
+        let all_in = self.shutdown_at.is_some()
+            && self
+                .replicas
+                .iter()
+                .all(|r| r.shutdown.is_none() && r.worker.is_none());
+        if all_in && !self.finished {
+            self.check_drained();
+        }
+    }
+
+    fn check_drained(&mut self) {
+        let mut s = lock(&self.shared);
+        let now = s.instant();
+        let pending = s.store.pending(now);
+        if !pending.is_empty() || !s.store.is_empty() {
+            let detail = format!(
+                "after shutdown the store still holds {} message(s), {} pending: {:?}",
+                s.store.len(),
+                pending.len(),
+                pending
+            );
+            s.fail(Check::NoLeak, detail);
+            return;
         }
         // Nothing lost: each message acked or dead-lettered exactly once, as the store says.
-        let dead = self.store.dead_letters();
-        for (m, msg) in self.msgs.iter().enumerate() {
+        let dead = s.store.dead_letters();
+        for (m, msg) in s.msgs.iter().enumerate() {
             let in_dead = dead.iter().filter(|d| d.id == msg.id).count();
-            let expected = usize::from(matches!(msg.removed, Some((Removal::DeadLettered, _))));
+            let expected = usize::from(matches!(
+                msg.removed,
+                Some((crate::checker::Removal::DeadLettered, _))
+            ));
             if msg.removed.is_none() || in_dead != expected {
-                return Err(self.fail(
-                    Check::NothingLost,
-                    format!(
-                        "m{m} ({}) ended as {:?} in the checker's log but appears {in_dead} \
-                         time(s) in the dead-letter stream",
-                        msg.behaviour, msg.removed
-                    ),
-                ));
+                let detail = format!(
+                    "m{m} ({}) ended as {:?} in the checker's log but appears {in_dead} time(s) \
+                     in the dead-letter stream",
+                    msg.behaviour, msg.removed
+                );
+                s.fail(Check::NothingLost, detail);
+                return;
             }
         }
-        if dead.len() != self.report.dead_lettered {
-            return Err(self.fail(
-                Check::NothingLost,
-                format!(
-                    "{} dead letters in the store, {} accepted dead-letter calls",
-                    dead.len(),
-                    self.report.dead_lettered
-                ),
-            ));
+        if dead.len() != s.report.dead_lettered {
+            let detail = format!(
+                "{} dead letters in the store, {} accepted dead-letter calls",
+                dead.len(),
+                s.report.dead_lettered
+            );
+            s.fail(Check::NothingLost, detail);
+            return;
         }
+        drop(s);
         self.finished = true;
-        Ok(())
     }
-}
-
-fn settled(answer: Answer) -> SettleResult {
-    match answer {
-        Answer::Settled(result) => result,
-        _ => SettleResult::Failed,
-    }
-}
-
-fn short(outcome: &Outcome) -> String {
-    match outcome {
-        Outcome::Done => "Done".into(),
-        Outcome::Pending => "Pending".into(),
-        Outcome::Retry { delay: None } => "Retry".into(),
-        Outcome::Retry { delay: Some(d) } => format!("Retry({d:?})"),
-        Outcome::Reject { .. } => "Reject".into(),
-        Outcome::Failed { error } => format!("Failed({error})"),
-    }
-}
-
-/// For the trace's header: the resolved engine settings of a seed.
-pub(crate) fn describe(settings: &Settings) -> String {
-    format!(
-        "concurrency {}, prefetch {}, max_leases {}, claim {:?}, heartbeat {:?}, margin {:?}, \
-         renew batch {}",
-        settings.concurrency,
-        settings.prefetch,
-        settings.max_leases,
-        settings.claim_timeout,
-        settings.heartbeat_interval,
-        settings.expiry_margin,
-        settings.renew_batch_size
-    )
 }

@@ -23,7 +23,7 @@ use leasehold_core::{
 use leasehold_memory::{Bytes, ManualClock, MemoryBackend, MemoryStream, StreamConfig};
 
 /// A consumer of the store's group: one per replica incarnation, never reused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ConsumerId(pub u32);
 
 /// A pending-list row, as the final checks and the trace see it.
@@ -131,7 +131,7 @@ impl StoreKind {
         .find(|k| k.name() == name)
     }
 
-    pub(crate) fn build(self, claim_timeout: Duration, start: Instant) -> Box<dyn SimStore> {
+    pub(crate) fn build(self, claim_timeout: Duration, start: Instant) -> Box<dyn SimStore + Send> {
         match self {
             StoreKind::Memory => Box::new(MemoryStore::new(claim_timeout, start)),
             StoreKind::Model(flaw) => Box::new(ModelStore::new(claim_timeout, flaw)),

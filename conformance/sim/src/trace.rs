@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::time::Duration;
 
-use leasehold_core::{CancelReason, RenewResult, SettleResult};
+use leasehold_core::{CancelReason, ErrorKind, RenewResult, SettleResult};
 
 /// Which backend call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,12 +33,14 @@ impl fmt::Display for OpKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Fault {
     None,
-    /// Fails without touching the store.
-    FailFast,
+    /// Fails with this kind of error without touching the store.
+    FailFast(ErrorKind),
     /// Touches the store, then the answer is lost (the driver times out).
     LoseAnswer,
     /// Request and/or answer take up to 1.5 × the claim timeout.
     Slow,
+    /// The request reaches the store twice (a retrying network); the first answer comes back.
+    Duplicate,
 }
 
 /// A message of a list, with the fence it was named with.
@@ -50,7 +52,7 @@ pub(crate) enum Event {
         m: u32,
         behaviour: String,
     },
-    Send {
+    Call {
         r: u16,
         call: u32,
         op: OpKind,
@@ -78,13 +80,7 @@ pub(crate) enum Event {
         op: OpKind,
         results: Box<[(u32, u64, SettleResult)]>,
     },
-    Answer {
-        r: u16,
-        call: u32,
-        op: OpKind,
-        failed: bool,
-    },
-    Timeout {
+    Answered {
         r: u16,
         call: u32,
         op: OpKind,
@@ -96,7 +92,7 @@ pub(crate) enum Event {
         n: u32,
         overlaps_paused: bool,
     },
-    Cancel {
+    Cancelled {
         r: u16,
         m: u32,
         reason: CancelReason,
@@ -107,7 +103,15 @@ pub(crate) enum Event {
         outcome: String,
         cancelled: bool,
     },
+    Dropped {
+        r: u16,
+        m: u32,
+    },
     Crash {
+        r: u16,
+        restart_in: Duration,
+    },
+    Halted {
         r: u16,
         restart_in: Duration,
     },
@@ -115,17 +119,31 @@ pub(crate) enum Event {
         r: u16,
         consumer: u32,
     },
+    Deploy {
+        r: u16,
+    },
+    Redeployed {
+        r: u16,
+        restart_in: Duration,
+    },
     Pause {
         r: u16,
         until: Duration,
     },
     Resume {
         r: u16,
-        inbox: usize,
+    },
+    Stall {
+        r: u16,
+        until: Duration,
     },
     Link {
         r: u16,
         until: Duration,
+    },
+    Broken {
+        r: u16,
+        what: String,
     },
     FaultsStop,
     Quiet {
@@ -133,7 +151,7 @@ pub(crate) enum Event {
     },
     Completed,
     Shutdown,
-    Drained {
+    Reported {
         r: u16,
     },
 }
@@ -153,7 +171,7 @@ impl fmt::Display for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Event::Publish { m, behaviour } => write!(f, "publish m{m} ({behaviour})"),
-            Event::Send {
+            Event::Call {
                 r,
                 call,
                 op,
@@ -161,13 +179,14 @@ impl fmt::Display for Event {
                 fault,
                 exec_in,
             } => {
-                write!(f, "r{r} sends {op}#{call} ")?;
+                write!(f, "r{r} calls {op}#{call} ")?;
                 list(f, msgs)?;
                 match fault {
                     Fault::None => Ok(()),
-                    Fault::FailFast => f.write_str(" FAULT: fails before the store"),
+                    Fault::FailFast(kind) => write!(f, " FAULT: fails ({kind:?}) before the store"),
                     Fault::LoseAnswer => write!(f, " FAULT: answer lost (store in {exec_in:?})"),
                     Fault::Slow => write!(f, " FAULT: slow (store in {exec_in:?})"),
+                    Fault::Duplicate => write!(f, " FAULT: reaches the store twice"),
                 }
             }
             Event::Blocked { r, call } => write!(f, "store: fetch#{call} of r{r} blocks"),
@@ -194,16 +213,7 @@ impl fmt::Display for Event {
                 }
                 Ok(())
             }
-            Event::Answer {
-                r,
-                call,
-                op,
-                failed,
-            } => {
-                let what = if *failed { "failure" } else { "answer" };
-                write!(f, "r{r} gets {what} of {op}#{call}")
-            }
-            Event::Timeout { r, call, op } => write!(f, "r{r} times out {op}#{call}"),
+            Event::Answered { r, call, op } => write!(f, "r{r} gets the answer of {op}#{call}"),
             Event::Run {
                 r,
                 m,
@@ -213,11 +223,13 @@ impl fmt::Display for Event {
             } => {
                 write!(f, "r{r} RUN m{m}@{fence} (invocation {n})")?;
                 if *overlaps_paused {
-                    f.write_str(" while a paused replica still runs it")?;
+                    f.write_str(" while a paused or stalled replica still runs it")?;
                 }
                 Ok(())
             }
-            Event::Cancel { r, m, reason } => write!(f, "r{r} CANCEL m{m} ({reason:?})"),
+            Event::Cancelled { r, m, reason } => {
+                write!(f, "r{r} handler of m{m} sees CANCEL ({reason:?})")
+            }
             Event::Outcome {
                 r,
                 m,
@@ -230,17 +242,28 @@ impl fmt::Display for Event {
                 }
                 Ok(())
             }
+            Event::Dropped { r, m } => write!(f, "r{r} handler of m{m} DROPPED by the driver"),
             Event::Crash { r, restart_in } => {
                 write!(f, "r{r} CRASHES (restart in {restart_in:?})")
             }
+            Event::Halted { r, restart_in } => write!(
+                f,
+                "r{r} HALTED by a fatal error: its worker is stopped (restart in {restart_in:?})"
+            ),
             Event::Restart { r, consumer } => write!(f, "r{r} restarts as consumer c{consumer}"),
+            Event::Deploy { r } => write!(f, "r{r} SHUTS DOWN gracefully (a deploy)"),
+            Event::Redeployed { r, restart_in } => {
+                write!(f, "r{r} reported its shutdown (restart in {restart_in:?})")
+            }
             Event::Pause { r, until } => write!(f, "r{r} PAUSED until {}", secs(*until)),
-            Event::Resume { r, inbox } => {
-                write!(f, "r{r} RESUMES ({inbox} inputs queued during the pause)")
+            Event::Resume { r } => write!(f, "r{r} RESUMES"),
+            Event::Stall { r, until } => {
+                write!(f, "r{r} CLOCK STALLS until {}", secs(*until))
             }
             Event::Link { r, until } => {
                 write!(f, "r{r} LINK DEGRADED until {}", secs(*until))
             }
+            Event::Broken { r, what } => write!(f, "r{r} BROKEN DRIVER: {what}"),
             Event::FaultsStop => f.write_str("faults stop"),
             Event::Quiet { bound } => write!(
                 f,
@@ -248,7 +271,7 @@ impl fmt::Display for Event {
             ),
             Event::Completed => f.write_str("all work completed: shutting down"),
             Event::Shutdown => f.write_str("shutdown of every replica"),
-            Event::Drained { r } => write!(f, "r{r} drained"),
+            Event::Reported { r } => write!(f, "r{r} shut down (its report is in)"),
         }
     }
 }

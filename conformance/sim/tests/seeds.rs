@@ -1,7 +1,8 @@
 //! The CI sweep: fixed seed ranges against the real memory backend, every check on.
 //!
-//! About 2 ms per seed in a debug build, so these ~2 750 seeds take a few seconds on 2 cores.
-//! A failure prints the seed, the broken check, the replay command and the last events.
+//! About 14 ms per seed in a debug build (three real workers on virtual time), so these
+//! ~4 600 seeds take half a minute on 2 cores. A failure prints the seed, the broken check,
+//! the replay command and the last events.
 
 use leasehold_sim::{run_seeds, Profile, SimConfig, StoreKind, Summary};
 
@@ -23,7 +24,17 @@ fn assert_eventful(summary: &Summary, cfg: &SimConfig) {
     assert!(t.slow_calls > 0, "{t:?}");
     if cfg.slow_share < 1.0 {
         assert!(t.failed_calls > 0 && t.lost_answers > 0, "{t:?}");
+        assert!(
+            t.duplicated_calls > 0,
+            "no call reached the store twice: {t:?}"
+        );
+        assert!(t.halts > 0, "no fatal error stopped a worker: {t:?}");
     }
+    assert!(
+        t.stalls > 0 && t.deploys > 0,
+        "no clock stall or deploy: {t:?}"
+    );
+    assert!(t.stale_inputs > 0, "no answer raced an expiry: {t:?}");
     assert!(t.crashes > 0 && t.restarts > 0, "no crash: {t:?}");
     assert!(
         t.pauses > 0 && t.link_faults > 0,
@@ -66,7 +77,6 @@ fn broad_faults_five_replicas_thirty_messages() {
 
 #[test]
 fn lease_edge_faults() {
-    // Covers seeds 1213 and 1912, which hit the defect pinned in tests/known_defects.rs.
     let cfg = SimConfig::with_profile(Profile::LeaseEdge);
     assert_eventful(&sweep(&cfg, 0, 2000), &cfg);
 }

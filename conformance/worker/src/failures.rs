@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use leasehold_memory::Bytes;
-use leasehold_worker::core::LeaseRef;
-use leasehold_worker::{CancelReason, Delivery, Outcome};
+use leasehold_worker::core::{ErrorKind, LeaseRef};
+use leasehold_worker::{CancelReason, Delivery, Health, Outcome};
 
 use crate::support::{
     base_config, builder, memory_stream, publish, settle, wait_until, Ended, Mark, Probe, Recorder,
@@ -395,4 +395,96 @@ pub async fn a_handler_panicking_while_dropped_fails_its_attempt_and_the_worker_
     assert_eq!(fences, [2], "only the retry's result was acked");
     assert_eq!(taps.acks_of(&after).len(), 1);
     assert_eq!((report.acked, report.cancelled), (2, 1), "{report:?}");
+}
+
+/// A fatal backend error (retrying cannot help) halts its stream: nothing more is fetched from
+/// it, the worker's health says which stream and why, the other streams go on, and the
+/// shutdown report names it. A transient error only backs off: health stays running.
+pub async fn a_fatal_backend_error_halts_its_stream_and_shows_in_health<T: TestRuntime>(rt: T) {
+    let sick_stream = memory_stream(&rt.clock(), LONG_CLAIM);
+    let well_stream = memory_stream(&rt.clock(), LONG_CLAIM);
+    let (sick, sick_taps) = Probe::new(&sick_stream, "w1");
+    let (well, _) = Probe::new(&well_stream, "w1");
+    let rec = Recorder::new(&rt);
+    let handler = {
+        let rec = rec.clone();
+        move |d: Delivery<String>| {
+            let run = rec.enter(&d);
+            async move { run.returned() }
+        }
+    };
+    sick_taps.fail_fetches(Some(ErrorKind::Transient));
+    let worker = builder(&rt, base_config().concurrency(2))
+        .stream("sick", sick, handler.clone())
+        .stream("well", well, handler)
+        .start()
+        .expect("valid worker");
+    publish(&well_stream, "w-1");
+    wait_until(&rt, "the well stream to be consumed", || {
+        well_stream.is_empty()
+    })
+    .await;
+    settle(&rt).await;
+    assert_eq!(
+        worker.health(),
+        Health::Running,
+        "a transient error only backs off"
+    );
+
+    sick_taps.fail_fetches(Some(ErrorKind::Fatal));
+    wait_until(&rt, "the fatal error to halt the sick stream", || {
+        worker.health() != Health::Running
+    })
+    .await;
+    let Health::Degraded(reason) = worker.health() else {
+        panic!(
+            "one of two streams halted: degraded, got {:?}",
+            worker.health()
+        )
+    };
+    assert!(
+        reason.contains("sick") && reason.contains("NOPERM"),
+        "the reason names the stream and the cause: {reason}"
+    );
+    // The halted stream is never fetched again, even once the backend would answer; the other
+    // stream goes on.
+    sick_taps.fail_fetches(None);
+    publish(&sick_stream, "s-1");
+    publish(&well_stream, "w-2");
+    wait_until(&rt, "the well stream to go on", || well_stream.is_empty()).await;
+    settle(&rt).await;
+    assert_eq!(
+        sick_stream.len(),
+        1,
+        "nothing fetched from the halted stream"
+    );
+    assert_eq!(rec.started("s-1"), 0);
+    let stats = worker.stats().await.expect("running");
+    assert_eq!((stats.halted, stats.unexpected), (1, 0));
+
+    let report = worker.shutdown(LONG_CLAIM).await;
+    assert_eq!(report.halted.len(), 1, "{report:?}");
+    assert_eq!(report.halted[0].stream, "sick");
+    assert!(report.halted[0].error.contains("fetch"), "{report:?}");
+    assert_eq!(report.acked, 2);
+}
+
+/// When a fatal error halts every stream, the worker consumes nothing more: its health is
+/// stopped and `closed()` completes, so a service can restart it or fail its readiness probe.
+pub async fn a_worker_whose_every_stream_halts_is_stopped<T: TestRuntime>(rt: T) {
+    let stream = memory_stream(&rt.clock(), LONG_CLAIM);
+    let (probe, taps) = Probe::new(&stream, "w1");
+    taps.fail_fetches(Some(ErrorKind::Fatal));
+    let worker = builder(&rt, base_config())
+        .stream("only", probe, |_: Delivery<String>| async {})
+        .start()
+        .expect("valid worker");
+    let health = worker.closed().await;
+    let Health::Stopped(reason) = health else {
+        panic!("stopped, got {health:?}")
+    };
+    assert!(reason.contains("only"), "{reason}");
+    assert!(worker.health().is_stopped());
+    let report = worker.shutdown(LONG_CLAIM).await;
+    assert_eq!(report.halted.len(), 1);
 }

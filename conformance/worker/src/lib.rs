@@ -37,10 +37,12 @@ use std::time::{Duration, Instant};
 
 use leasehold_worker::Runtime;
 
+pub mod capture;
 mod compat;
 mod duplicates;
 mod failures;
 mod flow;
+mod observe;
 mod shutdown;
 pub mod support;
 
@@ -48,6 +50,7 @@ pub use compat::*;
 pub use duplicates::*;
 pub use failures::*;
 pub use flow::*;
+pub use observe::*;
 pub use shutdown::*;
 
 /// What a behaviour needs from the runtime under test.
@@ -128,6 +131,13 @@ macro_rules! worker_suite {
             failing_renews_expire_the_lease_and_cancel_the_handler,
             max_processing_time_cancels_a_hung_handler_and_retries,
             a_handler_panicking_while_dropped_fails_its_attempt_and_the_worker_goes_on,
+            a_fatal_backend_error_halts_its_stream_and_shows_in_health,
+            a_worker_whose_every_stream_halts_is_stopped,
+            metrics_and_logs_account_for_every_message,
+            a_takeover_is_counted_and_logged_with_the_lease_margin,
+            the_happy_path_logs_nothing_above_debug,
+            an_outage_is_counted_in_full_but_logged_sparingly,
+            a_snapshot_shows_what_runs_and_what_halted,
             shutdown_waits_for_running_releases_waiting_and_loses_nothing,
             shutdown_lets_go_of_the_handler,
             consume_on_empty_stream_returns_false,

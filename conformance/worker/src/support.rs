@@ -3,15 +3,15 @@
 //! can be told to fail renews.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use event_listener::Event;
 use leasehold_memory::{Bytes, Clock, MemoryBackend, MemoryStream, StreamConfig};
 use leasehold_worker::core::{
-    Backend, BackendError, BackendResult, DeadLetterReason, Fetched, LeaseRef, MessageId,
-    RenewResult, SettleResult, Stats,
+    Backend, BackendError, BackendResult, DeadLetterReason, ErrorKind, Fetched, LeaseRef,
+    MessageId, RenewResult, SettleResult, Stats,
 };
 use leasehold_worker::{CancelReason, Config, Delivery, RetryPolicy, Worker, WorkerBuilder};
 
@@ -419,8 +419,11 @@ pub struct Taps(Arc<TapsInner>);
 #[derive(Default)]
 struct TapsInner {
     fail_renews: AtomicBool,
+    /// 0: fetches go through; 1: they fail transiently; 2: fatally.
+    fail_fetches: AtomicU8,
     acks: Mutex<Vec<LeaseRef>>,
     renew_calls: AtomicUsize,
+    failed_fetches: AtomicUsize,
 }
 
 impl Probe {
@@ -439,6 +442,16 @@ impl Probe {
 }
 
 impl Taps {
+    /// From now on fetches fail with `kind`, or go through (`None`).
+    pub fn fail_fetches(&self, kind: Option<ErrorKind>) {
+        let code = match kind {
+            None => 0,
+            Some(ErrorKind::Transient) => 1,
+            Some(ErrorKind::Fatal) => 2,
+        };
+        self.0.fail_fetches.store(code, Ordering::SeqCst);
+    }
+
     /// From now on renew calls fail (`true`) or go through (`false`).
     pub fn fail_renews(&self, fail: bool) {
         self.0.fail_renews.store(fail, Ordering::SeqCst);
@@ -462,6 +475,11 @@ impl Taps {
     pub fn renew_calls(&self) -> usize {
         self.0.renew_calls.load(Ordering::SeqCst)
     }
+
+    /// Fetch calls failed on purpose so far.
+    pub fn failed_fetches(&self) -> usize {
+        self.0.failed_fetches.load(Ordering::SeqCst)
+    }
 }
 
 impl Backend for Probe {
@@ -471,12 +489,32 @@ impl Backend for Probe {
         self.inner.claim_timeout()
     }
 
+    fn enqueued_at(&self, id: &MessageId) -> Option<std::time::SystemTime> {
+        self.inner.enqueued_at(id)
+    }
+
+    fn take_undeliverable(&self) -> Vec<leasehold_worker::core::Undeliverable> {
+        self.inner.take_undeliverable()
+    }
+
     async fn publish(&self, payload: Bytes) -> BackendResult<MessageId> {
         self.inner.publish(payload).await
     }
 
     async fn fetch(&self, max: usize, wait: Duration) -> BackendResult<Vec<Fetched<Bytes>>> {
-        self.inner.fetch(max, wait).await
+        let fail = self.taps.0.fail_fetches.load(Ordering::SeqCst);
+        if fail != 0 {
+            self.taps.0.failed_fetches.fetch_add(1, Ordering::SeqCst);
+        }
+        match fail {
+            1 => Err(BackendError::transient(
+                "fetch failed (injected by the test)",
+            )),
+            2 => Err(BackendError::fatal(
+                "NOPERM this user has no permissions (injected by the test)",
+            )),
+            _ => self.inner.fetch(max, wait).await,
+        }
     }
 
     async fn renew(&self, leases: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {

@@ -3,17 +3,18 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{LazyLock, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use leasehold_core::{
     Backend, BackendError, BackendResult, DeadLetterReason, ErrorKind, Fence, Fetched, LeaseRef,
-    MessageId, RenewResult, SettleResult,
+    MessageId, RenewResult, SettleResult, Undeliverable,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncConnectionConfig, RedisError, Script, Value};
 
 use crate::config::{unique_consumer_name, ConnectError, RedisConfig, RedisConfigError};
+use crate::error::{error, is_nogroup};
 
 /// A script made of shared Lua helpers followed by its own file.
 macro_rules! script {
@@ -57,6 +58,9 @@ pub struct RedisBackend {
     /// fetch script, which shares the fetch between reclaims and new entries.
     reclaims_seen: AtomicBool,
     last_reap: Mutex<Option<Instant>>,
+    /// Entries without the payload field that fetches dead-lettered, until the worker takes
+    /// them (see `Backend::take_undeliverable`).
+    undeliverable: Mutex<Vec<Undeliverable>>,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -138,6 +142,7 @@ impl RedisBackend {
             reclaim_turn: AtomicBool::new(true),
             reclaims_seen: AtomicBool::new(true),
             last_reap: Mutex::new(None),
+            undeliverable: Mutex::new(Vec::new()),
         };
         backend.ensure_group().await?;
         Ok(backend)
@@ -212,6 +217,9 @@ impl RedisBackend {
         };
         let mut fetched = parse_fetch(reply)
             .ok_or_else(|| BackendError::fatal("unexpected reply from the fetch script"))?;
+        for id in std::mem::take(&mut fetched.undeliverable) {
+            self.undeliverable(id);
+        }
         *self.cursor.lock().unwrap_or_else(|e| e.into_inner()) =
             std::mem::take(&mut fetched.cursor);
         // While anything is reclaimable the next fetch runs the script again, to share it.
@@ -266,12 +274,16 @@ impl RedisBackend {
                     };
                     // Never deliverable. Should this fail, the entry stays pending with us
                     // and the fetch script dead-letters it when it is reclaimed.
-                    let reason = format!("entry has no field \"{}\"", self.config.field);
-                    if let Err(e) = self
+                    let reason = self.no_field();
+                    match self
                         .fenced_one(&DEAD_LETTER, "dead-letter", &lease, &[reason])
                         .await
                     {
-                        tracing::warn!(id = %lease.id, %e, "dead-lettering an entry failed");
+                        Ok(SettleResult::Ok) => self.undeliverable(lease.id.to_string()),
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::warn!(id = %lease.id, %e, "dead-lettering an entry failed")
+                        }
                     }
                 }
             }
@@ -294,6 +306,23 @@ impl RedisBackend {
             .await
             .map_err(|e| error("wait for entries", e))?;
         Ok(())
+    }
+
+    /// Why an entry without the payload field can never be delivered.
+    fn no_field(&self) -> String {
+        format!("entry has no field \"{}\"", self.config.field)
+    }
+
+    /// A fetch dead-lettered entry `id` (it has no payload field), for the worker to count.
+    fn undeliverable(&self, id: String) {
+        let reason = self.no_field();
+        self.undeliverable
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Undeliverable {
+                id: id.into(),
+                reason,
+            });
     }
 
     /// Now and then, removes consumers of dead workers that hold nothing.
@@ -427,6 +456,17 @@ impl Backend for RedisBackend {
 
     fn claim_timeout(&self) -> Option<Duration> {
         Some(self.config.claim_timeout)
+    }
+
+    /// An entry id `ms-seq` starts with the Redis server's clock at the append, in
+    /// milliseconds since the Unix epoch.
+    fn enqueued_at(&self, id: &MessageId) -> Option<SystemTime> {
+        let StreamId(ms, _) = StreamId::parse(id.as_str())?;
+        (ms > 0).then(|| SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
+    }
+
+    fn take_undeliverable(&self) -> Vec<Undeliverable> {
+        std::mem::take(&mut *self.undeliverable.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     async fn publish(&self, payload: Bytes) -> BackendResult<MessageId> {
@@ -592,31 +632,6 @@ fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-fn is_nogroup(e: &RedisError) -> bool {
-    e.code() == Some("NOGROUP") || e.to_string().contains("NOGROUP")
-}
-
-/// Transient (retry) for connection trouble and a busy or loading server; fatal otherwise
-/// (authentication, permissions, a key of the wrong type, a script error).
-/// A Redis error as a [`BackendError`], with `what` failed as context: connection trouble,
-/// timeouts and a server that is loading, busy or failing over are transient; everything
-/// else (authentication, bad scripts or arguments) is fatal.
-pub fn error(what: &str, e: RedisError) -> BackendError {
-    let transient = e.is_io_error()
-        || e.is_timeout()
-        || e.is_connection_dropped()
-        || matches!(
-            e.code(),
-            Some("BUSY" | "LOADING" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN" | "READONLY")
-        );
-    let message = format!("{what}: {e}");
-    if transient {
-        BackendError::transient(message).with_source(e)
-    } else {
-        BackendError::fatal(message).with_source(e)
-    }
-}
-
 fn as_u64(value: &Value) -> Option<u64> {
     match value {
         Value::Int(n) => u64::try_from(*n).ok(),
@@ -697,13 +712,16 @@ struct ScriptFetch {
     /// Where the next `XAUTOCLAIM` goes on.
     cursor: String,
     entries: Vec<Fetched<Bytes>>,
+    /// Entries without the payload field that the script dead-lettered.
+    undeliverable: Vec<String>,
     /// Some entry was idle long enough to be reclaimed when the script started.
     reclaimable: bool,
     /// The group's last-delivered id, when the script took nothing: where to wait for more.
     last_delivered: Option<String>,
 }
 
-/// `{cursor, {id, count, payload, ...}, last-delivered-id or nil, 1 if reclaimable else 0}`.
+/// `{cursor, {id, count, payload, ...}, last-delivered-id or nil, 1 if reclaimable else 0,
+/// {undeliverable id, ...}}`.
 fn parse_fetch(reply: Value) -> Option<ScriptFetch> {
     let Value::Array(parts) = reply else {
         return None;
@@ -715,6 +733,13 @@ fn parse_fetch(reply: Value) -> Option<ScriptFetch> {
     };
     let last = as_string(parts.next()?);
     let reclaimable = as_u64(&parts.next()?)? == 1;
+    let Value::Array(undeliverable) = parts.next()? else {
+        return None;
+    };
+    let undeliverable = undeliverable
+        .into_iter()
+        .map(as_string)
+        .collect::<Option<Vec<_>>>()?;
     let mut entries = Vec::with_capacity(flat.len() / 3);
     let mut flat = flat.into_iter();
     while let (Some(id), Some(count), Some(payload)) = (flat.next(), flat.next(), flat.next()) {
@@ -732,6 +757,7 @@ fn parse_fetch(reply: Value) -> Option<ScriptFetch> {
     Some(ScriptFetch {
         cursor,
         entries,
+        undeliverable,
         reclaimable,
         last_delivered: last,
     })

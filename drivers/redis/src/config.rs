@@ -190,14 +190,19 @@ impl RedisConfig {
 
     /// The dead-letter stream's key: in the same cluster slot as the stream.
     pub(crate) fn dead_letter_key(&self) -> String {
-        if let Some(key) = &self.dead_letter_stream {
-            return key.clone();
+        match &self.dead_letter_stream {
+            Some(key) => key.clone(),
+            None => default_dead_letter_key(&self.stream),
         }
-        if has_hash_tag(&self.stream) {
-            format!("{}:dead", self.stream)
-        } else {
-            format!("{{{}}}:dead", self.stream)
-        }
+    }
+}
+
+/// The dead-letter stream of `stream` unless configured otherwise: in the stream's hash slot.
+pub(crate) fn default_dead_letter_key(stream: &str) -> String {
+    if has_hash_tag(stream) {
+        format!("{stream}:dead")
+    } else {
+        format!("{{{stream}}}:dead")
     }
 }
 

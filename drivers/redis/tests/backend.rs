@@ -367,7 +367,7 @@ async fn dead_letters_keep_reason_count_and_payload() {
 async fn entries_without_the_payload_field_are_dead_lettered_not_delivered() {
     let server = server();
     let a = consumer(&server, "a").await;
-    let _: String = redis::cmd("XADD")
+    let stray: String = redis::cmd("XADD")
         .arg("jobs")
         .arg("*")
         .arg("other")
@@ -387,9 +387,15 @@ async fn entries_without_the_payload_field_are_dead_lettered_not_delivered() {
             .unwrap()
     };
     assert_eq!(dead_letters().await, 1);
+    // The worker learns of it, to count it with its own dead letters; once.
+    let told = a.take_undeliverable();
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert_eq!(told[0].id.as_str(), stray);
+    assert_eq!(told[0].reason, "entry has no field \"data\"");
+    assert!(a.take_undeliverable().is_empty());
     // Later fetches read new entries without the fetch script (nothing is reclaimable): the
     // same holds there.
-    let _: String = redis::cmd("XADD")
+    let stray: String = redis::cmd("XADD")
         .arg("jobs")
         .arg("*")
         .arg("other")
@@ -405,6 +411,9 @@ async fn entries_without_the_payload_field_are_dead_lettered_not_delivered() {
         (Bytes::from_static(b"ok 2"), 1)
     );
     assert_eq!(dead_letters().await, 2);
+    let told = a.take_undeliverable();
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert_eq!(told[0].id.as_str(), stray);
     assert_eq!(a.pending().await.unwrap(), 2, "the two good entries");
 }
 

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use futures::future::{select, Either};
 use futures::FutureExt;
 use leasehold_core::{Fence, InvocationId, MessageId, Outcome};
+use tracing::Instrument;
 
 use crate::cancel::Cancellation;
 use crate::codec::Decode;
@@ -174,8 +175,10 @@ where
     F: Future + Send + 'static,
     F::Output: IntoOutcome,
 {
-    /// One invocation, to its outcome.
-    async fn run(self: Arc<Self>, payload: P, invocation: Invocation) -> Outcome {
+    /// One invocation, to its outcome. The payload is decoded and the handler called here, at
+    /// once: the future returned holds only the handler's future and what waiting on it takes
+    /// (it is moved as it starts, for every message, so its size counts).
+    fn run(self: Arc<Self>, payload: P, invocation: Invocation) -> impl Future<Output = Outcome> {
         let Invocation {
             id: _,
             message_id,
@@ -184,6 +187,16 @@ where
             fence,
             cancellation,
         } = invocation;
+        // The handler runs in this span, so its own log lines carry which message it handles.
+        // Never the payload.
+        let span = tracing::info_span!(
+            "invocation",
+            stream = %self.stream,
+            message_id = %message_id,
+            attempt,
+            delivery_count,
+            fence = fence.0,
+        );
         let meta = Meta {
             scope: self.clone(),
             id: message_id,
@@ -192,16 +205,32 @@ where
             fence,
             cancellation: cancellation.clone(),
         };
-        let this = &*self;
-        let start = move || match this.codec.decode(payload.as_ref()) {
-            Ok(message) => Either::Left(
-                (this.handler)(Delivery::new(message, meta)).map(IntoOutcome::into_outcome),
-            ),
-            Err(error) => Either::Right(std::future::ready(Outcome::Reject {
-                reason: format!("cannot decode payload: {error}"),
-            })),
+        let started = {
+            let _entered = span.enter();
+            std::panic::catch_unwind(AssertUnwindSafe(|| {
+                match self.codec.decode(payload.as_ref()) {
+                    Ok(message) => Either::Left(
+                        (self.handler)(Delivery::new(message, meta)).map(IntoOutcome::into_outcome),
+                    ),
+                    Err(error) => Either::Right(std::future::ready(Outcome::Reject {
+                        reason: format!("cannot decode payload: {error}"),
+                    })),
+                }
+            }))
         };
-        invoke(&self.env.rt, start, cancellation, self.env.grace).await
+        let (rt, grace) = (self.env.rt.clone(), self.env.grace);
+        let invocation = async move {
+            match started {
+                Ok(future) => invoke(&rt, future, cancellation, grace).await,
+                Err(panic) => panicked(panic),
+            }
+        };
+        // Without a subscriber that wants the span, no wrapper around every poll.
+        if span.is_disabled() {
+            Either::Left(invocation)
+        } else {
+            Either::Right(Box::pin(invocation.instrument(span)))
+        }
     }
 
     /// A task of the stream's pool: runs the invocations it takes from the queue, one at a
@@ -228,19 +257,14 @@ where
     }
 }
 
-/// Runs one handler invocation: `start` decodes the payload and calls the user's function
-/// (a panic there or in the future counts as a failed attempt); honours cancellation with a
-/// grace period.
+/// Runs one handler invocation (a panic in its future counts as a failed attempt); honours
+/// cancellation with a grace period.
 async fn invoke<R: Runtime, F: Future<Output = Outcome>>(
     rt: &R,
-    start: impl FnOnce() -> F,
+    future: F,
     cancellation: Cancellation,
     grace: Duration,
 ) -> Outcome {
-    let future = match std::panic::catch_unwind(AssertUnwindSafe(start)) {
-        Ok(future) => future,
-        Err(panic) => return panicked(panic),
-    };
     let mut future = pin!(AssertUnwindSafe(future).catch_unwind());
     // Most handlers finish on their first poll: no need to listen for a cancel then.
     let first = future.as_mut().now_or_never();

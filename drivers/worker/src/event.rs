@@ -1,25 +1,37 @@
 //! What reaches the driver: results of the tasks it spawned, and the worker handle's requests.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::channel::oneshot;
 use leasehold_core::{
-    BackendResult, Fetched, InvocationId, LeaseId, Outcome, RenewId, RenewResult, SettleResult,
-    Stats, StreamId,
+    AckId, BackendResult, Fetched, InvocationId, LeaseId, Outcome, RenewId, RenewResult,
+    SettleResult, StreamId,
 };
 
-use crate::report::ShutdownReport;
+use crate::meters::Dead;
+use crate::report::{ShutdownReport, Snapshot};
 
-/// Everything posted to the driver's inbox.
+/// Everything posted to the driver's inbox. A call's result comes with what the engine needs
+/// to take it back (the effect's batch or lease) and the stream, to say where a failure was;
+/// calls whose time is measured carry the instant they were sent.
 pub(crate) enum Event<P> {
-    Fetched(StreamId, BackendResult<Vec<Fetched<P>>>),
+    Fetched(StreamId, Instant, BackendResult<Vec<Fetched<P>>>),
     Outcome(InvocationId, Outcome),
-    Renewed(RenewId, BackendResult<Vec<(LeaseId, RenewResult)>>),
-    /// The leases of an ack call, and the backend's answer per lease (`None`: the call
-    /// failed).
-    Acked(StreamId, Vec<LeaseId>, Option<Vec<SettleResult>>),
-    Released(LeaseId, SettleResult),
-    DeadLettered(LeaseId, SettleResult),
+    Renewed(
+        RenewId,
+        StreamId,
+        Instant,
+        Vec<LeaseId>,
+        BackendResult<Vec<RenewResult>>,
+    ),
+    Acked(
+        AckId,
+        StreamId,
+        Vec<LeaseId>,
+        BackendResult<Vec<SettleResult>>,
+    ),
+    Released(LeaseId, StreamId, BackendResult<SettleResult>),
+    DeadLettered(LeaseId, StreamId, Dead, BackendResult<SettleResult>),
     Shutdown(Duration, Option<oneshot::Sender<ShutdownReport>>),
-    Stats(oneshot::Sender<Stats>),
+    Snapshot(oneshot::Sender<Snapshot>),
 }

@@ -35,7 +35,11 @@ mod driver;
 #[cfg(not(loom))]
 mod event;
 #[cfg(not(loom))]
+mod health;
+#[cfg(not(loom))]
 mod inbox;
+#[cfg(not(loom))]
+pub mod meters;
 #[cfg(not(loom))]
 mod report;
 #[cfg(not(loom))]
@@ -52,7 +56,9 @@ pub use delivery::{Delivery, IntoOutcome};
 #[cfg(not(loom))]
 pub use dispatch::panic_message;
 #[cfg(not(loom))]
-pub use report::ShutdownReport;
+pub use health::Health;
+#[cfg(not(loom))]
+pub use report::{HaltedStream, ShutdownReport, Snapshot, StreamSnapshot};
 #[cfg(not(loom))]
 pub use runtime::{BoxFuture, Runtime};
 #[cfg(not(loom))]

@@ -2,8 +2,8 @@
 
 use leasehold_core::Stats;
 
-/// What shutdown did, from the worker's counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What shutdown did, from the worker's counters, and the streams a fatal error halted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ShutdownReport {
     /// Messages acked over the worker's life.
@@ -16,13 +16,25 @@ pub struct ShutdownReport {
     pub dead_lettered: u64,
     /// Leases lost or expired.
     pub lost: u64,
-    /// Leases given up after the deadline because the backend kept failing (they lapse on the
-    /// backend after the claim timeout).
+    /// Leases given up because the backend kept failing past the deadline, or failed fatally
+    /// (they lapse on the backend after the claim timeout and are delivered again).
     pub abandoned: u64,
+    /// Streams whose intake a fatal backend error stopped, in the order they stopped.
+    pub halted: Vec<HaltedStream>,
 }
 
-impl From<Stats> for ShutdownReport {
-    fn from(stats: Stats) -> Self {
+/// A stream a fatal backend error halted, and that error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HaltedStream {
+    /// The stream's name.
+    pub stream: String,
+    /// The call that failed and why (never a payload or a credential).
+    pub error: String,
+}
+
+impl ShutdownReport {
+    pub(crate) fn new(stats: Stats, halted: Vec<HaltedStream>) -> Self {
         Self {
             acked: stats.acked,
             released: stats.released,
@@ -30,6 +42,82 @@ impl From<Stats> for ShutdownReport {
             dead_lettered: stats.dead_lettered,
             lost: stats.lost + stats.expired,
             abandoned: stats.abandoned,
+            halted,
         }
+    }
+
+    /// One line for the log: INFO for a clean shutdown, WARN when leases were given up or
+    /// streams halted (those need an operator's look).
+    pub(crate) fn log(&self) {
+        let Self {
+            acked,
+            released,
+            cancelled,
+            dead_lettered,
+            lost,
+            abandoned,
+            halted,
+        } = self;
+        let halted = halted.len();
+        if *abandoned > 0 || halted > 0 {
+            tracing::warn!(
+                acked,
+                released,
+                cancelled,
+                dead_lettered,
+                lost,
+                abandoned,
+                halted,
+                "worker shut down; leases it gave up lapse after the claim timeout"
+            );
+        } else {
+            tracing::info!(
+                acked,
+                released,
+                cancelled,
+                dead_lettered,
+                lost,
+                "worker shut down"
+            );
+        }
+    }
+}
+
+/// What a worker is doing right now, from [`Worker::snapshot`](crate::Worker::snapshot).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Snapshot {
+    /// Its streams, in the order they were added.
+    pub streams: Vec<StreamSnapshot>,
+    /// Lifetime counters of its engine.
+    pub stats: Stats,
+}
+
+/// One stream of a [`Snapshot`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StreamSnapshot {
+    /// The stream's name.
+    pub stream: String,
+    /// Invocations running, including cancelled ones that have not returned yet.
+    pub running: usize,
+    /// Leases held: running, prefetched, waiting for a re-poll, or being settled.
+    pub held: usize,
+    /// Held leases without a running invocation: prefetched and waiting for a slot, waiting
+    /// for a re-poll, or being settled.
+    pub waiting: usize,
+    /// The fatal error that halted its intake, if one did.
+    pub halted: Option<String>,
+}
+
+impl Snapshot {
+    /// Invocations running on every stream.
+    pub fn running(&self) -> usize {
+        self.streams.iter().map(|s| s.running).sum()
+    }
+
+    /// Leases held on every stream.
+    pub fn held(&self) -> usize {
+        self.streams.iter().map(|s| s.held).sum()
     }
 }

@@ -13,8 +13,10 @@ use crate::delivery::{Delivery, IntoOutcome};
 use crate::dispatch::{Env, MakeDispatch};
 use crate::driver::{Driver, DriverOptions, Stream};
 use crate::event::Event;
+use crate::health::{Health, HealthCell};
 use crate::inbox::Inbox;
-use crate::report::ShutdownReport;
+use crate::meters::StreamMeters;
+use crate::report::{ShutdownReport, Snapshot};
 use crate::runtime::Runtime;
 
 /// Why a worker could not start.
@@ -234,15 +236,19 @@ where
             .into_iter()
             .map(|added| Stream {
                 dispatch: (added.make)(env.clone(), added.name.clone()),
+                meters: StreamMeters::new(&added.name),
+                throttles: Default::default(),
                 name: added.name,
                 backend: added.backend,
             })
             .collect();
+        let health = Arc::new(HealthCell::new());
         let driver = Driver::new(
             self.runtime.clone(),
             engine,
             streams,
             inbox.clone(),
+            health.clone(),
             self.options,
             base,
         );
@@ -250,6 +256,7 @@ where
         Ok(Worker {
             inbox,
             settings,
+            health,
             shut_down: false,
         })
     }
@@ -260,6 +267,7 @@ where
 pub struct Worker<P> {
     inbox: Arc<Inbox<Event<P>>>,
     settings: Settings,
+    health: Arc<HealthCell>,
     shut_down: bool,
 }
 
@@ -292,11 +300,29 @@ impl<P> Worker<P> {
         report.await.unwrap_or_default()
     }
 
-    /// A snapshot of the engine's counters (`None` once the worker has stopped).
+    /// How the worker is doing now: running, degraded (a fatal backend error halted some of
+    /// its streams) or stopped.
+    pub fn health(&self) -> Health {
+        self.health.get()
+    }
+
+    /// Completes once the worker consumes nothing any more (shut down, its task ended, or
+    /// every stream halted), with why.
+    pub async fn closed(&self) -> Health {
+        self.health.stopped().await
+    }
+
+    /// What the worker is doing now, per stream: invocations running, leases held and
+    /// waiting, halted streams; and its lifetime counters (`None` once it has stopped).
+    pub async fn snapshot(&self) -> Option<Snapshot> {
+        let (reply, snapshot) = oneshot::channel();
+        self.inbox.send(Event::Snapshot(reply)).ok()?;
+        snapshot.await.ok()
+    }
+
+    /// The engine's lifetime counters (`None` once the worker has stopped).
     pub async fn stats(&self) -> Option<Stats> {
-        let (reply, stats) = oneshot::channel();
-        self.inbox.send(Event::Stats(reply)).ok()?;
-        stats.await.ok()
+        Some(self.snapshot().await?.stats)
     }
 }
 

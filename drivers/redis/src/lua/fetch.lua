@@ -7,12 +7,12 @@
 -- ARGV: group, consumer, min-idle ms, cursor, first share, max, payload field,
 --       "1" if reclaims go first
 -- Returns {cursor, {id, delivery count, payload, ...}, last-delivered-id or false,
---          1 if anything was reclaimable else 0}
+--          1 if anything was reclaimable else 0, {id of each entry dead-lettered here, ...}}
 local stream, dead = KEYS[1], KEYS[2]
 local group, consumer, min_idle, cursor = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local share, max, field = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 local reclaim_first = ARGV[8] == '1'
-local out, taken = {}, 0
+local out, taken, undeliverable = {}, 0, {}
 
 -- XAUTOCLAIM checks that each pending entry it passes still exists in the stream (a walk of
 -- the entry's stream node) before it looks at the idle time, and scans at most 10 × COUNT
@@ -41,6 +41,7 @@ local function take(id, fields, count)
     'deliveries', count, unpack(fields))
   redis.call('XACK', stream, group, id)
   redis.call('XDEL', stream, id)
+  undeliverable[#undeliverable + 1] = id
 end
 
 local function reclaim(n)
@@ -81,4 +82,4 @@ end
 
 local last = false
 if taken == 0 then last = last_delivered(stream, group) or false end
-return {cursor, out, last, reclaimable and 1 or 0}
+return {cursor, out, last, reclaimable and 1 or 0, undeliverable}

@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use leasehold_redis::RedisBackend;
 use leasehold_redis_harness::{RedisServer, Reply};
-use leasehold_worker::{Config, Delivery, Runtime, Worker};
+use leasehold_worker::{Config, Delivery, Health, Runtime, Worker};
 
 use super::support::{
     array, assert_no_loss, builder, config, sleep, Env, Runs, TestRt, CLAIM, GROUP, STREAM,
@@ -179,4 +179,51 @@ pub async fn redis_restart_with_aof_loses_nothing<T: TestRt>(rt: T) {
         }
     }
     worker.shutdown(Duration::from_secs(2)).await;
+}
+
+/// A key of the wrong type where the stream should be (`WRONGTYPE`) cannot be fixed by
+/// retrying: the worker halts the stream once, says why in its health and its shutdown report,
+/// and stops fetching (it does not retry forever).
+pub async fn a_key_of_the_wrong_type_halts_the_stream<T: TestRt>(rt: T) {
+    let env = Env::start(rt).await;
+    env.publish(1).await;
+    let runs = Runs::default();
+    let worker = recording_worker(env.runtime(), env.backend("a").await, &runs, config(), None);
+    env.wait_drained("the first message is acked").await;
+    assert_eq!(worker.health(), Health::Running);
+    env.cmd(&["DEL", STREAM]).await;
+    env.cmd(&["SET", STREAM, "not a stream"]).await;
+    let health = worker.closed().await;
+    let Health::Stopped(reason) = &health else {
+        panic!("its only stream halted: stopped, got {health:?}")
+    };
+    assert!(reason.contains("WRONGTYPE"), "the cause is named: {reason}");
+    let calls_before = env.cmd(&["INFO", "commandstats"]).await;
+    sleep(&env.runtime(), CLAIM).await;
+    let calls_after = env.cmd(&["INFO", "commandstats"]).await;
+    let fetches = |info: &Reply| -> u64 {
+        let Reply::Bulk(Some(text)) = info else {
+            return 0;
+        };
+        String::from_utf8_lossy(text)
+            .lines()
+            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_xreadgroup:"))
+            .filter_map(|l| {
+                l.split("calls=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum()
+    };
+    assert_eq!(
+        fetches(&calls_before),
+        fetches(&calls_after),
+        "no fetch after the halt"
+    );
+    let report = worker.shutdown(Duration::from_secs(2)).await;
+    assert_eq!(report.halted.len(), 1, "{report:?}");
+    assert!(report.halted[0].error.contains("WRONGTYPE"), "{report:?}");
 }

@@ -66,6 +66,7 @@ macro_rules! all_scenarios {
                 destroyed_group_is_recreated,
                 killed_connections_reconnect,
                 redis_restart_with_aof_loses_nothing,
+                a_key_of_the_wrong_type_halts_the_stream,
             ],
             shutdown: [
                 shutdown_hands_waiting_messages_back_at_once,

@@ -1,0 +1,313 @@
+//! Each effect, executed: a backend call as a task bounded by the call timeout (or polled in
+//! place when it completes at once), a handler invocation on its stream's task pool, a
+//! cancellation signalled.
+
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use futures::channel::oneshot;
+use futures::future::{select, Either};
+use futures::FutureExt;
+use leasehold_core::{
+    Backend, BackendError, BackendResult, CancelReason, DeadLetterReason, Effect, InvocationId,
+    LeaseRef, Run, StreamId,
+};
+
+use crate::cancel::Cancellation;
+use crate::dispatch::Invocation;
+use crate::event::Event;
+use crate::meters::{seconds, Dead};
+use crate::runtime::Runtime;
+
+use super::invocations::Running;
+use super::Driver;
+
+impl<R: Runtime, B: Backend> Driver<R, B> {
+    /// Executes every pending effect.
+    pub(super) fn execute(&mut self) {
+        self.pass_now = None;
+        while let Some(effect) = self.engine.poll_effect() {
+            match effect {
+                Effect::Fetch { stream, max, wait } => self.fetch(stream, max, wait),
+                Effect::Run(run) => self.run_handler(run),
+                Effect::Cancel { invocation, reason } => self.cancel(invocation, reason),
+                Effect::LeaseValid { invocation, until } => {
+                    if let Some(running) = self.invocations.get(&invocation) {
+                        running.cancellation.set_valid_until(self.base, Some(until));
+                    }
+                }
+                Effect::Renew {
+                    batch,
+                    stream,
+                    leases,
+                    refs,
+                } => {
+                    let backend = self.backend(stream);
+                    let sent = self.now();
+                    self.call(
+                        async move { answer_each("renew", &refs, backend.renew(&refs).await) },
+                        move |result| Event::Renewed(batch, stream, sent, leases, result),
+                    );
+                }
+                Effect::Ack {
+                    batch,
+                    stream,
+                    leases,
+                    refs,
+                } => {
+                    let backend = self.backend(stream);
+                    self.call(
+                        async move { answer_each("ack", &refs, backend.ack(&refs).await) },
+                        move |result| Event::Acked(batch, stream, leases, result),
+                    );
+                }
+                Effect::Release {
+                    stream,
+                    lease,
+                    lease_ref,
+                    delay,
+                } => {
+                    let backend = self.backend(stream);
+                    self.call(
+                        async move { backend.release(&lease_ref, delay).await },
+                        move |result| Event::Released(lease, stream, result),
+                    );
+                }
+                Effect::DeadLetter {
+                    stream,
+                    lease,
+                    lease_ref,
+                    reason,
+                } => {
+                    let backend = self.backend(stream);
+                    let dead = match &reason {
+                        DeadLetterReason::MaxDeliveries { .. } => Dead::MaxDeliveries,
+                        _ => Dead::Rejected,
+                    };
+                    tracing::warn!(
+                        stream = %self.streams[usize::from(stream.0)].name,
+                        message_id = %lease_ref.id,
+                        %reason,
+                        "dead-lettering a message"
+                    );
+                    self.call(
+                        async move { backend.dead_letter(&lease_ref, &reason).await },
+                        move |result| Event::DeadLettered(lease, stream, dead, result),
+                    );
+                }
+                Effect::Failed {
+                    stream,
+                    lease_ref,
+                    delivery_count,
+                    error,
+                    retry_in,
+                } => tracing::warn!(
+                    stream = %self.streams[usize::from(stream.0)].name,
+                    message_id = %lease_ref.id,
+                    delivery_count,
+                    %error,
+                    retry_in = ?retry_in,
+                    "handler failed; the message will be delivered again"
+                ),
+                Effect::Lost {
+                    stream,
+                    lease_ref,
+                    reason,
+                    margin,
+                } => {
+                    let s = &self.streams[usize::from(stream.0)];
+                    s.meters.lost(reason);
+                    tracing::warn!(
+                        stream = %s.name,
+                        message_id = %lease_ref.id,
+                        fence = lease_ref.fence.0,
+                        reason = reason.label(),
+                        margin = ?margin,
+                        "lease lost: another consumer may run the message; this delivery's result is discarded"
+                    );
+                }
+                Effect::Halt { stream } => self.halt(stream),
+                Effect::Drained => self.drained = true,
+            }
+        }
+    }
+
+    /// Signals an invocation to stop, and says why.
+    fn cancel(&mut self, invocation: InvocationId, reason: CancelReason) {
+        let Some(running) = self.invocations.get(&invocation) else {
+            return;
+        };
+        let stream = &self.streams[usize::from(running.stream.0)];
+        match reason {
+            CancelReason::Shutdown => tracing::info!(
+                stream = %stream.name,
+                ?reason,
+                "cancelling an invocation: the shutdown grace is over"
+            ),
+            CancelReason::MaxProcessingTime => tracing::warn!(
+                stream = %stream.name,
+                ?reason,
+                "cancelling an invocation: it ran past max_processing_time"
+            ),
+            // The loss itself was logged (at WARN) when the lease was let go of.
+            CancelReason::LeaseLost | CancelReason::LeaseExpired => {
+                tracing::debug!(stream = %stream.name, ?reason, "cancelling an invocation")
+            }
+        }
+        running.cancellation.cancel(reason);
+    }
+
+    /// The time of this pass over the effects, read once: calls sent and handlers started in
+    /// one pass are timed from it (a clock read per message would cost more than it tells).
+    fn now(&mut self) -> Instant {
+        match self.pass_now {
+            Some(now) => now,
+            None => *self.pass_now.insert(self.rt.now()),
+        }
+    }
+
+    fn backend(&self, stream: StreamId) -> Arc<B> {
+        self.streams[usize::from(stream.0)].backend.clone()
+    }
+
+    /// Runs a backend call bounded by the call timeout; its result becomes an event.
+    fn call<T: Send + 'static>(
+        &mut self,
+        call: impl Future<Output = BackendResult<T>> + Send + 'static,
+        event: impl FnOnce(BackendResult<T>) -> Event<B::Payload> + Send + 'static,
+    ) {
+        // Poll once in place: a call that completes at once (an in-memory backend, an answer
+        // already buffered) costs no task, no timer and no trip through the inbox.
+        let mut call = Box::pin(call);
+        match call.as_mut().now_or_never() {
+            Some(result) => self.ready.push(event(result)),
+            None => self.spawn_call(self.options.call_timeout, call, event),
+        }
+    }
+
+    /// Spawns a call that did not complete in place, bounded by `timeout`.
+    fn spawn_call<T: Send + 'static>(
+        &self,
+        timeout: Duration,
+        call: Pin<Box<impl Future<Output = BackendResult<T>> + Send + 'static>>,
+        event: impl FnOnce(BackendResult<T>) -> Event<B::Payload> + Send + 'static,
+    ) {
+        let (rt, inbox) = (self.rt.clone(), self.inbox.clone());
+        self.rt.spawn(Box::pin(async move {
+            let deadline = rt.sleep_until(rt.now() + timeout);
+            let result = match select(call, pin!(deadline)).await {
+                Either::Left((result, _)) => result,
+                Either::Right(_) => Err(BackendError::transient(format!(
+                    "backend call timed out after {timeout:?}"
+                ))),
+            };
+            // The driver may be gone after shutdown; then nobody needs the result.
+            let _ = inbox.send(event(result));
+        }));
+    }
+
+    /// Fetches; a fetch that does not complete in place runs in a task that shutdown can
+    /// abandon: a fetch blocked waiting for new entries must not hold shutdown up, and dropping
+    /// it loses nothing (the `Backend::fetch` contract), so an abandoned fetch fetched nothing.
+    fn fetch(&mut self, stream: StreamId, max: usize, wait: Duration) {
+        let backend = self.backend(stream);
+        let sent = self.now();
+        let mut fetch = Box::pin(async move { backend.fetch(max, wait).await });
+        if let Some(result) = fetch.as_mut().now_or_never() {
+            self.ready.push(Event::Fetched(stream, sent, result));
+            return;
+        }
+        let (abandon, abandoned) = oneshot::channel::<()>();
+        self.fetch_abandon[usize::from(stream.0)] = Some(abandon);
+        self.spawn_call(
+            wait + self.options.call_timeout,
+            Box::pin(async move {
+                match select(fetch, abandoned).await {
+                    Either::Left((result, _)) => result,
+                    Either::Right(_) => Ok(Vec::new()),
+                }
+            }),
+            move |result| Event::Fetched(stream, sent, result),
+        );
+    }
+
+    fn run_handler(&mut self, run: Run<B::Payload>) {
+        let cancellation = Cancellation::new();
+        cancellation.set_valid_until(self.base, Some(run.valid_until));
+        let stream = &self.streams[usize::from(run.stream.0)];
+        if run.attempt == 1 {
+            if let Some(enqueued) = stream.backend.enqueued_at(&run.lease.id) {
+                let waited = SystemTime::now()
+                    .duration_since(enqueued)
+                    .unwrap_or_default();
+                stream.meters.pickup_delay.record(seconds(waited));
+            }
+        }
+        let dispatch = Arc::clone(&stream.dispatch);
+        let handed = Invocation {
+            id: run.invocation,
+            message_id: run.lease.id,
+            delivery_count: run.delivery_count,
+            attempt: run.attempt,
+            fence: run.lease.fence,
+            cancellation: cancellation.clone(),
+        };
+        let running = Running {
+            cancellation,
+            stream: run.stream,
+            started: self.now(),
+        };
+        self.invocations.insert(run.invocation, running);
+        dispatch.dispatch(run.payload, handed);
+    }
+}
+
+/// A batch call's answer must carry one result per lease asked about: a backend that answers
+/// otherwise broke its contract, which no retry mends (it would pair results with the wrong
+/// leases), so it is a fatal error of that call.
+fn answer_each<T>(
+    op: &str,
+    refs: &[LeaseRef],
+    answer: BackendResult<Vec<T>>,
+) -> BackendResult<Vec<T>> {
+    match answer {
+        Ok(results) if results.len() != refs.len() => Err(BackendError::fatal(format!(
+            "the backend broke its contract: {op} answered {} results for {} leases",
+            results.len(),
+            refs.len()
+        ))),
+        answer => answer,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use leasehold_core::{ErrorKind, Fence, RenewResult, SettleResult};
+
+    use super::*;
+
+    #[test]
+    fn a_batch_answer_without_a_result_per_lease_is_a_fatal_error() {
+        let lease = |id: &str| LeaseRef {
+            id: id.into(),
+            fence: Fence(1),
+        };
+        let refs = vec![lease("1-0"), lease("2-0")];
+        let short = answer_each("renew", &refs, Ok(vec![RenewResult::Kept]));
+        let error = short.expect_err("one result for two leases");
+        assert_eq!(error.kind(), ErrorKind::Fatal);
+        assert!(
+            error
+                .to_string()
+                .contains("renew answered 1 results for 2 leases"),
+            "{error}"
+        );
+        let full = answer_each("ack", &refs, Ok(vec![SettleResult::Ok; 2]));
+        assert_eq!(full.unwrap(), vec![SettleResult::Ok; 2]);
+        let failed: BackendResult<Vec<SettleResult>> = Err(BackendError::transient("down"));
+        let kept = answer_each("ack", &refs, failed).unwrap_err();
+        assert_eq!(kept.kind(), ErrorKind::Transient);
+    }
+}
