@@ -153,10 +153,10 @@ fn main() {
 
     println!("# Engine memory per held lease (net bytes allocated, payload subtracted)\n");
     println!(
-        "`size_of::<Lease<()>>()` = {} B, `size_of::<Effect>()` = {} B; message ids are 19-byte \
+        "`size_of::<Lease<()>>()` = {} B, `size_of::<Effect<()>>()` = {} B; message ids are 19-byte \
          Redis-like ids and count as part of the lease.\n",
         std::mem::size_of::<Lease<()>>(),
-        std::mem::size_of::<Effect>(),
+        std::mem::size_of::<Effect<()>>(),
     );
     println!(
         "| scenario | leases | payload subtracted per lease | bytes total | bytes per lease |"

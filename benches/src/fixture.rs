@@ -73,7 +73,7 @@ pub struct Driver<P> {
     pub running: Vec<InvocationId>,
 }
 
-impl<P> Driver<P> {
+impl<P: Clone + std::fmt::Debug> Driver<P> {
     fn new(config: &Config) -> Self {
         let now = Instant::now();
         let engine = LeaseEngine::new(config, now).expect("the benchmark configuration is valid");
@@ -124,11 +124,11 @@ impl<P> Driver<P> {
                     driver.engine.handle_fetched(driver.now, stream, delivery);
                 }
                 Effect::Fetch { stream, .. } => driver.fetch = Some(stream),
-                Effect::Run { invocation, .. } => {
+                Effect::Run(run) => {
                     driver.tick();
                     driver
                         .engine
-                        .handle_outcome(driver.now, invocation, Outcome::Pending);
+                        .handle_outcome(driver.now, run.invocation, Outcome::Pending);
                 }
                 other => panic!("unexpected effect while filling: {other:?}"),
             }
@@ -155,7 +155,7 @@ impl<P> Driver<P> {
         }
         while let Some(effect) = driver.engine.poll_effect() {
             match effect {
-                Effect::Run { invocation, .. } => driver.running.push(invocation),
+                Effect::Run(run) => driver.running.push(run.invocation),
                 other => panic!("unexpected effect while filling: {other:?}"),
             }
         }
@@ -183,12 +183,14 @@ impl<P> Driver<P> {
         let mut renewed = 0;
         while let Some(effect) = self.engine.poll_effect() {
             match effect {
-                Effect::Renew { batch, leases } => {
+                Effect::Renew { batch, leases, .. } => {
                     renewed += leases.len();
                     let kept = leases.into_iter().map(|id| (id, RenewResult::Kept));
                     self.engine.handle_renewed(self.now, batch, kept);
                 }
                 Effect::Fetch { stream, .. } => self.fetch = Some(stream),
+                // A running invocation hears of its renewed lease; nothing to answer.
+                Effect::LeaseValid { .. } => {}
                 other => panic!("unexpected effect in a heartbeat: {other:?}"),
             }
         }
@@ -206,15 +208,15 @@ impl<P> Driver<P> {
         self.engine.handle_fetched(self.now, stream, delivery);
         while let Some(effect) = self.engine.poll_effect() {
             match effect {
-                Effect::Run { invocation, .. } => {
+                Effect::Run(run) => {
                     self.tick();
                     self.engine
-                        .handle_outcome(self.now, invocation, Outcome::Done);
+                        .handle_outcome(self.now, run.invocation, Outcome::Done);
                 }
-                Effect::Ack { leases } => {
+                Effect::Ack { batch, leases, .. } => {
                     self.tick();
                     let ok = leases.into_iter().map(|id| (id, SettleResult::Ok));
-                    self.engine.handle_acked(self.now, ok);
+                    self.engine.handle_acked(self.now, batch, ok);
                 }
                 Effect::Fetch { stream, .. } => self.fetch = Some(stream),
                 other => panic!("unexpected effect in a lifecycle: {other:?}"),

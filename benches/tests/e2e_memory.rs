@@ -13,11 +13,14 @@ fn bench_runs_interleaved_rounds() {
         concurrency: vec![1, 64],
         threads: None,
         progress: false,
+        metrics: true,
     };
     let report = bench::run(&options).expect("the bench runs");
     assert_eq!(report.rows.len(), 2);
     for row in &report.rows {
         assert_eq!(row.baseline.len(), 2);
+        assert_eq!(row.metered.len(), 2);
+        assert!(row.metered_ratio().is_some_and(|r| r > 0.0));
         assert_eq!(row.leasehold.len(), 2);
         assert!(row.ratio() > 0.0);
         for calls in &row.calls {

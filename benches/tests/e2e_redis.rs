@@ -35,8 +35,12 @@ fn bench_redis_runs_one_small_round() {
         prefetch: vec![0, 50],
         threads: None,
         progress: false,
+        metrics: true,
     };
     let report = bench_redis::run(&options).expect("the redis bench runs");
+    let metered: Vec<(usize, usize)> = report.metered.iter().map(|(key, _)| *key).collect();
+    assert_eq!(metered, [(1, 0), (1, 50), (100, 0), (100, 50)]);
+    assert!(report.metered_ratio(100, 0).is_some_and(|r| r > 0.0));
     assert_eq!(report.raw.rates.len(), 1);
     assert!(report.raw.calls.is_empty());
     assert_cpu(&report.raw);

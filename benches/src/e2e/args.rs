@@ -35,6 +35,9 @@ pub struct MemoryArgs {
     /// Worker threads of the tokio runtime (default: one per core).
     #[arg(long, value_parser = value_parser!(u16).range(1..=1024))]
     pub threads: Option<u16>,
+    /// Also measure, each round, a worker recording its metrics into a Prometheus recorder.
+    #[arg(long)]
+    pub metrics: bool,
     /// No progress bar.
     #[arg(long)]
     pub no_progress: bool,
@@ -55,6 +58,7 @@ impl MemoryArgs {
             concurrency: self.concurrency.iter().map(|&c| c as usize).collect(),
             threads: self.threads.map(usize::from),
             progress: !self.no_progress,
+            metrics: self.metrics,
         }
     }
 }
@@ -120,6 +124,10 @@ pub struct RedisArgs {
     /// Worker threads of the tokio runtime (default: one per core).
     #[arg(long, value_parser = value_parser!(u16).range(1..=1024))]
     pub threads: Option<u16>,
+    /// Also measure, each round, every no-op variant with its worker recording its metrics
+    /// into a Prometheus recorder.
+    #[arg(long)]
+    pub metrics: bool,
     /// No progress spinner.
     #[arg(long)]
     pub no_progress: bool,
@@ -141,6 +149,7 @@ impl RedisArgs {
             prefetch: self.prefetch.iter().map(|&p| p as usize).collect(),
             threads: self.threads.map(usize::from),
             progress: !self.no_progress,
+            metrics: self.metrics,
         }
     }
 }

@@ -41,6 +41,14 @@ impl<B: Backend<Payload = Bytes>> Backend for Counting<B> {
         self.inner.claim_timeout()
     }
 
+    fn enqueued_at(&self, id: &MessageId) -> Option<std::time::SystemTime> {
+        self.inner.enqueued_at(id)
+    }
+
+    fn take_undeliverable(&self) -> Vec<leasehold_core::Undeliverable> {
+        self.inner.take_undeliverable()
+    }
+
     async fn publish(&self, payload: Bytes) -> BackendResult<MessageId> {
         self.inner.publish(payload).await
     }

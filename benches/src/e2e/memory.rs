@@ -25,7 +25,7 @@ use tokio::sync::Notify;
 
 use super::counting::{AckCounter, CallCounts, Counting};
 use super::stats::{cpu_time, grouped, median};
-use super::BenchError;
+use super::{BenchError, Metered};
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -40,6 +40,8 @@ pub struct BenchOptions {
     pub threads: Option<usize>,
     /// Show a progress bar (on stderr, only when it is a terminal).
     pub progress: bool,
+    /// Also measure a worker recording its metrics (a Prometheus recorder), each round.
+    pub metrics: bool,
 }
 
 impl Default for BenchOptions {
@@ -50,6 +52,7 @@ impl Default for BenchOptions {
             concurrency: vec![1, 100, 1000],
             threads: None,
             progress: false,
+            metrics: false,
         }
     }
 }
@@ -76,6 +79,8 @@ pub struct BenchRow {
     pub baseline: Vec<f64>,
     /// leasehold rounds, messages per second.
     pub leasehold: Vec<f64>,
+    /// leasehold rounds with a metrics recorder, messages per second (with `metrics`).
+    pub metered: Vec<f64>,
     /// Backend calls of each leasehold round.
     pub calls: Vec<Calls>,
     /// CPU time per message of each baseline round, in µs (empty where unmeasurable).
@@ -100,6 +105,12 @@ impl BenchRow {
         self.leasehold_median() / self.baseline_median().max(f64::MIN_POSITIVE)
     }
 
+    /// With a metrics recorder / without, of the medians (when measured).
+    pub fn metered_ratio(&self) -> Option<f64> {
+        (!self.metered.is_empty())
+            .then(|| median(&self.metered) / self.leasehold_median().max(f64::MIN_POSITIVE))
+    }
+
     /// The row as JSON: the medians and their ratio, then every round.
     pub fn to_json(&self) -> Value {
         let cpu = |samples: &[f64]| (!samples.is_empty()).then(|| median(samples));
@@ -108,11 +119,14 @@ impl BenchRow {
             "baseline_msg_per_s": self.baseline_median(),
             "leasehold_msg_per_s": self.leasehold_median(),
             "ratio": self.ratio(),
+            "metered_msg_per_s": (!self.metered.is_empty()).then(|| median(&self.metered)),
+            "metered_ratio": self.metered_ratio(),
             "baseline_cpu_us_per_msg": cpu(&self.baseline_cpu),
             "leasehold_cpu_us_per_msg": cpu(&self.leasehold_cpu),
             "rounds": {
                 "baseline_msg_per_s": self.baseline,
                 "leasehold_msg_per_s": self.leasehold,
+                "metered_msg_per_s": self.metered,
                 "baseline_cpu_us_per_msg": self.baseline_cpu,
                 "leasehold_cpu_us_per_msg": self.leasehold_cpu,
                 "calls": self.calls.iter().map(|c| c.to_json()).collect::<Vec<_>>(),
@@ -192,6 +206,26 @@ impl fmt::Display for BenchReport {
                 cpu(&row.leasehold_cpu),
             )?;
         }
+        if self.rows.iter().any(|r| r.metered_ratio().is_some()) {
+            writeln!(f)?;
+            writeln!(
+                f,
+                "| concurrency | leasehold (msg/s) | with a metrics recorder (msg/s) | with / \
+                 without |"
+            )?;
+            writeln!(f, "|---:|---:|---:|---:|")?;
+            for row in &self.rows {
+                if let Some(ratio) = row.metered_ratio() {
+                    writeln!(
+                        f,
+                        "| {} | {} | {} | {ratio:.3} |",
+                        row.concurrency,
+                        grouped(row.leasehold_median()),
+                        grouped(median(&row.metered)),
+                    )?;
+                }
+            }
+        }
         writeln!(f)?;
         writeln!(f, "backend calls per leasehold round (mean of the rounds):")?;
         for row in &self.rows {
@@ -243,12 +277,14 @@ pub fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
     let threads = runtime.metrics().num_workers();
     let rt = TokioRuntime::from_handle(runtime.handle().clone());
     let bar = progress_bar(options);
+    let metered = options.metrics.then(Metered::new);
     let mut rows = Vec::new();
     for &concurrency in &options.concurrency {
         let mut row = BenchRow {
             concurrency,
             baseline: Vec::new(),
             leasehold: Vec::new(),
+            metered: Vec::new(),
             calls: Vec::new(),
             baseline_cpu: Vec::new(),
             leasehold_cpu: Vec::new(),
@@ -257,14 +293,35 @@ pub fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
         for round in 0..=options.rounds {
             bar.set_message(format!("concurrency {concurrency}, round {round}"));
             let base = runtime.block_on(baseline_round(options.messages));
-            let lease =
-                runtime.block_on(leasehold_round(rt.clone(), options.messages, concurrency))?;
+            let worker = |recorder| {
+                runtime.block_on(leasehold_round(
+                    rt.clone(),
+                    options.messages,
+                    concurrency,
+                    recorder,
+                ))
+            };
+            // With a recorder too, the two workers take turns going first, so that neither
+            // side gets the position's luck every round.
+            let (lease, metered) = match &metered {
+                Some(recorder) if round % 2 == 1 => {
+                    let metered = worker(Some(recorder))?;
+                    (worker(None)?, Some(metered))
+                }
+                Some(recorder) => {
+                    let lease = worker(None)?;
+                    (lease, Some(worker(Some(recorder))?))
+                }
+                None => (worker(None)?, None),
+            };
             if round > 0 {
                 let per_message = |cpu: Option<Duration>| {
                     cpu.map(|cpu| cpu.as_secs_f64() * 1e6 / options.messages as f64)
                 };
                 row.baseline.push(rate(options.messages, base.wall));
                 row.leasehold.push(rate(options.messages, lease.wall));
+                row.metered
+                    .extend(metered.map(|m| rate(options.messages, m.wall)));
                 row.baseline_cpu.extend(per_message(base.cpu));
                 row.leasehold_cpu.extend(per_message(lease.cpu));
                 row.calls.push(lease.calls);
@@ -329,11 +386,13 @@ async fn baseline_round(messages: usize) -> Round {
     clock.stop(Calls::default())
 }
 
-/// One worker over a pre-published stream; the clock stops at the last ack.
+/// One worker over a pre-published stream (recording its metrics into `metered`, if given);
+/// the clock stops at the last ack.
 async fn leasehold_round(
     rt: TokioRuntime,
     messages: usize,
     concurrency: usize,
+    metered: Option<&Metered>,
 ) -> Result<Round, BenchError> {
     let stream = MemoryStream::new(StreamConfig::default())?;
     for _ in 0..messages {
@@ -350,10 +409,13 @@ async fn leasehold_round(
         acked: acked.clone(),
     };
     let clock = Stopwatch::start();
-    let worker = WorkerBuilder::new(rt)
+    let builder = WorkerBuilder::new(rt)
         .config(worker_config(concurrency))
-        .stream_with_codec("bench", backend, Raw, no_op)
-        .start()?;
+        .stream_with_codec("bench", backend, Raw, no_op);
+    let worker = match metered {
+        Some(recorder) => recorder.start(|| builder.start())?,
+        None => builder.start()?,
+    };
     acked.all_acked.notified().await;
     let calls = &acked.calls;
     let calls = Calls {

@@ -95,6 +95,23 @@ pub fn main<B: Bench>() -> ExitCode {
     }
 }
 
+/// The recorder of the `--metrics` side: what a service exporting to Prometheus records into
+/// (the exporter's own recorder, without its HTTP listener). A worker started inside
+/// [`Metered::start`] records into it for its whole life (its metric handles are made then);
+/// one started outside records nothing, as without any recorder.
+pub(crate) struct Metered(metrics_exporter_prometheus::PrometheusRecorder);
+
+impl Metered {
+    pub(crate) fn new() -> Self {
+        Self(metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder())
+    }
+
+    /// Runs `start` (a worker's start) with this recorder installed.
+    pub(crate) fn start<T>(&self, start: impl FnOnce() -> T) -> T {
+        metrics::with_local_recorder(&self.0, start)
+    }
+}
+
 /// A tokio multi-thread runtime with timers, on `threads` worker threads (default: one per core).
 fn tokio_runtime(threads: Option<usize>) -> Result<tokio::runtime::Runtime, BenchError> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();

@@ -42,7 +42,7 @@ use tokio::sync::Notify;
 
 use super::counting::{AckCounter, CallCounts, Counting};
 use super::stats::{cpu_time, grouped, median};
-use super::BenchError;
+use super::{BenchError, Metered};
 
 /// The consumer group of every round.
 const GROUP: &str = "g";
@@ -84,6 +84,9 @@ pub struct RedisBenchOptions {
     pub threads: Option<usize>,
     /// Show a progress spinner (on stderr, only when it is a terminal).
     pub progress: bool,
+    /// Also measure, each round, every no-op variant with its worker recording its metrics
+    /// (a Prometheus recorder).
+    pub metrics: bool,
 }
 
 impl Default for RedisBenchOptions {
@@ -95,6 +98,7 @@ impl Default for RedisBenchOptions {
             prefetch: vec![0, 3000],
             threads: None,
             progress: false,
+            metrics: false,
         }
     }
 }
@@ -242,6 +246,8 @@ pub struct RedisBenchReport {
     /// leasehold, no-op handler, keyed by `(concurrency, prefetch)`: one per combination (the
     /// options' concurrency order, each with the prefetch settings in their order).
     pub no_op: Vec<((usize, usize), Variant)>,
+    /// The no-op variants again, their workers recording metrics (with `metrics`), same keys.
+    pub metered: Vec<((usize, usize), Variant)>,
     /// leasehold, 10 ms handler at concurrency 1000, keyed by prefetch (in the options' order).
     pub slow: Vec<(usize, Variant)>,
     /// Milliseconds of one renew over `HELD_LEASES` (10 000) leases, one per timed call.
@@ -256,6 +262,16 @@ pub struct RedisBenchReport {
 }
 
 impl RedisBenchReport {
+    /// A no-op variant recording metrics / the same without, of the medians.
+    pub fn metered_ratio(&self, concurrency: usize, prefetch: usize) -> Option<f64> {
+        let find = |list: &[((usize, usize), Variant)]| {
+            list.iter()
+                .find(|(key, _)| *key == (concurrency, prefetch))
+                .map(|(_, v)| v.median())
+        };
+        Some(find(&self.metered)? / find(&self.no_op)?.max(f64::MIN_POSITIVE))
+    }
+
     /// leasehold no-op at `concurrency` and `prefetch` / raw, of the medians.
     pub fn ratio(&self, concurrency: usize, prefetch: usize) -> Option<f64> {
         let (_, variant) = self
@@ -333,6 +349,14 @@ impl RedisBenchReport {
             "claim_timeout_s": CLAIM_TIMEOUT.as_secs(),
             "raw": with(&self.raw, json!({ "batch": RAW_COUNT })),
             "no_op": no_op,
+            "metered": self.metered.iter().map(|((concurrency, prefetch), variant)| with(
+                variant,
+                json!({
+                    "concurrency": concurrency,
+                    "prefetch": prefetch,
+                    "ratio_to_unmetered": self.metered_ratio(*concurrency, *prefetch),
+                }),
+            )).collect::<Vec<_>>(),
             "slow": slow,
             "heartbeat": {
                 "held_leases": HELD_LEASES,
@@ -428,6 +452,10 @@ impl fmt::Display for RedisBenchReport {
                     verdict(slow >= TARGET_SLOW)
                 ),
             )?;
+        }
+        for ((concurrency, prefetch), variant) in &self.metered {
+            let ratio = self.metered_ratio(*concurrency, *prefetch).unwrap_or(0.0);
+            row(f, variant, &format!("{ratio:.3} × unmetered"), "")?;
         }
         writeln!(f)?;
         writeln!(
@@ -575,6 +603,15 @@ pub fn run(options: &RedisBenchOptions) -> Result<RedisBenchReport, BenchError> 
             })
         })
         .collect();
+    let mut metered: Vec<((usize, usize), Variant)> = if options.metrics {
+        no_op
+            .iter()
+            .map(|(key, v)| (*key, Variant::new(format!("{} + metrics", v.name))))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let recorder = Metered::new();
     let mut slow: Vec<(usize, Variant)> = options
         .prefetch
         .iter()
@@ -603,26 +640,29 @@ pub fn run(options: &RedisBenchOptions) -> Result<RedisBenchReport, BenchError> 
         }
         let leasehold_variants = no_op
             .iter_mut()
-            .map(|((c, p), v)| (v, worker_config(*c, *p), Handler::NoOp))
+            .map(|((c, p), v)| (v, worker_config(*c, *p), Handler::NoOp, None))
+            .chain(
+                metered
+                    .iter_mut()
+                    .map(|((c, p), v)| (v, worker_config(*c, *p), Handler::NoOp, Some(&recorder))),
+            )
             .chain(slow.iter_mut().map(|(p, v)| {
                 let config = worker_config(SLOW_CONCURRENCY, *p);
-                (v, config, Handler::Sleep(SLOW_HANDLER))
+                (v, config, Handler::Sleep(SLOW_HANDLER), None)
             }));
-        for (variant, config, handler) in leasehold_variants {
+        for (variant, config, handler, recorder) in leasehold_variants {
             bar.set_message(format!(
                 "round {round} of {}: {}",
                 options.rounds, variant.name
             ));
             let stream = next_key("leasehold");
-            let (took, calls, cost) = leasehold_measured(
-                &runtime,
-                &server,
-                &rt,
-                &stream,
-                options.messages,
+            let side = Side {
                 config,
                 handler,
-            )?;
+                recorder,
+            };
+            let (took, calls, cost) =
+                leasehold_measured(&runtime, &server, &rt, &stream, options.messages, side)?;
             if measured {
                 variant.record(options.messages, took, cost, Some(calls));
             }
@@ -650,6 +690,7 @@ pub fn run(options: &RedisBenchOptions) -> Result<RedisBenchReport, BenchError> 
         threads,
         raw,
         no_op,
+        metered,
         slow,
         renew_ms,
         renew_scripts,
@@ -807,6 +848,14 @@ fn entries(reply: Value) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
     out
 }
 
+/// The worker of one leasehold round: its configuration, its handler, and the recorder its
+/// metrics go to (none: not recorded).
+struct Side<'a> {
+    config: Config,
+    handler: Handler,
+    recorder: Option<&'a Metered>,
+}
+
 /// Publishes, snapshots `INFO commandstats` and CPU times, runs one leasehold round, snapshots
 /// again.
 fn leasehold_measured(
@@ -815,8 +864,7 @@ fn leasehold_measured(
     rt: &TokioRuntime,
     stream: &str,
     messages: usize,
-    config: Config,
-    handler: Handler,
+    side: Side<'_>,
 ) -> Result<(Duration, Calls, RoundCost), BenchError> {
     let url = server.url();
     runtime.block_on(publish(&url, stream, messages))?;
@@ -826,8 +874,7 @@ fn leasehold_measured(
         &url,
         stream,
         messages,
-        config,
-        handler,
+        side,
         |_| async {},
     ))?;
     let cost = probe.stop(server, messages)?;
@@ -841,14 +888,18 @@ async fn leasehold_round<F, Fut>(
     url: &str,
     stream: &str,
     messages: usize,
-    config: Config,
-    handler: Handler,
+    side: Side<'_>,
     during: F,
 ) -> Result<(Duration, Calls), BenchError>
 where
     F: FnOnce(Handler) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
+    let Side {
+        config,
+        handler,
+        recorder,
+    } = side;
     let backend = RedisBackend::connect(
         RedisConfig::new(url, stream, GROUP)
             .consumer("bench")
@@ -868,9 +919,11 @@ where
     };
     let run = handler.clone();
     let start = Instant::now();
-    let worker = WorkerBuilder::new(rt)
-        .config(config)
-        .stream_with_codec(stream, backend, Raw, move |delivery: Delivery<Vec<u8>>| {
+    let builder = WorkerBuilder::new(rt).config(config).stream_with_codec(
+        stream,
+        backend,
+        Raw,
+        move |delivery: Delivery<Vec<u8>>| {
             let run = run.clone();
             async move {
                 match run {
@@ -888,8 +941,12 @@ where
                     }
                 }
             }
-        })
-        .start()?;
+        },
+    );
+    let worker = match recorder {
+        Some(recorder) => recorder.start(|| builder.start())?,
+        None => builder.start()?,
+    };
     during(handler).await;
     counter.all_acked.notified().await;
     let took = start.elapsed();
@@ -931,8 +988,11 @@ async fn rss_round(rt: TokioRuntime, url: &str) -> Result<RssReading, BenchError
         url,
         stream,
         RSS_IN_FLIGHT,
-        worker_config(RSS_IN_FLIGHT, 0),
-        Handler::Hold(hold.clone()),
+        Side {
+            config: worker_config(RSS_IN_FLIGHT, 0),
+            handler: Handler::Hold(hold.clone()),
+            recorder: None,
+        },
         move |_| async move {
             hold.all_in.notified().await;
             // Let the heartbeat-free steady state settle a moment before reading.

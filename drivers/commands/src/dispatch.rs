@@ -22,6 +22,7 @@ use leasehold_worker::Delivery;
 use serde::{Deserialize, Serialize};
 
 use crate::handler::{CommandContext, ErasedHandler, Failure, Phase, Step};
+use crate::meters;
 use crate::signal::Signal;
 use crate::state::{unix_millis, CommandState, Status};
 use crate::store::{CommandStore, StoreError};
@@ -205,16 +206,22 @@ impl<S: CommandStore> Dispatcher<S> {
             next.last_error = Some(error);
             next.finish(Status::Failed);
             // Lost to another writer: look again at the next status check.
-            return Ok(self.write(next, None).await?.unwrap_or(Outcome::Pending));
+            return Ok(self
+                .write(state.status, next, None)
+                .await?
+                .unwrap_or(Outcome::Pending));
         };
         let phase = match state.status {
             Status::Submitted => Phase::Execute,
             _ => Phase::CheckStatus,
         };
-        bump(match phase {
-            Phase::Execute => &self.counters.executed,
-            Phase::CheckStatus => &self.counters.checked,
-        });
+        match phase {
+            Phase::Execute => bump(&self.counters.executed),
+            Phase::CheckStatus => {
+                bump(&self.counters.checked);
+                meters::checked(self.store.queue(), &state.kind);
+            }
+        }
         // A replica that stalled since the delivery (a slow load, a paused process) may have
         // lost the lease, and a peer may be running this command: check right before the
         // handler's side effect, as every handler should (the compare-and-set only decides
@@ -280,7 +287,7 @@ impl<S: CommandStore> Dispatcher<S> {
         };
         let work_started = phase == Phase::CheckStatus
             || matches!(next.status, Status::Running | Status::Succeeded);
-        match self.write(next, Some(outcome)).await? {
+        match self.write(state.status, next, Some(outcome)).await? {
             Some(outcome) => Ok(outcome),
             None => self.lost_race(&state, &handler, ctx, work_started).await,
         }
@@ -300,6 +307,7 @@ impl<S: CommandStore> Dispatcher<S> {
     /// another writer came first.
     async fn write(
         &self,
+        before: Status,
         next: CommandState,
         outcome: Option<Outcome>,
     ) -> Result<Option<Outcome>, StoreError> {
@@ -310,6 +318,9 @@ impl<S: CommandStore> Dispatcher<S> {
             Status::Succeeded => bump(&self.counters.succeeded),
             Status::Failed => bump(&self.counters.failed),
             _ => {}
+        }
+        if next.status != before {
+            meters::status_written(self.store.queue(), &next.kind, next.status);
         }
         Ok(Some(outcome.unwrap_or(Outcome::Done)))
     }

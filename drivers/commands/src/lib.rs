@@ -85,6 +85,7 @@ mod dispatch;
 mod handler;
 #[cfg(feature = "memory")]
 mod memory;
+pub mod meters;
 mod queue;
 #[cfg(feature = "redis")]
 mod redis;
@@ -102,7 +103,7 @@ pub use memory::MemoryCommandStore;
 pub use queue::{CommandQueue, QueueError, Submitted};
 #[cfg(feature = "redis")]
 pub use redis::{RedisCommandStore, RedisStoreConfig};
-pub use state::{Command, CommandState, Status};
+pub use state::{Command, CommandError, CommandState, Status};
 pub use store::{CancelFeed, CommandStore, StoreError, Submit};
 pub use worker::{CommandWorker, CommandWorkerBuilder, CommandWorkerError};
 

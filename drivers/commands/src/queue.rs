@@ -8,6 +8,7 @@ use leasehold_worker::Runtime;
 use serde::de::DeserializeOwned;
 
 use crate::dispatch::Entry;
+use crate::meters;
 use crate::state::{Command, CommandState, Status};
 use crate::store::{CommandStore, StoreError, Submit};
 
@@ -136,10 +137,13 @@ impl<S: CommandStore, R: Runtime> CommandQueue<S, R> {
         })
         .expect("an entry always serializes");
         Ok(match self.store.submit(&state, &entry).await? {
-            Submit::Created => Submitted {
-                state,
-                created: true,
-            },
+            Submit::Created => {
+                meters::status_written(self.store.queue(), &state.kind, Status::Submitted);
+                Submitted {
+                    state,
+                    created: true,
+                }
+            }
             Submit::Exists(state) => Submitted {
                 state: *state,
                 created: false,
@@ -184,6 +188,7 @@ impl<S: CommandStore, R: Runtime> CommandQueue<S, R> {
             let mut next = state.next();
             next.finish(Status::Cancelled);
             if self.store.compare_and_set(&next).await? {
+                meters::status_written(self.store.queue(), &next.kind, Status::Cancelled);
                 // Best effort: a worker that misses it sees the cancel at its next status check.
                 if let Err(error) = self.store.announce_cancel(id).await {
                     tracing::warn!(command = %id, "cancel announcement failed: {error}");

@@ -174,6 +174,10 @@ impl CommandStore for RedisCommandStore {
     type Backend = RedisBackend;
     type Payload = bytes::Bytes;
 
+    fn queue(&self) -> &str {
+        &self.config.queue
+    }
+
     async fn submit(&self, state: &CommandState, entry: &[u8]) -> Result<Submit, StoreError> {
         let (created, existing): (i64, Option<String>) = self
             .submit

@@ -64,7 +64,11 @@ pub struct CommandState {
     /// Handler errors and panics so far.
     #[serde(default)]
     pub errors_count: u32,
-    /// The last error (or the failure message once FAILED).
+    /// The last error: the failure message of a FAILED command; otherwise the error of an
+    /// earlier attempt that was retried (a SUCCEEDED command may have one). [`error`] says
+    /// which.
+    ///
+    /// [`error`]: Self::error
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
     /// When it was submitted (milliseconds since the Unix epoch).
@@ -98,6 +102,15 @@ impl CommandState {
         }
     }
 
+    /// The error to show for this command: why it FAILED, or the error of an earlier attempt
+    /// that was retried (whatever the status is now: a SUCCEEDED command may have one).
+    pub fn error(&self) -> Option<CommandError<'_>> {
+        self.last_error.as_deref().map(|message| CommandError {
+            message,
+            earlier_attempt: self.status != Status::Failed,
+        })
+    }
+
     /// The next version of this record, to be written with compare-and-set.
     pub(crate) fn next(&self) -> Self {
         Self {
@@ -116,6 +129,37 @@ impl CommandState {
     #[cfg(feature = "redis")]
     pub(crate) fn to_json(&self) -> String {
         serde_json::to_string(self).expect("a CommandState always serializes")
+    }
+}
+
+/// A command's error, and whether it is the reason it failed or an earlier attempt's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommandError<'a> {
+    /// The error's text.
+    pub message: &'a str,
+    /// It is an earlier attempt's (retried since), not the reason the command failed.
+    pub earlier_attempt: bool,
+}
+
+impl std::fmt::Display for CommandError<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.earlier_attempt {
+            write!(f, "an earlier attempt failed: {}", self.message)
+        } else {
+            f.write_str(self.message)
+        }
+    }
+}
+
+/// One line: id, type, status, and its error if it has one (`c1 vm SUCCEEDED (an earlier
+/// attempt failed: timeout)`).
+impl std::fmt::Display for CommandState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {} {}", self.id, self.kind, self.status)?;
+        match self.error() {
+            Some(error) => write!(f, " ({error})"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -164,6 +208,24 @@ mod tests {
         assert_eq!(Status::Running.to_string(), "RUNNING");
         assert!(!Status::Running.is_terminal());
         assert!(Status::Failed.is_terminal());
+    }
+
+    #[test]
+    fn an_error_says_whether_it_is_why_the_command_failed_or_an_earlier_attempts() {
+        let mut state = CommandState::submitted("c1".into(), "vm".into(), serde_json::json!(1));
+        assert_eq!(state.error(), None);
+        assert_eq!(state.to_string(), "c1 vm SUBMITTED");
+        state.last_error = Some("timeout".into());
+        state.finish(Status::Succeeded);
+        let error = state.error().unwrap();
+        assert!(error.earlier_attempt);
+        assert_eq!(
+            state.to_string(),
+            "c1 vm SUCCEEDED (an earlier attempt failed: timeout)"
+        );
+        state.status = Status::Failed;
+        assert!(!state.error().unwrap().earlier_attempt);
+        assert_eq!(state.to_string(), "c1 vm FAILED (timeout)");
     }
 
     #[test]

@@ -30,6 +30,12 @@ pub type CancelFeed = Pin<Box<dyn Stream<Item = String> + Send>>;
 /// together, or neither) and [`compare_and_set`](Self::compare_and_set) a true compare-and-set
 /// on the version, and must refresh the state's TTL on every write.
 pub trait CommandStore: Send + Sync + 'static {
+    /// The queue's name: the `queue` label of the command metrics, and the stream name of
+    /// its workers (in their logs and metrics). Default: `commands`.
+    fn queue(&self) -> &str {
+        "commands"
+    }
+
     /// The stream backend a worker consumes the queue's entries with.
     type Backend: Backend<Payload = Self::Payload>;
     /// The backend's payload type.

@@ -16,8 +16,6 @@ use crate::handler::{CommandHandler, ErasedHandler, Typed};
 use crate::signal::Signal;
 use crate::store::{CancelFeed, CommandStore, StoreError};
 
-/// The stream's name inside the worker (logs and dead letters).
-const STREAM: &str = "commands";
 /// Wait before subscribing to cancels again after the feed failed or ended.
 const RESUBSCRIBE: Duration = Duration::from_secs(1);
 
@@ -154,10 +152,15 @@ impl<R: Runtime, S: CommandStore> CommandWorkerBuilder<R, S> {
         let handle = Arc::clone(&dispatcher);
         let worker = WorkerBuilder::new(self.runtime.clone())
             .config(config)
-            .stream_with_codec(STREAM, backend, Json::<Entry>::default(), move |delivery| {
-                let dispatcher = Arc::clone(&handle);
-                async move { dispatcher.handle(delivery).await }
-            })
+            .stream_with_codec(
+                self.store.queue(),
+                backend,
+                Json::<Entry>::default(),
+                move |delivery| {
+                    let dispatcher = Arc::clone(&handle);
+                    async move { dispatcher.handle(delivery).await }
+                },
+            )
             .start()?;
         // Subscribed before start returns, so a cancel made after it is heard; if the store
         // cannot subscribe now, the watcher keeps trying (and status checks catch cancels).

@@ -71,9 +71,16 @@ pub use leasehold_core::{
     Stats,
 };
 pub use leasehold_worker::{
-    consume, Cancellation, Codec, CodecError, Decode, Delivery, Encode, IntoAck, IntoOutcome, Json,
-    Outcome, Raw, Runtime, ShutdownReport, Worker, WorkerBuilder, WorkerError,
+    consume, Cancellation, Codec, CodecError, Decode, Delivery, Encode, HaltedStream, Health,
+    IntoAck, IntoOutcome, Json, Outcome, Raw, Runtime, ShutdownReport, Snapshot, StreamSnapshot,
+    Worker, WorkerBuilder, WorkerError,
 };
+
+/// The names of the metrics workers record through the [`metrics`](https://docs.rs/metrics)
+/// facade (install a recorder, e.g. a Prometheus exporter, before starting workers).
+pub mod meters {
+    pub use leasehold_worker::meters::*;
+}
 
 /// The sans-IO lease engine and the backend SPI ([`core::Backend`]): for embedding the engine
 /// in another executor, or writing a backend of your own.
@@ -106,7 +113,9 @@ pub mod memory {
 /// The Redis Streams backend: fenced, owner-checked leases in Lua scripts.
 #[cfg(feature = "redis")]
 pub mod redis {
-    pub use leasehold_redis::{ConnectError, RedisBackend, RedisConfig, RedisConfigError};
+    pub use leasehold_redis::{
+        ConnectError, RedisBackend, RedisConfig, RedisConfigError, RedisInspector,
+    };
 }
 
 /// The command queue: commands that start quickly and finish later, followed to completion.

@@ -12,7 +12,12 @@ fn read(path: &Path) -> String {
 fn the_readme_shows_its_examples_verbatim() {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let readme = read(&crate_dir.join("../../README.md"));
-    for name in ["quickstart.rs", "redis_worker.rs", "commands.rs"] {
+    for name in [
+        "quickstart.rs",
+        "redis_worker.rs",
+        "commands.rs",
+        "metrics.rs",
+    ] {
         let example = read(&crate_dir.join("examples").join(name));
         let code: String = example
             .lines()
