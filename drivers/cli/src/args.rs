@@ -10,6 +10,7 @@ use clap::{value_parser, Args, Parser, Subcommand};
 use crate::commands_demo::CommandsOptions;
 use crate::demo::DemoOptions;
 use crate::exec::RuntimeKind;
+use crate::exporter::MetricsArgs;
 
 /// At-least-once message consumers with per-message heartbeat leases: demos on the in-memory
 /// backend.
@@ -28,6 +29,13 @@ pub enum Command {
     /// not-yet-finished and failing messages); prints a summary and exits non-zero if a message
     /// ran twice at once or was lost.
     Demo(DemoArgs),
+    /// A stream on Redis: length, consumer groups (lag, pending, oldest pending), consumers,
+    /// dead letters.
+    Inspect(crate::ops::InspectArgs),
+    /// The pending entries of a stream's group: who holds what, idle for how long.
+    Pending(crate::ops::PendingArgs),
+    /// A stream's dead letters: list, show, requeue, purge.
+    Dead(crate::ops::DeadArgs),
     /// The command queue: simulated VM provisioning on several replicas sharing an in-memory
     /// queue, with random durations and failures, cancels mid-flight and a replica replaced
     /// midway; prints a status summary and exits non-zero if a command did not end or a VM
@@ -71,6 +79,9 @@ pub struct DemoArgs {
     /// No live progress bar (it is hidden anyway when stderr is not a terminal).
     #[arg(long)]
     pub no_progress: bool,
+    /// Serving the workers' metrics while it runs.
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 }
 
 impl DemoArgs {
@@ -113,6 +124,9 @@ pub struct CommandsArgs {
     /// Fail if the commands have not all ended after this long.
     #[arg(long, default_value = "120s", value_parser = parse_duration)]
     pub timeout: Duration,
+    /// Serving the workers' metrics while it runs.
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 }
 
 impl CommandsArgs {
@@ -129,7 +143,7 @@ impl CommandsArgs {
     }
 }
 
-/// A duration such as `250ms`, `3s`, `2m` or `1.5s`.
+/// A duration such as `250ms`, `3s`, `2m`, `1.5s`, `6h` or `7d`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text
@@ -143,10 +157,12 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "ms" => 1e-3,
         "s" => 1.0,
         "m" | "min" => 60.0,
-        "" => return Err(format!("{text:?} needs a unit: ms, s or m")),
+        "h" => 3600.0,
+        "d" => 86_400.0,
+        "" => return Err(format!("{text:?} needs a unit: ms, s, m, h or d")),
         other => {
             return Err(format!(
-                "unknown unit {other:?} in {text:?}: use ms, s or m"
+                "unknown unit {other:?} in {text:?}: use ms, s, m, h or d"
             ))
         }
     };
@@ -164,7 +180,9 @@ mod tests {
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert!(parse_duration("5").is_err());
         assert!(parse_duration("ms").is_err());
-        assert!(parse_duration("3h").is_err());
+        assert_eq!(parse_duration("3h"), Ok(Duration::from_secs(3 * 3600)));
+        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
+        assert!(parse_duration("3w").is_err());
         assert!(parse_duration("1e400s").is_err());
     }
 
@@ -185,6 +203,8 @@ mod tests {
             &["leasehold", "commands", "--replicas", "0"],
             &["leasehold", "bench"],
             &["leasehold", "bench-redis"],
+            &["leasehold", "demo", "--metrics-addr", "nowhere"],
+            &["leasehold", "demo", "--metrics-linger", "5s"],
             &["leasehold", "frobnicate"],
         ] {
             assert!(Cli::try_parse_from(argv).is_err(), "{argv:?} parsed");

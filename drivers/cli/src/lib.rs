@@ -18,6 +18,8 @@ pub mod args;
 pub mod commands_demo;
 pub mod demo;
 mod exec;
+pub mod exporter;
+pub mod ops;
 mod stats;
 
 pub use exec::RuntimeKind;

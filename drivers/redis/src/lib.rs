@@ -33,6 +33,10 @@
 
 mod backend;
 mod config;
+mod error;
+mod inspect;
 
-pub use backend::{check_credentials, client, error as backend_error, RedisBackend};
+pub use backend::{check_credentials, client, RedisBackend};
 pub use config::{ConnectError, RedisConfig, RedisConfigError};
+pub use error::{classify, error as backend_error};
+pub use inspect::RedisInspector;

@@ -1,0 +1,494 @@
+//! [`RedisInspector`]: the inspector SPI over Redis streams — `XINFO`, `XPENDING`, `XRANGE` to
+//! read, one script per dead letter to requeue it, `XDEL` to purge — on its own connection
+//! (no consumer group or consumer is created).
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+use std::time::{Duration, SystemTime};
+
+use leasehold_core::{
+    ConsumerOverview, DeadLetterEntry, GroupOverview, InspectError, Inspector, Listing, MessageId,
+    NotDead, Overview, Page, PendingEntry, PendingQuery, Purged, Requeued, Selection,
+};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::streams::{
+    StreamInfoConsumersReply, StreamInfoGroupsReply, StreamPendingCountReply, StreamPendingReply,
+    StreamRangeReply,
+};
+use redis::{Script, Value};
+
+use crate::backend::{check_credentials, client};
+use crate::config::{default_dead_letter_key, ConnectError};
+use crate::error::error;
+
+static REQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/requeue.lua")));
+
+/// Dead letters a requeue, a purge or a listing handles per round trip.
+const CHUNK: usize = 100;
+
+/// Reads streams and acts on their dead letters. Cheap to clone.
+#[derive(Clone)]
+pub struct RedisInspector {
+    conn: ConnectionManager,
+    field: String,
+    dead_keys: HashMap<String, String>,
+}
+
+impl std::fmt::Debug for RedisInspector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisInspector")
+            .field("field", &self.field)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisInspector {
+    /// Connects to `url` (as [`RedisConfig::new`](crate::RedisConfig::new) takes it).
+    ///
+    /// # Errors
+    ///
+    /// A URL that does not parse, a server that refuses the credentials, or one that cannot be
+    /// reached.
+    pub async fn connect(url: &str) -> Result<Self, ConnectError> {
+        let timeout = Duration::from_secs(5);
+        let client = client(url)?;
+        check_credentials(&client, timeout).await?;
+        let conn = client
+            .get_connection_manager_with_config(
+                ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(timeout))
+                    .set_response_timeout(Some(timeout))
+                    .set_max_delay(Duration::from_secs(2)),
+            )
+            .await
+            .map_err(|e| {
+                error(
+                    &format!("connect to {}", client.get_connection_info().addr()),
+                    e,
+                )
+            })?;
+        Ok(Self {
+            conn,
+            field: "data".into(),
+            dead_keys: HashMap::new(),
+        })
+    }
+
+    /// The entries' payload field, as the workers' [`RedisConfig::field`](crate::RedisConfig)
+    /// (default `data`): what a dead letter's payload is read from.
+    #[must_use]
+    pub fn field(mut self, field: impl Into<String>) -> Self {
+        self.field = field.into();
+        self
+    }
+
+    /// The dead-letter stream of `stream`, where its workers were configured with one of their
+    /// own (default: `{stream}:dead`, in the stream's hash slot).
+    #[must_use]
+    pub fn dead_letter_stream(mut self, stream: impl Into<String>, key: impl Into<String>) -> Self {
+        self.dead_keys.insert(stream.into(), key.into());
+        self
+    }
+
+    fn dead_key(&self, stream: &str) -> String {
+        self.dead_keys
+            .get(stream)
+            .cloned()
+            .unwrap_or_else(|| default_dead_letter_key(stream))
+    }
+
+    async fn query<T: redis::FromRedisValue>(
+        &self,
+        what: &str,
+        cmd: &redis::Cmd,
+    ) -> Result<T, InspectError> {
+        cmd.query_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| InspectError::Backend(error(what, e)))
+    }
+
+    /// Fails unless `key` is a stream.
+    async fn expect_stream(&self, key: &str) -> Result<(), InspectError> {
+        let kind: String = self.query("TYPE", redis::cmd("TYPE").arg(key)).await?;
+        match kind.as_str() {
+            "stream" => Ok(()),
+            "none" => Err(InspectError::NoSuchStream(key.into())),
+            _ => Err(InspectError::NotAStream {
+                key: key.into(),
+                kind,
+            }),
+        }
+    }
+
+    /// The length of `key` if it is a stream, 0 if it does not exist.
+    async fn len_of(&self, key: &str) -> Result<u64, InspectError> {
+        match self.expect_stream(key).await {
+            Ok(()) => self.query("XLEN", redis::cmd("XLEN").arg(key)).await,
+            Err(InspectError::NoSuchStream(_)) => Ok(0),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn groups(&self, stream: &str) -> Result<StreamInfoGroupsReply, InspectError> {
+        self.query(
+            "XINFO GROUPS",
+            redis::cmd("XINFO").arg("GROUPS").arg(stream),
+        )
+        .await
+    }
+
+    /// The group to list: the one named, or the stream's only one.
+    async fn group(&self, stream: &str, group: Option<&str>) -> Result<String, InspectError> {
+        self.expect_stream(stream).await?;
+        let groups: Vec<String> = self
+            .groups(stream)
+            .await?
+            .groups
+            .into_iter()
+            .map(|g| g.name)
+            .collect();
+        match group {
+            Some(name) if groups.iter().any(|g| g == name) => Ok(name.into()),
+            Some(name) => Err(InspectError::NoSuchGroup {
+                stream: stream.into(),
+                group: name.into(),
+                groups,
+            }),
+            None if groups.len() == 1 => Ok(groups[0].clone()),
+            None => Err(InspectError::WhichGroup {
+                stream: stream.into(),
+                groups,
+            }),
+        }
+    }
+
+    /// The server's clock, in milliseconds since the epoch.
+    async fn server_millis(&self) -> Result<u64, InspectError> {
+        let (secs, micros): (u64, u64) = self.query("TIME", &redis::cmd("TIME")).await?;
+        Ok(secs * 1000 + micros / 1000)
+    }
+
+    /// Dead letters of `stream` from `page`, with payloads if asked.
+    async fn dead_page(
+        &self,
+        stream: &str,
+        page: &Page,
+        payloads: bool,
+    ) -> Result<Listing<DeadLetterEntry>, InspectError> {
+        page.validate()?;
+        let dead = self.dead_key(stream);
+        let start = page
+            .after
+            .as_ref()
+            .map_or_else(|| "-".to_owned(), |id| format!("({id}"));
+        let reply: StreamRangeReply = self
+            .query(
+                "XRANGE",
+                redis::cmd("XRANGE")
+                    .arg(&dead)
+                    .arg(start)
+                    .arg("+")
+                    .arg("COUNT")
+                    .arg(page.limit),
+            )
+            .await?;
+        let entries: Vec<DeadLetterEntry> = reply
+            .ids
+            .into_iter()
+            .map(|entry| self.dead_entry(entry, payloads))
+            .collect();
+        Ok(listing(entries, page.limit, |e| e.id.clone()))
+    }
+
+    /// A dead-letter stream entry as the SPI gives it.
+    fn dead_entry(&self, entry: redis::streams::StreamId, payloads: bool) -> DeadLetterEntry {
+        let text = |name: &str| match entry.map.get(name) {
+            Some(Value::BulkString(bytes)) => String::from_utf8_lossy(bytes).into_owned(),
+            _ => String::new(),
+        };
+        let payload = match entry.map.get(&self.field) {
+            Some(Value::BulkString(bytes)) if payloads => Some(bytes.clone()),
+            _ => None,
+        };
+        DeadLetterEntry {
+            at: id_time(&entry.id),
+            id: entry.id.as_str().into(),
+            original_id: text("id").into(),
+            reason: text("reason"),
+            delivery_count: text("deliveries").parse().unwrap_or(0),
+            payload,
+        }
+    }
+
+    /// The dead-letter ids `which` selects, oldest first; explicit ids are checked to be dead
+    /// letters (or the whole action is refused).
+    async fn select(
+        &self,
+        stream: &str,
+        which: &Selection,
+    ) -> Result<Vec<MessageId>, InspectError> {
+        self.expect_stream(stream).await?;
+        let dead = self.dead_key(stream);
+        let ids = match which {
+            Selection::Ids(ids) => {
+                let mut wrong = Vec::new();
+                for id in ids {
+                    if !exists(self, &dead, id).await? {
+                        let what = if exists(self, stream, id).await? {
+                            NotDead::Live
+                        } else {
+                            NotDead::Unknown
+                        };
+                        wrong.push((id.clone(), what));
+                    }
+                }
+                if !wrong.is_empty() {
+                    return Err(InspectError::NotDeadLetters {
+                        stream: stream.into(),
+                        ids: wrong,
+                    });
+                }
+                return Ok(ids.clone());
+            }
+            Selection::All => None,
+            Selection::OlderThan(age) => {
+                let now = self.server_millis().await?;
+                Some(now.saturating_sub(u64::try_from(age.as_millis()).unwrap_or(u64::MAX)))
+            }
+        };
+        // Up to the newest dead letter now: those that arrive meanwhile are not taken.
+        let mut page = Page::first(CHUNK);
+        let mut out = Vec::new();
+        loop {
+            let listing = self.dead_page(stream, &page, false).await?;
+            for entry in listing.entries {
+                if ids.is_some_and(|cutoff| id_millis(entry.id.as_str()) >= cutoff) {
+                    return Ok(out);
+                }
+                out.push(entry.id);
+            }
+            match listing.next {
+                Some(next) => page = next,
+                None => return Ok(out),
+            }
+        }
+    }
+}
+
+impl Inspector for RedisInspector {
+    async fn overview(&self, stream: &str) -> Result<Overview, InspectError> {
+        self.expect_stream(stream).await?;
+        let length = self.len_of(stream).await?;
+        let now = self.server_millis().await?;
+        let mut groups = Vec::new();
+        for group in self.groups(stream).await?.groups {
+            let consumers: StreamInfoConsumersReply = self
+                .query(
+                    "XINFO CONSUMERS",
+                    redis::cmd("XINFO")
+                        .arg("CONSUMERS")
+                        .arg(stream)
+                        .arg(&group.name),
+                )
+                .await?;
+            let summary: StreamPendingReply = self
+                .query(
+                    "XPENDING",
+                    redis::cmd("XPENDING").arg(stream).arg(&group.name),
+                )
+                .await?;
+            let oldest_pending_age = match summary {
+                StreamPendingReply::Data(data) => Some(Duration::from_millis(
+                    now.saturating_sub(id_millis(&data.start_id)),
+                )),
+                _ => None,
+            };
+            groups.push(GroupOverview {
+                name: group.name,
+                lag: group.lag.map(|n| n as u64),
+                pending: group.pending as u64,
+                oldest_pending_age,
+                consumers: consumers
+                    .consumers
+                    .into_iter()
+                    .map(|c| ConsumerOverview {
+                        name: c.name,
+                        pending: c.pending as u64,
+                        idle: Duration::from_millis(c.idle as u64),
+                    })
+                    .collect(),
+            });
+        }
+        let dead_letters = self.len_of(&self.dead_key(stream)).await?;
+        Ok(Overview {
+            stream: stream.into(),
+            length,
+            groups,
+            dead_letters,
+        })
+    }
+
+    async fn pending(
+        &self,
+        stream: &str,
+        group: Option<&str>,
+        query: &PendingQuery,
+    ) -> Result<Listing<PendingEntry>, InspectError> {
+        query.page.validate()?;
+        let group = self.group(stream, group).await?;
+        let mut cmd = redis::cmd("XPENDING");
+        cmd.arg(stream).arg(&group);
+        if let Some(idle) = query.min_idle {
+            cmd.arg("IDLE")
+                .arg(u64::try_from(idle.as_millis()).unwrap_or(u64::MAX));
+        }
+        let start = query
+            .page
+            .after
+            .as_ref()
+            .map_or_else(|| "-".to_owned(), |id| format!("({id}"));
+        cmd.arg(start).arg("+").arg(query.page.limit);
+        if let Some(consumer) = &query.consumer {
+            cmd.arg(consumer);
+        }
+        let reply: StreamPendingCountReply = self.query("XPENDING", &cmd).await?;
+        let entries: Vec<PendingEntry> = reply
+            .ids
+            .into_iter()
+            .map(|p| PendingEntry {
+                id: p.id.as_str().into(),
+                owner: p.consumer,
+                idle: Duration::from_millis(p.last_delivered_ms as u64),
+                delivery_count: u32::try_from(p.times_delivered).unwrap_or(u32::MAX),
+            })
+            .collect();
+        Ok(listing(entries, query.page.limit, |e| e.id.clone()))
+    }
+
+    async fn dead_letters(
+        &self,
+        stream: &str,
+        page: &Page,
+        payloads: bool,
+    ) -> Result<Listing<DeadLetterEntry>, InspectError> {
+        self.expect_stream(stream).await?;
+        self.dead_page(stream, page, payloads).await
+    }
+
+    async fn dead_letter(
+        &self,
+        stream: &str,
+        id: &MessageId,
+    ) -> Result<Option<DeadLetterEntry>, InspectError> {
+        self.expect_stream(stream).await?;
+        if !is_stream_id(id.as_str()) {
+            return Ok(None);
+        }
+        let reply: StreamRangeReply = self
+            .query(
+                "XRANGE",
+                redis::cmd("XRANGE")
+                    .arg(self.dead_key(stream))
+                    .arg(id.as_str())
+                    .arg(id.as_str()),
+            )
+            .await?;
+        Ok(reply
+            .ids
+            .into_iter()
+            .next()
+            .map(|e| self.dead_entry(e, true)))
+    }
+
+    async fn requeue(&self, stream: &str, which: &Selection) -> Result<Requeued, InspectError> {
+        let ids = self.select(stream, which).await?;
+        let dead = self.dead_key(stream);
+        let mut report = Requeued::default();
+        for id in ids {
+            let moved: Option<String> = REQUEUE
+                .key(stream)
+                .key(&dead)
+                .arg(id.as_str())
+                .invoke_async(&mut self.conn.clone())
+                .await
+                .map_err(|e| InspectError::Backend(error("requeue", e)))?;
+            match moved {
+                Some(new_id) => report.moved.push((id, new_id.into())),
+                None => report.gone.push(id),
+            }
+        }
+        Ok(report)
+    }
+
+    async fn purge_dead(&self, stream: &str, which: &Selection) -> Result<Purged, InspectError> {
+        let ids = self.select(stream, which).await?;
+        let dead = self.dead_key(stream);
+        let mut report = Purged::default();
+        for chunk in ids.chunks(CHUNK) {
+            let mut pipe = redis::pipe();
+            for id in chunk {
+                pipe.cmd("XDEL").arg(&dead).arg(id.as_str());
+            }
+            let deleted: Vec<u64> = pipe
+                .query_async(&mut self.conn.clone())
+                .await
+                .map_err(|e| InspectError::Backend(error("purge", e)))?;
+            for (id, n) in chunk.iter().zip(deleted) {
+                if n == 1 {
+                    report.deleted.push(id.clone());
+                } else {
+                    report.gone.push(id.clone());
+                }
+            }
+        }
+        Ok(report)
+    }
+}
+
+/// Whether stream `key` holds entry `id` (an id that is no stream id holds nothing).
+async fn exists(
+    inspector: &RedisInspector,
+    key: &str,
+    id: &MessageId,
+) -> Result<bool, InspectError> {
+    if !is_stream_id(id.as_str()) {
+        return Ok(false);
+    }
+    let reply: StreamRangeReply = inspector
+        .query(
+            "XRANGE",
+            redis::cmd("XRANGE")
+                .arg(key)
+                .arg(id.as_str())
+                .arg(id.as_str()),
+        )
+        .await?;
+    Ok(!reply.ids.is_empty())
+}
+
+/// A page of `entries` (asked for `limit`): another may follow if it is full.
+fn listing<T>(entries: Vec<T>, limit: usize, id: impl Fn(&T) -> MessageId) -> Listing<T> {
+    let next = (entries.len() == limit)
+        .then(|| entries.last().map(|last| Page::after(id(last), limit)))
+        .flatten();
+    Listing { entries, next }
+}
+
+/// Whether `id` has the form of a stream id (`<ms>-<seq>`).
+fn is_stream_id(id: &str) -> bool {
+    id.split_once('-')
+        .is_some_and(|(ms, seq)| ms.parse::<u64>().is_ok() && seq.parse::<u64>().is_ok())
+}
+
+/// The milliseconds part of a stream id (0 if it is none).
+fn id_millis(id: &str) -> u64 {
+    id.split_once('-')
+        .and_then(|(ms, _)| ms.parse().ok())
+        .unwrap_or(0)
+}
+
+/// When the entry with this id was appended (Redis ids carry the server's time).
+fn id_time(id: &str) -> Option<SystemTime> {
+    let ms = id_millis(id);
+    (ms > 0).then(|| SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
+}
