@@ -293,13 +293,15 @@ pub fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
         for round in 0..=options.rounds {
             bar.set_message(format!("concurrency {concurrency}, round {round}"));
             let base = runtime.block_on(baseline_round(options.messages));
-            let worker = |recorder| {
-                runtime.block_on(leasehold_round(
+            let worker = |recorder: Option<&Metered>| {
+                let round = runtime.block_on(leasehold_round(
                     rt.clone(),
                     options.messages,
                     concurrency,
                     recorder,
-                ))
+                ));
+                recorder.inspect(|r| r.upkeep());
+                round
             };
             // With a recorder too, the two workers take turns going first, so that neither
             // side gets the position's luck every round.

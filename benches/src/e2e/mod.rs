@@ -110,6 +110,13 @@ impl Metered {
     pub(crate) fn start<T>(&self, start: impl FnOnce() -> T) -> T {
         metrics::with_local_recorder(&self.0, start)
     }
+
+    /// Drains the histograms' samples into their summaries, as an installed exporter does every
+    /// few seconds: call it between rounds, off the clock. Without it every sample of every
+    /// round would pile up in memory, which no real service does.
+    pub(crate) fn upkeep(&self) {
+        self.0.handle().run_upkeep();
+    }
 }
 
 /// A tokio multi-thread runtime with timers, on `threads` worker threads (default: one per core).

@@ -663,6 +663,7 @@ pub fn run(options: &RedisBenchOptions) -> Result<RedisBenchReport, BenchError> 
             };
             let (took, calls, cost) =
                 leasehold_measured(&runtime, &server, &rt, &stream, options.messages, side)?;
+            recorder.inspect(|r| r.upkeep());
             if measured {
                 variant.record(options.messages, took, cost, Some(calls));
             }
