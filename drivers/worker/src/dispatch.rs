@@ -27,6 +27,7 @@ use crate::codec::Decode;
 use crate::delivery::{Delivery, IntoOutcome, Meta, StreamScope};
 use crate::event::Event;
 use crate::inbox::Inbox;
+use crate::meters::{Ended, HandlerMeters};
 use crate::runtime::Runtime;
 
 /// What every handler task of a worker needs besides its stream's handler.
@@ -60,6 +61,8 @@ pub(crate) struct Invocation {
     pub(crate) fence: Fence,
     /// The signal the driver fires; it also carries the lease's validity.
     pub(crate) cancellation: Cancellation,
+    /// When the driver handed it over (its pass's time: no clock read per invocation).
+    pub(crate) started: Instant,
 }
 
 /// A stream's handler with its types erased: runs invocations on its tasks.
@@ -69,9 +72,9 @@ pub(crate) trait Dispatch<P>: Send + Sync {
 }
 
 /// Builds a stream's dispatcher once the worker's environment exists (at `start`), given the
-/// stream's name.
+/// stream's name and what its tasks record.
 pub(crate) type MakeDispatch<R, P> =
-    Box<dyn FnOnce(Env<R, P>, Arc<str>) -> Arc<dyn Dispatch<P>> + Send>;
+    Box<dyn FnOnce(Env<R, P>, Arc<str>, HandlerMeters) -> Arc<dyn Dispatch<P>> + Send>;
 
 /// The dispatcher of a stream served by `handler` over messages `codec` decodes.
 pub(crate) fn make<R, P, M, C, H, F>(codec: C, handler: H) -> MakeDispatch<R, P>
@@ -84,11 +87,12 @@ where
     F: Future + Send + 'static,
     F::Output: IntoOutcome,
 {
-    Box::new(move |env, stream| {
+    Box::new(move |env, stream, meters| {
         let (queue, jobs) = async_channel::unbounded();
         Arc::new(Typed {
             env,
             stream,
+            meters,
             codec,
             handler,
             types: PhantomData,
@@ -110,6 +114,7 @@ type Job<P> = (P, Invocation);
 struct Typed<R, P, M, C, H, F> {
     env: Env<R, P>,
     stream: Arc<str>,
+    meters: HandlerMeters,
     codec: C,
     handler: H,
     types: PhantomData<fn() -> (M, F)>,
@@ -186,6 +191,7 @@ where
             attempt,
             fence,
             cancellation,
+            started: _,
         } = invocation;
         // The handler runs in this span, so its own log lines carry which message it handles.
         // Never the payload.
@@ -242,12 +248,18 @@ where
                 return;
             };
             let id = invocation.id;
+            let (cancellation, started) = (invocation.cancellation.clone(), invocation.started);
             // `invoke` catches the handler's panics; one from anywhere else (a handler future
             // that panics while dropped) fails the attempt too, and the task goes on.
             let outcome = AssertUnwindSafe(Arc::clone(&this).run(payload, invocation))
                 .catch_unwind()
                 .await
                 .unwrap_or_else(panicked);
+            // Recorded here, not by the driver (the serial part of a worker), and before the
+            // outcome is out, so that the counts are complete once the driver has seen it.
+            let ran = this.env.rt.now().saturating_duration_since(started);
+            let ended = Ended::of(&outcome, cancellation.is_cancelled());
+            this.meters.ended(ended, ran);
             // Free before the outcome is out: the driver may hand over the next invocation as
             // soon as it sees it, and must then find this task counted as free.
             this.busy.fetch_sub(1, Ordering::AcqRel);

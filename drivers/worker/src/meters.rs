@@ -147,16 +147,32 @@ fn kind_label(kind: ErrorKind) -> &'static str {
     }
 }
 
+/// What a stream's handler tasks record of each invocation they run: off the driver, whose
+/// thread is the serial part of a worker.
+#[derive(Clone)]
+pub(crate) struct HandlerMeters {
+    duration: Histogram,
+    invocations: [Counter; 6],
+}
+
+impl HandlerMeters {
+    /// One invocation ended with `ended` after running for `ran`.
+    pub(crate) fn ended(&self, ended: Ended, ran: Duration) {
+        self.duration.record(seconds(ran));
+        self.invocations[ended as usize].increment(1);
+    }
+}
+
 /// One stream's metric handles.
 pub(crate) struct StreamMeters {
     pub(crate) deliveries: Counter,
     pub(crate) acks: Counter,
-    invocations: [Counter; 6],
+    /// Recorded by the handler tasks.
+    pub(crate) handler: HandlerMeters,
     running: Gauge,
     held: Gauge,
     /// What the gauges were last set to: they are set again only when it changes.
     load: Cell<(usize, usize)>,
-    pub(crate) handler_duration: Histogram,
     pub(crate) renew_rtt: Histogram,
     pub(crate) lease_margin: Histogram,
     pub(crate) fetch_rtt: Histogram,
@@ -180,11 +196,13 @@ impl StreamMeters {
         Self {
             deliveries: counter!(DELIVERIES, "stream" => stream.clone()),
             acks: counter!(ACKS, "stream" => stream.clone()),
-            invocations: Ended::ALL.map(|e| labelled(INVOCATIONS, "outcome", e.label())),
+            handler: HandlerMeters {
+                duration: histogram!(HANDLER_DURATION, "stream" => stream.clone()),
+                invocations: Ended::ALL.map(|e| labelled(INVOCATIONS, "outcome", e.label())),
+            },
             running,
             held,
             load: Cell::new((0, 0)),
-            handler_duration: histogram!(HANDLER_DURATION, "stream" => stream.clone()),
             renew_rtt: histogram!(RENEW_RTT, "stream" => stream.clone()),
             lease_margin: histogram!(LEASE_MARGIN, "stream" => stream.clone()),
             fetch_rtt: histogram!(FETCH_RTT, "stream" => stream.clone()),
@@ -206,10 +224,6 @@ impl StreamMeters {
             self.running.set(running as f64);
             self.held.set(held as f64);
         }
-    }
-
-    pub(crate) fn ended(&self, ended: Ended) {
-        self.invocations[ended as usize].increment(1);
     }
 
     pub(crate) fn lost(&self, reason: LossReason) {

@@ -234,12 +234,15 @@ where
         let streams = self
             .streams
             .into_iter()
-            .map(|added| Stream {
-                dispatch: (added.make)(env.clone(), added.name.clone()),
-                meters: StreamMeters::new(&added.name),
-                throttles: Default::default(),
-                name: added.name,
-                backend: added.backend,
+            .map(|added| {
+                let meters = StreamMeters::new(&added.name);
+                Stream {
+                    dispatch: (added.make)(env.clone(), added.name.clone(), meters.handler.clone()),
+                    meters,
+                    throttles: Default::default(),
+                    name: added.name,
+                    backend: added.backend,
+                }
             })
             .collect();
         let health = Arc::new(HealthCell::new());

@@ -253,11 +253,11 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
             attempt: run.attempt,
             fence: run.lease.fence,
             cancellation: cancellation.clone(),
+            started: self.now(),
         };
         let running = Running {
             cancellation,
             stream: run.stream,
-            started: self.now(),
         };
         self.invocations.insert(run.invocation, running);
         dispatch.dispatch(run.payload, handed);

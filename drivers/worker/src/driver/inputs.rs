@@ -6,7 +6,7 @@ use std::time::Instant;
 use leasehold_core::{Backend, RenewResult, SettleResult};
 
 use crate::event::Event;
-use crate::meters::{seconds, Ended, Op};
+use crate::meters::{seconds, Op};
 use crate::runtime::Runtime;
 
 use super::Driver;
@@ -32,12 +32,8 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
                 }
             }
             Event::Outcome(invocation, outcome) => {
-                if let Some(running) = self.invocations.remove(&invocation) {
-                    let meters = &self.streams[usize::from(running.stream.0)].meters;
-                    let elapsed = now.saturating_duration_since(running.started);
-                    meters.handler_duration.record(seconds(elapsed));
-                    meters.ended(Ended::of(&outcome, running.cancellation.is_cancelled()));
-                }
+                // Its handler task recorded how it ended (`HandlerMeters`).
+                self.invocations.remove(&invocation);
                 self.engine.handle_outcome(now, invocation, outcome);
             }
             Event::Renewed(batch, stream, sent, leases, result) => {

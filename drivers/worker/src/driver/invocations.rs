@@ -2,7 +2,6 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::time::Instant;
 
 use leasehold_core::{InvocationId, StreamId};
 
@@ -33,12 +32,10 @@ impl Hasher for IdHasher {
     }
 }
 
-/// A running invocation: its cancellation (which carries the lease's validity), its stream and
-/// when it started.
+/// A running invocation: its cancellation (which carries the lease's validity) and its stream.
 pub(super) struct Running {
     pub(super) cancellation: Cancellation,
     pub(super) stream: StreamId,
-    pub(super) started: Instant,
 }
 
 /// The running invocations.

@@ -139,8 +139,8 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
         let mut busy = 0usize;
         loop {
             self.execute();
-            self.publish_load();
             if self.drained {
+                self.publish_load();
                 let report = ShutdownReport::new(*self.engine.stats(), self.halted.clone());
                 report.log();
                 self.health.set(Health::Stopped("shut down".into()));
@@ -156,10 +156,14 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
                 // and then, since calls completing in place keep this loop busy.
                 busy += 1;
                 if busy.is_multiple_of(YIELD_EVERY) {
+                    self.publish_load();
                     yield_now().await;
                 }
                 true
             } else {
+                // The gauges, before each wait and every few busy turns: setting them on every
+                // turn would cost the driver a few atomic writes per message.
+                self.publish_load();
                 self.arm_timer();
                 let inbox = &self.inbox;
                 let timer = &mut self.timer;
