@@ -15,7 +15,7 @@ use std::panic::AssertUnwindSafe;
 use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use futures::future::{select, Either};
 use futures::FutureExt;
@@ -63,6 +63,9 @@ pub(crate) struct Invocation {
     pub(crate) cancellation: Cancellation,
     /// When the driver handed it over (its pass's time: no clock read per invocation).
     pub(crate) started: Instant,
+    /// When the message was enqueued, for a message's first invocation on a backend that
+    /// knows it.
+    pub(crate) enqueued: Option<SystemTime>,
 }
 
 /// A stream's handler with its types erased: runs invocations on its tasks.
@@ -192,6 +195,7 @@ where
             fence,
             cancellation,
             started: _,
+            enqueued: _,
         } = invocation;
         // The handler runs in this span, so its own log lines carry which message it handles.
         // Never the payload.
@@ -249,6 +253,10 @@ where
             };
             let id = invocation.id;
             let (cancellation, started) = (invocation.cancellation.clone(), invocation.started);
+            if let Some(enqueued) = invocation.enqueued {
+                let waited = SystemTime::now().duration_since(enqueued);
+                this.meters.picked_up(waited.unwrap_or_default());
+            }
             // `invoke` catches the handler's panics; one from anywhere else (a handler future
             // that panics while dropped) fails the attempt too, and the task goes on.
             let outcome = AssertUnwindSafe(Arc::clone(&this).run(payload, invocation))

@@ -153,9 +153,15 @@ fn kind_label(kind: ErrorKind) -> &'static str {
 pub(crate) struct HandlerMeters {
     duration: Histogram,
     invocations: [Counter; 6],
+    pickup_delay: Histogram,
 }
 
 impl HandlerMeters {
+    /// A message's first invocation starts, `waited` after it was enqueued.
+    pub(crate) fn picked_up(&self, waited: Duration) {
+        self.pickup_delay.record(seconds(waited));
+    }
+
     /// One invocation ended with `ended` after running for `ran`.
     pub(crate) fn ended(&self, ended: Ended, ran: Duration) {
         self.duration.record(seconds(ran));
@@ -176,7 +182,6 @@ pub(crate) struct StreamMeters {
     pub(crate) renew_rtt: Histogram,
     pub(crate) lease_margin: Histogram,
     pub(crate) fetch_rtt: Histogram,
-    pub(crate) pickup_delay: Histogram,
     lost: [Counter; 3],
     dead: [Counter; 3],
     errors: [[Counter; 2]; 5],
@@ -199,6 +204,7 @@ impl StreamMeters {
             handler: HandlerMeters {
                 duration: histogram!(HANDLER_DURATION, "stream" => stream.clone()),
                 invocations: Ended::ALL.map(|e| labelled(INVOCATIONS, "outcome", e.label())),
+                pickup_delay: histogram!(PICKUP_DELAY, "stream" => stream.clone()),
             },
             running,
             held,
@@ -206,7 +212,6 @@ impl StreamMeters {
             renew_rtt: histogram!(RENEW_RTT, "stream" => stream.clone()),
             lease_margin: histogram!(LEASE_MARGIN, "stream" => stream.clone()),
             fetch_rtt: histogram!(FETCH_RTT, "stream" => stream.clone()),
-            pickup_delay: histogram!(PICKUP_DELAY, "stream" => stream.clone()),
             lost: LOSSES.map(|l| labelled(LEASES_LOST, "reason", l.label())),
             dead: Dead::ALL.map(|d| labelled(DEAD_LETTERS, "reason", d.label())),
             errors: Op::ALL.map(|op| {

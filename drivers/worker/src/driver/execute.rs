@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::pin::{pin, Pin};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use futures::channel::oneshot;
 use futures::future::{select, Either};
@@ -18,7 +18,7 @@ use leasehold_core::{
 use crate::cancel::Cancellation;
 use crate::dispatch::Invocation;
 use crate::event::Event;
-use crate::meters::{seconds, Dead};
+use crate::meters::Dead;
 use crate::runtime::Runtime;
 
 use super::invocations::Running;
@@ -237,14 +237,10 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
         let cancellation = Cancellation::new();
         cancellation.set_valid_until(self.base, Some(run.valid_until));
         let stream = &self.streams[usize::from(run.stream.0)];
-        if run.attempt == 1 {
-            if let Some(enqueued) = stream.backend.enqueued_at(&run.lease.id) {
-                let waited = SystemTime::now()
-                    .duration_since(enqueued)
-                    .unwrap_or_default();
-                stream.meters.pickup_delay.record(seconds(waited));
-            }
-        }
+        // Its handler task records the pickup delay, off the driver.
+        let enqueued = (run.attempt == 1)
+            .then(|| stream.backend.enqueued_at(&run.lease.id))
+            .flatten();
         let dispatch = Arc::clone(&stream.dispatch);
         let handed = Invocation {
             id: run.invocation,
@@ -254,6 +250,7 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
             fence: run.lease.fence,
             cancellation: cancellation.clone(),
             started: self.now(),
+            enqueued,
         };
         let running = Running {
             cancellation,
