@@ -199,14 +199,25 @@ impl<S: CommandStore, R: Runtime> CommandQueue<S, R> {
         Err(QueueError::Contended(id.into()))
     }
 
-    /// Waits until command `id` is terminal and returns its state, or fails after `timeout`.
+    /// Waits until command `id` is terminal and returns its state, or fails after `timeout`. A
+    /// transient store error (a restarting server, a dropped connection) is retried meanwhile.
     pub async fn wait(&self, id: &str, timeout: Duration) -> Result<CommandState, QueueError> {
         let start = self.runtime.now();
         loop {
-            let Some(state) = self.state(id).await? else {
-                return Err(QueueError::NotFound(id.into()));
-            };
+            let read = self.state(id).await;
             let waited = self.runtime.now().saturating_duration_since(start);
+            let state = match read {
+                Ok(Some(state)) => state,
+                Ok(None) => return Err(QueueError::NotFound(id.into())),
+                // Waiting rides out what retrying mends (a restarting server, a dropped
+                // connection), until the timeout: then the error is the answer.
+                Err(QueueError::Store(error)) if error.is_transient() && waited < timeout => {
+                    let next = self.runtime.now() + self.wait_poll.min(timeout - waited);
+                    self.runtime.sleep_until(next).await;
+                    continue;
+                }
+                Err(error) => return Err(error),
+            };
             if state.status.is_terminal() {
                 return Ok(state);
             }
