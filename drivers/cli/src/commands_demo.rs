@@ -296,8 +296,8 @@ async fn drive(
     }
     let mut stats = CommandStats::default();
     let leaving = replicas.remove(0);
-    stats = stats + leaving.stats();
-    leaving.shutdown(Duration::from_secs(5)).await;
+    let (_, left) = leaving.shutdown_with_stats(Duration::from_secs(5)).await;
+    stats = stats + left;
     replicas.push(replica(&queue, &cloud, &options).await?);
 
     let mut statuses: HashMap<Status, usize> = HashMap::new();
@@ -310,8 +310,8 @@ async fn drive(
         }
     }
     for replica in replicas {
-        stats = stats + replica.stats();
-        replica.shutdown(Duration::from_secs(5)).await;
+        let (_, left) = replica.shutdown_with_stats(Duration::from_secs(5)).await;
+        stats = stats + left;
     }
     let elapsed = started.elapsed();
     let lag = Percentiles::of(cloud.lag.lock().expect("cloud lock").clone());

@@ -253,6 +253,15 @@ impl<S: CommandStore> CommandWorker<S> {
             None => ShutdownReport::default(),
         }
     }
+
+    /// Shuts down like [`shutdown`](Self::shutdown), and returns the final counters too: read
+    /// once the last handler has finished, so they count every call it made (counters read
+    /// before a shutdown miss the checks made during its grace).
+    pub async fn shutdown_with_stats(self, grace: Duration) -> (ShutdownReport, CommandStats) {
+        let dispatcher = Arc::clone(&self.dispatcher);
+        let report = self.shutdown(grace).await;
+        (report, dispatcher.stats())
+    }
 }
 
 impl<S: CommandStore> Drop for CommandWorker<S> {
