@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_core::{
     AckId, CancelReason, DeadLetterReason, ErrorKind, Fence, Fetched, InvocationId, LeaseId,
-    LeaseRef, LossReason, MessageId, Outcome, RenewId, RenewResult, Settings, SettleResult,
+    LeaseRef, LossReason, MessageId, Outcome, RenewId, RenewResult, Settings, SettleResult, Stats,
     StreamId,
 };
 
@@ -279,27 +279,6 @@ pub(crate) struct Shutdown {
     pub cancelled_running: bool,
 }
 
-/// The engine's counters, as the model predicts them (the fields of `leasehold_core::Stats`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Counts {
-    pub delivered: u64,
-    pub redelivered: u64,
-    pub overflow: u64,
-    pub invocations: u64,
-    pub pending: u64,
-    pub failures: u64,
-    pub acked: u64,
-    pub released: u64,
-    pub dead_lettered: u64,
-    pub cancelled: u64,
-    pub lost: u64,
-    pub expired: u64,
-    pub abandoned: u64,
-    pub halted: u64,
-    pub stale: u64,
-    pub unexpected: u64,
-}
-
 /// The engine's seeded generator (splitmix64 over `Config::seed`), drawn once per first
 /// re-poll with a spread and once per backoff, in the engine's order.
 #[derive(Debug, Clone)]
@@ -360,7 +339,7 @@ pub(crate) struct Model {
     pub polled: Option<(usize, usize)>,
     /// Leases made ready so far (the ready queue's order).
     pub next_ready: u64,
-    pub counts: Counts,
+    pub counts: Stats,
     pub jitter: Jitter,
     /// Reported invocations, answered chunks and settles, for stale answers.
     pub old_runs: Vec<InvocationId>,
@@ -397,7 +376,7 @@ impl Model {
             fetches_polled: 0,
             polled: None,
             next_ready: 0,
-            counts: Counts::default(),
+            counts: Stats::default(),
             jitter: Jitter(seed),
             old_runs: Vec::new(),
             old_chunks: Vec::new(),
