@@ -137,10 +137,22 @@ pub trait Backend: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// How long after its last fetch's answer the stream's next delayed message is due (`None`:
+    /// nothing is delayed, or this backend has no delayed messages). The driver reads it after
+    /// every fetch and hands it to the engine ([`LeaseEngine::handle_due`]), which fetches again
+    /// then; the fetch promotes what is due. The default knows of none.
+    ///
+    /// [`LeaseEngine::handle_due`]: crate::LeaseEngine::handle_due
+    fn next_due(&self) -> Option<Duration> {
+        None
+    }
+
     /// Takes up to `max` messages for this consumer: reclaimable ones (not renewed for the
     /// claim timeout, or released and past their delay) and new ones, neither starving the
-    /// other. When none is available it may wait up to `wait` for new entries. Never returns
-    /// more than `max`; every delivery carries its delivery count and fence.
+    /// other; delayed messages that are due join the stream first (see
+    /// [`Publisher`](crate::Publisher)). When none is available it may wait up to `wait` for new
+    /// entries (or the next due time). Never returns more than `max`; every delivery carries its
+    /// delivery count and fence.
     ///
     /// The future may be dropped while it waits (at shutdown, on a call timeout). Dropping it
     /// must lose nothing: messages it already took stay pending with this consumer and are

@@ -105,6 +105,7 @@ mod effect;
 mod engine;
 mod inspect;
 mod lease;
+mod publish;
 mod timers;
 mod types;
 
@@ -119,6 +120,9 @@ pub use inspect::{
     Overview, Page, PendingEntry, PendingQuery, Purged, Requeued, Selection,
 };
 pub use lease::Lease;
+pub use publish::{
+    Dedupe, DelayedSummary, Due, Outgoing, PublishRejected, Published, Publisher, MAX_DELAY,
+};
 pub use types::{
     AckId, CancelReason, DeadLetterReason, Fence, Fetched, InvocationId, LeaseId, LossReason,
     MessageId, Outcome, RenewId, RenewResult, SettleResult, StreamId,

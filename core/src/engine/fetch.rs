@@ -117,6 +117,21 @@ impl<P: Clone> LeaseEngine<P> {
         self.finish();
     }
 
+    /// The backend of `stream` holds delayed messages, the next due at `due` (`None`: none),
+    /// as its last fetch learned ([`Backend::next_due`](crate::Backend::next_due)). The next
+    /// fetch comes no later than that and blocks no longer, so an idle worker picks a delayed
+    /// message up when it is due without polling for it. A fetch sent later forgets it: its
+    /// own answer tells the next due time afresh.
+    pub fn handle_due(&mut self, now: Instant, stream: StreamId, due: Option<Instant>) {
+        self.begin(now);
+        let due = due.map_or(Tick::MAX, |at| self.tick(at));
+        match self.streams.get_mut(usize::from(stream.0)) {
+            Some(src) => src.due = due,
+            None => self.stats.unexpected += 1,
+        }
+        self.finish();
+    }
+
     /// A fetch for `stream` failed. After a transient error the next one backs off
     /// exponentially (capped); a fatal one stops the stream's intake
     /// ([`Effect::Halt`](crate::Effect::Halt)).
@@ -170,10 +185,11 @@ impl<P: Clone> LeaseEngine<P> {
             .map(|e| e.due.saturating_sub(now));
         if let [src] = &mut self.streams[..] {
             // The loop below for one due stream: it gets the whole budget, and may block.
-            if src.outstanding.is_some() || src.next_at > now || src.halted {
+            if src.outstanding.is_some() || src.fetch_at() > now || src.halted {
                 return None;
             }
-            let wait = until_repoll.map_or(src.wait, |until| src.wait.min(until));
+            let wait = src.wait_at(now);
+            let wait = until_repoll.map_or(wait, |until| wait.min(until));
             return Some(self.open_fetch(0, budget.min(batch), wait));
         }
         self.fetch_shared(budget, until_repoll);
@@ -184,7 +200,7 @@ impl<P: Clone> LeaseEngine<P> {
     /// the budget round-robin.
     fn fetch_shared(&mut self, mut budget: usize, until_repoll: Option<Tick>) {
         let now = self.now;
-        let is_due = |s: &Pacing| s.outstanding.is_none() && s.next_at <= now && !s.halted;
+        let is_due = |s: &Pacing| s.outstanding.is_none() && s.fetch_at() <= now && !s.halted;
         let due = self.streams.iter().filter(|s| is_due(s)).count();
         if due == 0 {
             return;
@@ -204,7 +220,11 @@ impl<P: Clone> LeaseEngine<P> {
             let max = budget.div_ceil(shares).min(self.cfg.fetch_batch_size);
             shares -= 1;
             budget -= max;
-            let mut wait = if starved { 0 } else { self.streams[i].wait };
+            let mut wait = if starved {
+                0
+            } else {
+                self.streams[i].wait_at(now)
+            };
             if let Some(until) = until_repoll {
                 wait = wait.min(until);
             }
@@ -218,7 +238,10 @@ impl<P: Clone> LeaseEngine<P> {
     #[inline]
     fn open_fetch(&mut self, i: usize, max: usize, wait: Tick) -> Effect<P> {
         let epoch = self.epochs.open(self.now);
-        self.streams[i].outstanding = Some(Outstanding { max, epoch, wait });
+        let src = &mut self.streams[i];
+        src.outstanding = Some(Outstanding { max, epoch, wait });
+        // The fetch promotes what is due and reports the next due time afresh.
+        src.due = Tick::MAX;
         self.reserved += max;
         Effect::Fetch {
             stream: StreamId(i as u16),

@@ -31,6 +31,9 @@ struct Pacing {
     next_at: Tick,
     /// How long the next fetch may block in the backend.
     wait: Tick,
+    /// When the stream's next delayed message is due, as its last fetch learned
+    /// (`Tick::MAX`: none known): the next fetch comes no later, and blocks no longer.
+    due: Tick,
     /// Consecutive failed fetches, for the backoff.
     failures: u32,
     /// A fatal error stopped the stream's intake: it is never fetched from again.
@@ -44,6 +47,20 @@ struct Pacing {
     held: usize,
     running: usize,
     orphaned: usize,
+}
+
+impl Pacing {
+    /// When the next fetch is due: after the pacing's delay, or when a delayed message is.
+    #[inline]
+    fn fetch_at(&self) -> Tick {
+        self.next_at.min(self.due)
+    }
+
+    /// How long a fetch sent at `now` may block: never past a delayed message's due time.
+    #[inline]
+    fn wait_at(&self, now: Tick) -> Tick {
+        self.wait.min(self.due.saturating_sub(now))
+    }
 }
 
 /// An `Ack` effect awaiting its answer.
@@ -218,7 +235,7 @@ impl<P> LeaseEngine<P> {
                 .iter()
                 .filter(|s| s.outstanding.is_none() && !s.halted)
             {
-                consider(stream.next_at);
+                consider(stream.fetch_at());
             }
         }
         any.then(|| self.instant(next))
@@ -398,6 +415,7 @@ impl<P: Clone> LeaseEngine<P> {
             outstanding: None,
             next_at: 0,
             wait: durations.poll,
+            due: Tick::MAX,
             failures: 0,
             halted: false,
             acks: Vec::new(),

@@ -41,6 +41,8 @@ mod inbox;
 #[cfg(not(loom))]
 pub mod meters;
 #[cfg(not(loom))]
+mod producer;
+#[cfg(not(loom))]
 mod report;
 #[cfg(not(loom))]
 mod runtime;
@@ -57,6 +59,8 @@ pub use delivery::{Delivery, IntoOutcome};
 pub use dispatch::panic_message;
 #[cfg(not(loom))]
 pub use health::Health;
+#[cfg(not(loom))]
+pub use producer::{Producer, PublishError, PublishOptions};
 #[cfg(not(loom))]
 pub use report::{HaltedStream, ShutdownReport, Snapshot, StreamSnapshot};
 #[cfg(not(loom))]

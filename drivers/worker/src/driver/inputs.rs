@@ -23,6 +23,10 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
                     Ok(messages) => {
                         meters.deliveries.increment(messages.len() as u64);
                         self.engine.handle_fetched(now, stream, messages);
+                        let backend = &self.streams[usize::from(stream.0)].backend;
+                        if let Some(due) = backend.next_due() {
+                            self.engine.handle_due(now, stream, Some(now + due));
+                        }
                         self.undeliverable(stream);
                     }
                     Err(error) => {
