@@ -22,6 +22,9 @@
 //! The worker-level properties (`worker_*`, [`consume_compat`]) run a real `leasehold-tokio`
 //! worker over the backend and need a real-time factory; expand [`backend_worker_suite!`] for them.
 //!
+//! A backend whose stream also takes delayed and deduplicated messages implements
+//! [`PublisherFactory`] too and expands [`publisher_suite!`].
+//!
 //! With the `commands` feature, the `commands` module does the same for a command-queue store
 //! (`leasehold_commands::CommandStore`): expand `command_store_suite!`. Without it the suite
 //! needs neither the command queue nor a Redis client.
@@ -93,6 +96,13 @@ macro_rules! ensure {
         }
     };
 }
+
+mod publish;
+pub use publish::{
+    dedupe_within_ttl_not_after, delayed_and_deduplicated, delayed_delivered_soon_after_due,
+    delayed_not_before_due, delayed_promoted_once_under_racing_consumers, due_times_checked,
+    PublisherFactory,
+};
 
 mod worker;
 pub use worker::{

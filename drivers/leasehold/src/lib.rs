@@ -51,6 +51,7 @@
 //! | path | feature | what |
 //! |---|---|---|
 //! | [`Config`], [`Delivery`], [`Outcome`], [`Worker`], ... | always | the worker API, on any runtime |
+//! | [`Producer`], [`PublishOptions`] | always | typed publishing: batches, delays, deduplication |
 //! | [`tokio::worker`] | `tokio` (default) | a worker builder on tokio |
 //! | [`smol::worker`] | `smol` | a worker builder on smol |
 //! | [`memory`] | `memory` (default) | the in-process backend, with the lease semantics of Redis Streams |
@@ -67,13 +68,13 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use leasehold_core::{
-    CancelReason, Config, ConfigError, DeadLetterReason, Fence, MessageId, RetryPolicy, Settings,
-    Stats,
+    CancelReason, Config, ConfigError, DeadLetterReason, DelayedSummary, Fence, MessageId,
+    Published, RetryPolicy, Settings, Stats,
 };
 pub use leasehold_worker::{
     consume, Cancellation, Codec, CodecError, Decode, Delivery, Encode, HaltedStream, Health,
-    IntoAck, IntoOutcome, Json, Outcome, Raw, Runtime, ShutdownReport, Snapshot, StreamSnapshot,
-    Worker, WorkerBuilder, WorkerError,
+    IntoAck, IntoOutcome, Json, Outcome, Producer, PublishError, PublishOptions, Raw, Runtime,
+    ShutdownReport, Snapshot, StreamSnapshot, Worker, WorkerBuilder, WorkerError,
 };
 
 /// The names of the metrics workers record through the [`metrics`](https://docs.rs/metrics)
