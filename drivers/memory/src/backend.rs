@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use leasehold_core::{
@@ -12,6 +12,7 @@ use leasehold_core::{
 
 use crate::config::MemoryError;
 use crate::stream::MemoryStream;
+use crate::sync::{lock, Mutex};
 use crate::wakeup;
 
 /// One consumer of a [`MemoryStream`]'s group: implements [`Backend`] for a worker.
@@ -27,6 +28,8 @@ use crate::wakeup;
 pub struct MemoryBackend {
     stream: MemoryStream,
     name: Arc<str>,
+    /// When the earliest delayed message was due, as this consumer's last fetch saw it.
+    next_due: Mutex<Option<Instant>>,
 }
 
 impl MemoryStream {
@@ -44,6 +47,7 @@ impl MemoryStream {
         Ok(MemoryBackend {
             stream: self.clone(),
             name,
+            next_due: Mutex::new(None),
         })
     }
 }
@@ -62,10 +66,23 @@ impl MemoryBackend {
     /// Takes up to `max` messages without waiting: first reclaimable ones (idle for the claim
     /// timeout, or released and past their delay; delivery count + 1, owner = this consumer),
     /// then new ones (delivery count 1). When both kinds are available each gets half of `max`,
-    /// the odd slot alternating, and a share one kind cannot use goes to the other.
+    /// the odd slot alternating, and a share one kind cannot use goes to the other. Delayed
+    /// messages that are due join the stream first, as new entries; when the next one is due
+    /// is remembered for [`next_due`](Backend::next_due).
     pub fn fetch_now(&self, max: usize) -> Vec<Fetched<Bytes>> {
+        self.fetch_and_look_ahead(max).0
+    }
+
+    /// The fetch of [`fetch_now`](Self::fetch_now), and when the next pending message lapses.
+    fn fetch_and_look_ahead(&self, max: usize) -> (Vec<Fetched<Bytes>>, Option<Instant>) {
         let now = self.stream.now();
-        self.stream.store().fetch(now, &self.name, max)
+        let (fetched, next_lapse, next_due) = {
+            let mut store = self.stream.store();
+            let fetched = store.fetch(now, &self.name, max);
+            (fetched, store.next_claimable(), store.next_due())
+        };
+        *lock(&self.next_due) = next_due;
+        (fetched, next_lapse)
     }
 
     /// Resets the idle time of each lease this consumer holds with that fence (the delivery
@@ -102,25 +119,21 @@ impl MemoryBackend {
     }
 
     /// The fetch of [`Backend::fetch`]: waits only on a real-time clock, for a publish, a
-    /// release or the next lease lapse, until `wait` is over.
+    /// release, the next lease lapse or the next delayed message's due time, until `wait` is
+    /// over.
     async fn fetch_waiting(&self, max: usize, wait: Duration) -> Vec<Fetched<Bytes>> {
         let deadline = self.stream.now().checked_add(wait); // `None`: wait without end
         loop {
             let listener = self.stream.listen();
             let now = self.stream.now();
-            let (fetched, next_lapse) = {
-                let mut store = self.stream.store();
-                (store.fetch(now, &self.name, max), store.next_claimable())
-            };
+            let (fetched, next_lapse) = self.fetch_and_look_ahead(max);
             let expired = deadline.is_some_and(|deadline| now >= deadline);
             let can_wait = wakeup::CAN_WAIT && self.stream.is_real_time();
             if !fetched.is_empty() || max == 0 || expired || !can_wait {
                 return fetched;
             }
-            let wake_at = match (deadline, next_lapse) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            let next_due = *lock(&self.next_due);
+            let wake_at = [deadline, next_lapse, next_due].into_iter().flatten().min();
             wakeup::wait(listener, wake_at).await;
         }
     }
@@ -154,9 +167,16 @@ impl Backend for MemoryBackend {
         Ok(self.stream.publish(payload))
     }
 
+    /// The time from now (on the stream's clock) until the earliest delayed message this
+    /// consumer's last fetch saw is due: zero once it is, `None` if none waited then.
+    fn next_due(&self) -> Option<Duration> {
+        let due = (*lock(&self.next_due))?;
+        Some(due.saturating_duration_since(self.stream.now()))
+    }
+
     /// Takes what [`fetch_now`](MemoryBackend::fetch_now) would. If that is nothing and the
-    /// stream's clock is real-time, waits up to `wait` for a publish, a release, or a lease to
-    /// lapse, then returns what is there (possibly nothing). On a virtual clock (e.g.
+    /// stream's clock is real-time, waits up to `wait` for a publish, a release, a lease to
+    /// lapse or a delayed message to be due, then returns what is there (possibly nothing). On a virtual clock (e.g.
     /// [`ManualClock`](crate::ManualClock)) it never waits. Cancel-safe: dropping the future
     /// never loses a message.
     async fn fetch(&self, max: usize, wait: Duration) -> BackendResult<Vec<Fetched<Bytes>>> {

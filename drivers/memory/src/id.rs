@@ -1,11 +1,18 @@
 //! Entry ids: `"0-{n}"` with `n` = 1, 2, 3, … in publish order, the Redis entry-id format with a
 //! zero millisecond part. Ids come from a counter, never from the payload, and are never reused.
+//! A delayed message is `"delayed:{n}"` until it is due (`n` from a counter of its own, the form
+//! the Redis backend uses too); it gets a stream id when it joins the stream.
 
 use leasehold_core::MessageId;
 
 /// The id of the entry with sequence number `seq` (made once, at publish).
 pub(crate) fn format(seq: u64) -> MessageId {
     MessageId::from(std::format!("0-{seq}"))
+}
+
+/// The id of the `n`-th delayed message (made once, at publish).
+pub(crate) fn delayed(n: u64) -> MessageId {
+    MessageId::from(std::format!("delayed:{n}"))
 }
 
 /// The sequence number of `id`, if it is an id this store could have issued (canonical form

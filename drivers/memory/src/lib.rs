@@ -5,8 +5,8 @@
 //! [`leasehold_core::Backend`]. It behaves like the Redis backend, so tests, demos and the
 //! simulator exercise the semantics production runs on:
 //!
-//! - **Ids** are `"0-{n}"`, `n` = 1, 2, 3, … in publish order (the Redis entry-id format with a
-//!   zero millisecond part, deterministic across runs). They come from a counter, never from the
+//! - **Ids** are `"0-{n}"`, `n` = 1, 2, 3, … in the order messages enter the stream (the Redis
+//!   entry-id format with a zero millisecond part, deterministic across runs). They come from a counter, never from the
 //!   payload: two equal payloads are two messages.
 //! - **Pending list**: each delivered, unacknowledged message has an owner, a delivery count
 //!   and an idle time (time since its last delivery or renew), like Redis's `XPENDING`.
@@ -28,17 +28,33 @@
 //!   capped at the claim timeout. **Dead-letter** appends the message, its id, the reason and
 //!   its delivery count to an inspectable dead-letter stream ([`MemoryStream::dead_letters`])
 //!   and acks it, in one step.
+//! - **Delayed messages** ([`MemoryStream`] is a [`Publisher`](leasehold_core::Publisher)): a
+//!   message published with a due time waits outside the stream, with id `"delayed:{n}"`
+//!   (`n` = 1, 2, … from a counter of its own, the form the Redis backend uses), and is not
+//!   counted by [`len`](MemoryStream::len). `Due::After(d)` is due `d` after the publish on the
+//!   stream's clock; `Due::At(t)` becomes the delay from the system's wall clock to `t` at the
+//!   publish (a time in the past: at once, like a message without due time). Every fetch first
+//!   moves the messages due by then into the stream, in due order (publish order among equal
+//!   due times), each with the next stream id like a publish: from then on they are new
+//!   entries like any other, and a first delivery has delivery count 1. After each fetch,
+//!   [`MemoryBackend`]'s [`next_due`](leasehold_core::Backend::next_due) says how long until
+//!   the next one is due, so the worker fetches again then.
+//! - **Deduplication**: while a key is within its time to live (from its first publish, on
+//!   the stream's clock) a publish with it enqueues nothing and answers the first message's id
+//!   with `duplicate: true`; after it, the key publishes again. Expired keys are dropped, oldest
+//!   first, as later publishes come, so they do not pile up.
 //! - **Time** comes from an injectable [`Clock`]: [`SystemClock`] by default, [`ManualClock`]
 //!   for deterministic tests and simulations.
 //! - **Waiting**: when there is nothing to fetch, `fetch(max, wait)` waits up to `wait` for a
-//!   publish, a release or a lease to lapse. It waits on an `event-listener` notification and an
+//!   publish, a release, a lease to lapse or a delayed message to be due. It waits on an `event-listener` notification and an
 //!   `async-io` timer, both independent of any executor, so the backend runs under tokio, smol or
 //!   a plain `block_on`. On a clock that is not real-time (such as [`ManualClock`]) it returns
 //!   at once, since real waiting would not advance virtual time.
 //!
 //! Every operation is one short critical section on a mutex, so operations of several
-//! consumers are atomic with respect to each other. The `*_now` methods of [`MemoryBackend`]
-//! offer the same operations synchronously.
+//! consumers are atomic with respect to each other; a batch of publishes is one too. The
+//! `*_now` methods of [`MemoryBackend`] and [`MemoryStream`] offer the same operations
+//! synchronously.
 //!
 //! ## Example
 //!
@@ -70,6 +86,37 @@
 //! })
 //! # }
 //! ```
+//!
+//! Delayed and deduplicated, on a manual clock:
+//!
+//! ```
+//! use std::time::Duration;
+//! use leasehold_core::{Backend, Dedupe, Due, Outgoing};
+//! use leasehold_memory::{ManualClock, MemoryStream, StreamConfig};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let clock = ManualClock::new();
+//! let stream = MemoryStream::with_clock(StreamConfig::new(Duration::from_secs(30)), clock.clone())?;
+//! let worker = stream.consumer("worker-1")?;
+//! let remind = || Outgoing {
+//!     payload: "remind order 7".into(),
+//!     due: Some(Due::After(Duration::from_secs(60))),
+//!     dedupe: Some(Dedupe { key: "remind-7".into(), ttl: Duration::from_secs(3600) }),
+//! };
+//! let first = stream.publish_with_now(remind())?;
+//! assert_eq!(first.id.as_str(), "delayed:1");
+//! // A retried publish within the key's ttl enqueues nothing.
+//! let again = stream.publish_with_now(remind())?;
+//! assert!(again.duplicate && again.id == first.id);
+//!
+//! assert!(worker.fetch_now(10).is_empty());
+//! assert_eq!(worker.next_due(), Some(Duration::from_secs(60)));
+//! clock.advance(Duration::from_secs(60));
+//! let due = worker.fetch_now(10);
+//! assert_eq!((due[0].id.as_str(), due[0].delivery_count), ("0-1", 1));
+//! # Ok(())
+//! # }
+//! ```
 #![forbid(unsafe_code)]
 
 mod backend;
@@ -77,6 +124,7 @@ mod clock;
 mod config;
 mod id;
 mod inspect;
+mod publish;
 mod store;
 mod stream;
 mod sync;

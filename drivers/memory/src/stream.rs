@@ -14,9 +14,11 @@ use crate::sync::{lock, Arc, Mutex, MutexGuard};
 use crate::wakeup::{Listener, Wakeup};
 
 /// One in-process stream with one consumer group: a cheap, clone-able handle to the shared
-/// store. Workers get their [`MemoryBackend`] from [`consumer`](MemoryStream::consumer).
+/// store. Workers get their [`MemoryBackend`](crate::MemoryBackend) from [`consumer`](MemoryStream::consumer).
 ///
-/// Besides [`publish`](MemoryStream::publish) it offers read-only inspection (who holds a
+/// It is also the stream's [`Publisher`](leasehold_core::Publisher): messages delayed until
+/// they are due and deduplicated by key (see [`publish_with_now`](MemoryStream::publish_with_now)).
+/// Besides publishing it offers read-only inspection (who holds a
 /// message, its delivery count and idle time, the dead letters) for tests and tools.
 #[derive(Clone)]
 pub struct MemoryStream {
@@ -26,7 +28,8 @@ pub struct MemoryStream {
 struct Shared {
     store: Mutex<Store>,
     clock: Box<dyn Clock>,
-    /// Notified when something may have become fetchable: a publish or a release.
+    /// Notified when something may have become fetchable, or due sooner than a waiting fetch
+    /// knows: a publish (delayed ones too) or a release.
     wakeup: Wakeup,
     claim_timeout: Duration,
 }
@@ -138,6 +141,7 @@ impl fmt::Debug for MemoryStream {
             .field("claim_timeout", &self.shared.claim_timeout)
             .field("len", &store.len())
             .field("pending", &store.pending_len())
+            .field("delayed", &store.delayed_len())
             .field("dead_letters", &store.dead_letters().len())
             .finish()
     }

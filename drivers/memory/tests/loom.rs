@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
-use leasehold_core::{Fence, Fetched, LeaseRef, MessageId, RenewResult, SettleResult};
+use leasehold_core::{
+    Dedupe, Due, Fence, Fetched, LeaseRef, MessageId, Outgoing, RenewResult, SettleResult,
+};
 use leasehold_memory::{Bytes, ManualClock, MemoryBackend, MemoryStream, StreamConfig};
 use loom::thread;
 
@@ -201,5 +203,60 @@ fn renew_and_ack_by_the_owner_race_a_reclaim_and_ack_by_another() {
         }
         assert!(!stream.contains(&held.id));
         assert_eq!(stream.pending_len(), 0);
+    });
+}
+
+#[test]
+fn a_due_message_is_promoted_and_delivered_once_to_racing_fetches() {
+    // Two consumers fetch while the clock reaches the due time of a delayed message.
+    loom::model(|| {
+        let clock = ManualClock::new();
+        let stream = MemoryStream::with_clock(StreamConfig::new(TIMEOUT), clock.clone()).unwrap();
+        let (a, b) = (stream.consumer("a").unwrap(), stream.consumer("b").unwrap());
+        let delayed = Outgoing {
+            due: Some(Due::After(Duration::from_secs(1))),
+            ..Outgoing::new(Bytes::from("later"))
+        };
+        stream.publish_with_now(delayed).unwrap();
+
+        let tick = thread::spawn(move || clock.advance(Duration::from_secs(1)));
+        let fetch_a = thread::spawn(move || (a.fetch_now(1), a));
+        let got_b = b.fetch_now(1);
+        let (got_a, _a) = fetch_a.join().unwrap();
+        tick.join().unwrap();
+
+        let got: Vec<_> = got_a.iter().chain(&got_b).collect();
+        assert!(got.len() <= 1, "delivered twice");
+        assert!(got.iter().all(|m| m.delivery_count == 1));
+        // Promoted at most once: one entry in the stream, or still waiting.
+        assert_eq!(stream.len() + stream.delayed_len(), 1);
+        if got.is_empty() {
+            assert_eq!(b.fetch_now(1).len(), 1, "due, and never delivered");
+        }
+        assert_eq!(stream.len(), 1);
+    });
+}
+
+#[test]
+fn racing_publishes_with_one_key_enqueue_one_message() {
+    loom::model(|| {
+        let stream =
+            MemoryStream::with_clock(StreamConfig::new(TIMEOUT), ManualClock::new()).unwrap();
+        let keyed = || Outgoing {
+            dedupe: Some(Dedupe {
+                key: "order-7".into(),
+                ttl: Duration::from_secs(60),
+            }),
+            ..Outgoing::new(Bytes::from("charge"))
+        };
+        let other = {
+            let stream = stream.clone();
+            thread::spawn(move || stream.publish_with_now(keyed()).unwrap())
+        };
+        let mine = stream.publish_with_now(keyed()).unwrap();
+        let theirs = other.join().unwrap();
+        assert!(mine.duplicate != theirs.duplicate, "{mine:?} {theirs:?}");
+        assert_eq!(mine.id, theirs.id);
+        assert_eq!(stream.len(), 1);
     });
 }

@@ -1,5 +1,6 @@
-//! Fetch: reclaims (like XAUTOCLAIM, those claimable longest first) and new entries
-//! (XREADGROUP `>`), split so that neither kind starves the other.
+//! Fetch: delayed messages that are due join the stream, then reclaims (like XAUTOCLAIM, those
+//! claimable longest first) and new entries (XREADGROUP `>`), split so that neither kind
+//! starves the other.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -11,13 +12,15 @@ use super::{standing, Entry, Pending, Store};
 
 impl Store {
     /// Up to `max` deliveries for `consumer`: reclaimed entries (those claimable longest first)
-    /// and new ones (XREADGROUP `>`), split so that neither kind starves the other.
+    /// and new ones (XREADGROUP `>`), split so that neither kind starves the other. Delayed
+    /// messages due at `now` join the stream first, so they are new entries like any other.
     pub(crate) fn fetch(
         &mut self,
         now: Instant,
         consumer: &Arc<str>,
         max: usize,
     ) -> Vec<Fetched<Bytes>> {
+        self.promote(now);
         let due = if self.due.any_claimable(now, standing(&self.entries)) {
             self.due.oldest_claimable(now, max, standing(&self.entries))
         } else {

@@ -1,8 +1,10 @@
 //! The synchronous store: one stream, its consumer group's pending list (PEL) and a dead-letter
-//! stream, with the lease semantics of Redis Streams. Every operation is given `now`; the
+//! stream, with the lease semantics of Redis Streams, plus the delayed messages and
+//! deduplication keys of its publishers (`delayed`). Every operation is given `now`; the
 //! handles lock the store, read the clock and call in. Nothing here blocks, awaits or panics
 //! half-way through a change.
 
+mod delayed;
 mod due;
 mod fetch;
 
@@ -11,12 +13,24 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use leasehold_core::{LeaseRef, MessageId, RenewResult, SettleResult};
+use leasehold_core::{LeaseRef, MessageId, Published, RenewResult, SettleResult};
 
 use crate::config::MemoryError;
 use crate::id;
 use crate::inspect::{DeadLetter, PendingInfo};
+use delayed::{Dedupe, Delayed};
 use due::{Due, Record};
+
+/// A message to publish, checked and with its times resolved on the stream's clock: nothing
+/// about it can fail inside the store.
+#[derive(Debug)]
+pub(crate) struct Outgoing {
+    pub(crate) payload: Bytes,
+    /// When it is due (`None`, or not after the publish: at once).
+    pub(crate) due: Option<Instant>,
+    /// Its deduplication key and when the key expires.
+    pub(crate) dedupe: Option<(String, Instant)>,
+}
 
 /// One delivered, unacknowledged entry: an XPENDING row.
 #[derive(Debug)]
@@ -72,6 +86,10 @@ pub(crate) struct Store {
     prefer_new: bool,
     consumers: HashSet<Arc<str>>,
     dead: Vec<DeadLetter>,
+    /// Delayed messages, not in the stream until they are due.
+    delayed: Delayed,
+    /// Deduplication keys within their time to live.
+    dedupe: Dedupe,
 }
 
 impl Store {
@@ -86,6 +104,8 @@ impl Store {
             prefer_new: false,
             consumers: HashSet::new(),
             dead: Vec::new(),
+            delayed: Delayed::default(),
+            dedupe: Dedupe::default(),
         }
     }
 
@@ -120,6 +140,50 @@ impl Store {
             },
         );
         id
+    }
+
+    /// Publishes one message at `now`: a duplicate of a live deduplication key answers that
+    /// key's id and enqueues nothing; a message due later waits outside the stream (id
+    /// `delayed:<n>`); any other is appended at once.
+    pub(crate) fn publish_outgoing(&mut self, now: Instant, message: Outgoing) -> Published {
+        self.dedupe.prune(now);
+        if let Some((key, _)) = &message.dedupe {
+            if let Some(id) = self.dedupe.get(key) {
+                return Published {
+                    id: id.clone(),
+                    duplicate: true,
+                };
+            }
+        }
+        let id = match message.due {
+            Some(due) if due > now => self.delayed.insert(due, message.payload),
+            _ => self.publish(message.payload),
+        };
+        if let Some((key, expires)) = message.dedupe {
+            self.dedupe.insert(&key, id.clone(), expires);
+        }
+        Published {
+            id,
+            duplicate: false,
+        }
+    }
+
+    /// Moves every delayed message due at `now` into the stream, in due order (publish order
+    /// among those due at the same instant), with stream ids as publishes get them.
+    pub(crate) fn promote(&mut self, now: Instant) {
+        while let Some(payload) = self.delayed.take_due(now) {
+            self.publish(payload);
+        }
+    }
+
+    /// When the earliest delayed message is due, if any waits.
+    pub(crate) fn next_due(&self) -> Option<Instant> {
+        self.delayed.next_due()
+    }
+
+    /// Delayed messages not in the stream yet.
+    pub(crate) fn delayed_len(&self) -> usize {
+        self.delayed.len()
     }
 
     /// Resets the idle time of each lease `consumer` holds with that fence (owner-checked
