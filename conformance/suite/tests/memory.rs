@@ -5,7 +5,10 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use leasehold_conformance::{backend_suite, backend_worker_suite, BackendFactory, DeadLetterInfo};
+use leasehold_conformance::{
+    backend_suite, backend_worker_suite, publisher_suite, BackendFactory, DeadLetterInfo,
+    PublisherFactory,
+};
 use leasehold_memory::{ManualClock, MemoryBackend, MemoryStream, StreamConfig};
 
 /// Fresh streams on one manual clock; `advance` moves it, so the suite runs in no real time.
@@ -68,6 +71,21 @@ impl BackendFactory for MemoryFactory {
 }
 
 backend_suite!(MemoryFactory::new());
+
+/// The stream itself publishes (it needs no consumer).
+impl PublisherFactory for MemoryFactory {
+    type Publisher = MemoryStream;
+
+    async fn publisher(&self) -> MemoryStream {
+        let last = self.last.lock().expect("not poisoned");
+        last.clone().expect("a stream was opened")
+    }
+}
+
+mod publisher {
+    use super::*;
+    publisher_suite!(MemoryFactory::new());
+}
 
 /// Fresh streams on the system clock; `advance` sleeps. For the worker-level properties.
 #[derive(Default)]
