@@ -10,8 +10,10 @@
 //! driver's call timeout gives up on it like on any slow call.
 //!
 //! A fetch that finds nothing blocks in the store like the memory backend does on a real clock:
-//! it looks again on a publish, a release or the next lapse, until its `wait` is over; one its
-//! driver dropped (timed out, abandoned at shutdown, crashed) takes nothing.
+//! it looks again on a publish, a release, the next lapse or the next delayed message's due
+//! time, until its `wait` is over; one its driver dropped (timed out, abandoned at shutdown,
+//! crashed) takes nothing. Its answer carries how long after its execution the next delayed
+//! message is due, as a Redis fetch's does: [`Backend::next_due`] reports it to the driver.
 //!
 //! Faults are drawn per call while faults are on: fail fast (transient, or now and then
 //! fatal), lose the answer after executing, be slow (either leg up to 1.5 × the claim
@@ -20,7 +22,7 @@
 
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use event_listener::Event as Notify;
@@ -28,7 +30,7 @@ use futures::channel::oneshot;
 use futures::future::select;
 use leasehold_core::{
     Backend, BackendError, BackendResult, CancelReason, DeadLetterReason, ErrorKind, Fetched,
-    LeaseRef, MessageId, Outcome, RenewResult, SettleResult,
+    LeaseRef, MessageId, Outcome, Outgoing, RenewResult, SettleResult,
 };
 use leasehold_memory::Bytes;
 use leasehold_worker::Runtime;
@@ -48,6 +50,8 @@ pub(crate) struct SimBackend {
     pub(crate) network: SimRuntime,
     /// Notified when something may have become fetchable (a publish, a release).
     pub(crate) changed: Arc<Notify>,
+    /// What the last answered fetch said of the next delayed message.
+    pub(crate) next_due: Mutex<Option<Duration>>,
 }
 
 /// What a call asks of the store.
@@ -73,7 +77,8 @@ impl Request {
 
 /// What the store answered.
 enum Answer {
-    Fetched(Vec<Fetched<Bytes>>),
+    /// The deliveries, and how long after the fetch the next delayed message is due.
+    Fetched(Vec<Fetched<Bytes>>, Option<Duration>),
     Renewed(Vec<RenewResult>),
     Settled(Vec<SettleResult>),
 }
@@ -263,7 +268,10 @@ impl Exec<'_> {
     /// Executes `request` at the store (a fetch may block); `None` if a fetch's driver gave up.
     async fn run(&self, request: &Request) -> Option<Answer> {
         match request {
-            Request::Fetch { max, wait } => self.fetch(*max, *wait).await.map(Answer::Fetched),
+            Request::Fetch { max, wait } => self
+                .fetch(*max, *wait)
+                .await
+                .map(|(got, next_due)| Answer::Fetched(got, next_due)),
             Request::Renew(refs) => Some(Answer::Renewed(self.renew(refs))),
             Request::Ack(refs) => Some(Answer::Settled(self.settle(
                 OpKind::Ack,
@@ -288,7 +296,11 @@ impl Exec<'_> {
         }
     }
 
-    async fn fetch(&self, max: usize, wait: Duration) -> Option<Vec<Fetched<Bytes>>> {
+    async fn fetch(
+        &self,
+        max: usize,
+        wait: Duration,
+    ) -> Option<(Vec<Fetched<Bytes>>, Option<Duration>)> {
         let deadline = self.network.now() + wait;
         let mut blocked = false;
         loop {
@@ -300,10 +312,11 @@ impl Exec<'_> {
                 let mut s = lock(self.shared);
                 let now = s.instant();
                 let got = s.store.fetch(now, self.consumer, max);
+                let next_due = s.store.next_due(now);
                 if !got.is_empty() || now >= deadline {
                     let mut list = Vec::with_capacity(got.len());
                     for f in &got {
-                        let m = s.message_index(&f.id);
+                        let m = s.fetched_index(f);
                         list.push((m as u32, f.fence.0));
                         s.delivered(m, self.consumer, f.fence.0);
                     }
@@ -312,7 +325,8 @@ impl Exec<'_> {
                         call: self.call,
                         got: list.into(),
                     });
-                    return Some(got);
+                    let next_due = next_due.map(|at| at.saturating_duration_since(now));
+                    return Some((got, next_due));
                 }
                 if !blocked {
                     blocked = true;
@@ -322,7 +336,11 @@ impl Exec<'_> {
                     });
                 }
                 let lapse = s.store.next_claimable(now).filter(|&at| at > now);
-                lapse.map_or(deadline, |at| at.min(deadline))
+                let due = next_due.filter(|&at| at > now);
+                [lapse, due]
+                    .into_iter()
+                    .flatten()
+                    .fold(deadline, Instant::min)
             };
             let sleep = pin!(self.network.sleep_until(wake_at));
             let _ = select(sleep, listener).await;
@@ -370,15 +388,24 @@ impl Backend for SimBackend {
     async fn publish(&self, payload: Bytes) -> BackendResult<MessageId> {
         let mut s = lock(&self.shared);
         let now = s.instant();
-        let id = s.store.publish(now, payload);
+        let id = s.store.publish(now, Outgoing::new(payload)).id;
         drop(s);
         self.changed.notify(usize::MAX);
         Ok(id)
     }
 
+    /// What the last answered fetch said, as of its execution at the store (the driver adds it
+    /// to the instant, on its own clock, the answer reached it).
+    fn next_due(&self) -> Option<Duration> {
+        *self.next_due.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     async fn fetch(&self, max: usize, wait: Duration) -> BackendResult<Vec<Fetched<Bytes>>> {
         match self.call(Request::Fetch { max, wait }).await? {
-            Answer::Fetched(got) => Ok(got),
+            Answer::Fetched(got, next_due) => {
+                *self.next_due.lock().unwrap_or_else(|e| e.into_inner()) = next_due;
+                Ok(got)
+            }
             _ => unreachable!("a fetch is answered with deliveries"),
         }
     }

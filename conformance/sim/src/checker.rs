@@ -7,7 +7,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use leasehold_core::{CancelReason, LeaseRef, MessageId, Outcome, Settings, SettleResult};
+use leasehold_core::{
+    CancelReason, Due, Fetched, LeaseRef, MessageId, Outcome, Settings, SettleResult,
+};
+use leasehold_memory::Bytes;
 use leasehold_worker::{Cancellation, ShutdownReport};
 
 use crate::behaviour::Behaviour;
@@ -27,10 +30,54 @@ pub(crate) enum Removal {
     DeadLettered,
 }
 
+/// How a message is published: when it is due, its deduplication key, and whether (and how
+/// long after its publish) it is published a second time.
+#[derive(Debug, Clone)]
+pub(crate) struct PublishPlan {
+    pub(crate) due: Option<Due>,
+    pub(crate) key: Option<String>,
+    pub(crate) again_after: Option<Duration>,
+}
+
+impl PublishPlan {
+    /// The delay after its publish before the message may be delivered.
+    pub(crate) fn delay(&self) -> Duration {
+        match self.due {
+            Some(Due::After(delay)) => delay,
+            // The simulator's wall-clock due times are in the past: at once.
+            Some(Due::At(_)) | None => Duration::ZERO,
+        }
+    }
+}
+
+/// The payload of message `m`: how a delivery of a delayed message, whose stream id the
+/// publish could not tell, is known.
+pub(crate) fn payload(m: usize) -> Bytes {
+    Bytes::from(format!("message {m}"))
+}
+
+fn payload_index(payload: &[u8]) -> Option<usize> {
+    std::str::from_utf8(payload)
+        .ok()?
+        .strip_prefix("message ")?
+        .parse()
+        .ok()
+}
+
 /// One message, as the checker follows it.
 pub(crate) struct Msg {
+    /// Its stream id (empty until it is known: a delayed message gets one when it is due).
     pub(crate) id: MessageId,
     pub(crate) behaviour: Behaviour,
+    pub(crate) plan: PublishPlan,
+    /// When it is published (virtual time).
+    pub(crate) publish_at: Duration,
+    /// The id its publish answered (`delayed:<n>` for a delayed message).
+    pub(crate) published_id: Option<MessageId>,
+    /// Its due time (virtual), if it was published with one: no delivery before it.
+    pub(crate) due: Option<Duration>,
+    /// A second publish with its deduplication key is still to come.
+    pub(crate) again_pending: bool,
     pub(crate) published: bool,
     /// Invocations so far, across replicas (a behaviour's plan follows this count).
     pub(crate) invocations: u32,
@@ -235,6 +282,17 @@ impl Shared {
         cancellation: Cancellation,
     ) -> (usize, u32) {
         let msg = self.message_index(id);
+        if let Some(due) = self.msgs[msg].due.filter(|&due| self.now() < due) {
+            let now = self.now();
+            self.fail(
+                Check::DueTime,
+                format!(
+                    "r{replica} starts m{msg} at {:.6}s, before its due time {:.6}s",
+                    now.as_secs_f64(),
+                    due.as_secs_f64()
+                ),
+            );
+        }
         let view = &self.replicas[replica];
         let consumer = view.consumer;
         if view.reported_at.is_some() {
@@ -511,8 +569,46 @@ impl Shared {
 
     // ----- the store --------------------------------------------------------------------------
 
+    /// The message a fetch delivered. A delayed message's first delivery is the first time its
+    /// stream id is seen: it is known by its payload then, and must not be in the stream under
+    /// another id already (a deduplicated publish enqueued it twice).
+    pub(crate) fn fetched_index(&mut self, fetched: &Fetched<Bytes>) -> usize {
+        if let Some(&m) = self.by_id.get(&fetched.id) {
+            return m;
+        }
+        let m = payload_index(&fetched.payload)
+            .filter(|&m| m < self.msgs.len())
+            .expect("the store delivers only what the simulator published");
+        let known = &self.msgs[m].id;
+        if !known.as_str().is_empty() {
+            let detail = format!(
+                "m{m} is in the stream twice, as {known} and as {}: a publish with its \
+                 deduplication key enqueued it again",
+                fetched.id
+            );
+            self.fail(Check::Dedupe, detail);
+        }
+        self.msgs[m].id = fetched.id.clone();
+        self.by_id.insert(fetched.id.clone(), m);
+        m
+    }
+
     /// The store delivered message `msg` to `consumer` with `fence`.
     pub(crate) fn delivered(&mut self, msg: usize, consumer: ConsumerId, fence: u64) {
+        let m = &self.msgs[msg];
+        if let Some(due) = m.due.filter(|&due| self.now() < due) {
+            let now = self.now();
+            self.fail(
+                Check::DueTime,
+                format!(
+                    "the store delivered m{msg} to c{} at {:.6}s, before its due time {:.6}s",
+                    consumer.0,
+                    now.as_secs_f64(),
+                    due.as_secs_f64()
+                ),
+            );
+            return;
+        }
         let m = &self.msgs[msg];
         if m.removed.is_some() {
             self.fail(
@@ -624,9 +720,12 @@ impl Shared {
         }
     }
 
-    /// Every message was published and the store holds none: all work is done.
+    /// Every message was published (twice, where planned) and the store holds none, in the
+    /// stream or delayed: all work is done.
     pub(crate) fn all_done(&self) -> bool {
-        self.msgs.iter().all(|m| m.published) && self.store.is_empty()
+        self.msgs.iter().all(|m| m.published && !m.again_pending)
+            && self.store.is_empty()
+            && self.store.delayed_len() == 0
     }
 }
 

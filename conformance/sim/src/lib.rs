@@ -3,7 +3,8 @@
 //! N replicas, each **the real worker** (`leasehold-worker`'s driver, its engine, its handler
 //! task pool) on a node of a deterministic, single-threaded [`World`] on **virtual time**,
 //! consume ONE shared stream: the real `leasehold-memory` backend, or a model of it with a
-//! deliberate flaw. Every choice — which ready task is polled first, every delay, every fault,
+//! deliberate flaw. Some of its messages are **delayed** (not deliverable before their due
+//! time) and some carry a **deduplication key** and are published twice. Every choice — which ready task is polled first, every delay, every fault,
 //! every handler's behaviour — is drawn from seeded generators ([`rng::Rng`], splitmix64), so a
 //! seed replays exactly:
 //!
@@ -19,13 +20,29 @@
 //! worker started on it with `WorkerBuilder::new(world.runtime(node))`, over a consumer of the
 //! shared store of its own (a fresh consumer name per incarnation).
 //!
+//! **Publishing.** Each message is published once at a random instant before
+//! [`SimConfig::publish_until`], straight into the store (no network, no faults). A share of
+//! them ([`SimConfig::delayed_share`], 30 %) has a due time: one in eight of those is due
+//! already (a delay of zero, or a wall-clock time in the past: the Unix epoch, so the outcome
+//! never depends on when the run happens), the rest are delayed from a millisecond up to
+//! [`SimConfig::delay_max`] (three claim timeouts) — spread over milliseconds, up to a third of
+//! it, and beyond. A delayed message waits outside the stream (its publish answers a
+//! `delayed:<n>` id) until a fetch at or after its due time moves it in; its stream id is
+//! learnt at its first delivery, from its payload. A share ([`SimConfig::dedupe_share`], 20 %)
+//! carries a deduplication key whose time to live outlasts the run, and half of those are
+//! published a second time, up to two claim timeouts later: that publish must enqueue nothing
+//! and answer the first one's id. The draws come from a generator of their own.
+//!
 //! **A backend call** (the driver's fetch, renew, ack, release, dead-letter) crosses a simulated
-//! network ([`backend`]): its request travels on a network node that is never paused or
+//! network (`src/backend.rs`): its request travels on a network node that is never paused or
 //! killed, reaches the store after a request delay, executes there atomically at that instant
 //! and answers after an answer delay (1–20 ms each when fault-free); the driver bounds each
 //! call with its `call_timeout`, as in production. A fetch that finds nothing blocks in the
-//! store like the memory backend does on a real clock: it looks again on a publish, a release
-//! or the next lapse, until its `wait` is over; one its driver dropped takes nothing. While
+//! store like the memory backend does on a real clock: it looks again on a publish, a release,
+//! the next lapse or the next due time of a delayed message, until its `wait` is over; one its
+//! driver dropped takes nothing. A fetch's answer says how long after its execution the next
+//! delayed message is due, as a Redis fetch's does, and the driver reads it through
+//! `Backend::next_due` to fetch again then. While
 //! faults are on, a call may **fail fast** with a transient error or now and then a fatal one
 //! (the store is not touched), **lose its answer** (the store is changed, the driver times out),
 //! be **slow** (request and/or answer delayed up to 1.5 × the claim timeout, so it may execute
@@ -77,9 +94,9 @@
 //!   that owner with that fence, for a message not yet removed.
 //! - **Nothing lost** ([`Check::NothingLost`]). An accepted ack needs an uncancelled `Done` of
 //!   the message on that consumer, an accepted dead-letter a failure, a rejection or a time-out
-//!   there; no removed message is ever delivered again; at the end the store is empty, each
-//!   message was removed exactly once, and the dead-letter stream holds exactly the
-//!   dead-lettered ones.
+//!   there; no removed message is ever delivered again; at the end the store is empty (no
+//!   delayed message waits either), each message was removed exactly once, and the
+//!   dead-letter stream holds exactly the dead-lettered ones.
 //! - **Liveness** ([`Check::Liveness`]). All work completes within the bound below after quiet;
 //!   a run that cannot finish (nothing left to happen, or more than [`SimConfig::max_events`]
 //!   steps) fails too.
@@ -92,6 +109,14 @@
 //!   the clock moving); every driver gave its engine only inputs it asked for (its
 //!   `Stats::unexpected` is 0); a worker stops, or a stream halts, only on a fatal error the
 //!   simulator injected, and names that error.
+//! - **Due time** ([`Check::DueTime`]). No delayed message is delivered by the store, nor any
+//!   invocation of it started, before its due time (virtual time; the publish instant plus its
+//!   delay). Once due, a delayed message is held to every other check: it must be processed
+//!   and removed like any message, within the liveness bound.
+//! - **Deduplication** ([`Check::Dedupe`]). A first publish is never answered as a duplicate;
+//!   a second publish with a live key is, with the first publish's id; and no message enters
+//!   the stream twice (two stream ids delivering one message's payload). The end checks then
+//!   find each message removed exactly once, and no delayed message left.
 //!
 //! ## The liveness bound
 //!
@@ -123,15 +148,18 @@
 //!
 //!   `bound = fetch_backoff_max + rtt + Σ_m busy(m) / slots + max_m (busy(m) + gap(m))`
 //!
-//!   after quiet (`fetch_backoff_max`: a fetch backoff left over from faults). It is loose on
-//!   purpose — it must hold for every seed — and [`SeedReport::completed_after_quiet`] reports
+//!   after quiet (`fetch_backoff_max`: a fetch backoff left over from faults), or after the
+//!   last message may first be delivered (its publish instant plus its delay), if that is
+//!   later: from then on every message is in the stream and the argument above holds. It is
+//!   loose on purpose — it must hold for every seed — and [`SeedReport::completed_after_quiet`] reports
 //!   what was used; the summary prints the largest fraction seen.
 //!
 //! ## Broken components (the checks can fail)
 //!
 //! [`StoreKind::Model`] with a [`Flaw`] runs the same scenarios against a store whose renew
 //! steals messages back (a heartbeat that is a plain, unconditional `XCLAIM`, the classic hole of
-//! Redis Streams consumers) or whose ack ignores the owner. [`SimConfig::broken`] breaks the
+//! Redis Streams consumers), whose ack ignores the owner, which enqueues delayed messages at
+//! once, or which forgets deduplication keys. [`SimConfig::broken`] breaks the
 //! driver at its boundary with the store ([`BrokenDriver`]): it acks results the engine
 //! discarded, drops a renew result, reports lost leases as kept, or answers a shutdown's
 //! releases without making them.
@@ -204,6 +232,15 @@ pub struct SimConfig {
     pub slow_max: Duration,
     /// Messages are published at random instants before this.
     pub publish_until: Duration,
+    /// Share of messages published with a due time: already due (a delay of zero or a time in
+    /// the past) for one in eight of them, else a delay from a millisecond up to
+    /// [`delay_max`](Self::delay_max).
+    pub delayed_share: f64,
+    /// The longest delay of a delayed message.
+    pub delay_max: Duration,
+    /// Share of messages published with a deduplication key (whose time to live outlasts the
+    /// run); half of them are published a second time, which must enqueue nothing.
+    pub dedupe_share: f64,
     /// Faults are injected before this instant only.
     pub faults_until: Duration,
     /// Mean time between crashes of one replica.
@@ -271,6 +308,9 @@ impl Default for SimConfig {
             quick_max: Duration::from_millis(200),
             slow_max: Duration::from_secs(25),
             publish_until: Duration::from_secs(60),
+            delayed_share: 0.3,
+            delay_max: Duration::from_secs(30),
+            dedupe_share: 0.2,
             faults_until: Duration::from_secs(90),
             crash_mean: Duration::from_secs(60),
             pause_mean: Duration::from_secs(45),
@@ -385,6 +425,10 @@ pub enum Check {
     NoLeak,
     /// The engine broke its contract with the driver (busy loop, unknown lease).
     Engine,
+    /// A delayed message was delivered or invoked before its due time.
+    DueTime,
+    /// A publish with a live deduplication key enqueued the message again.
+    Dedupe,
 }
 
 impl fmt::Display for Check {
@@ -396,6 +440,8 @@ impl fmt::Display for Check {
             Check::Liveness => "liveness",
             Check::NoLeak => "no leak",
             Check::Engine => "engine contract",
+            Check::DueTime => "due time",
+            Check::Dedupe => "deduplication",
         })
     }
 }
@@ -455,6 +501,10 @@ pub struct SeedReport {
     pub acked: usize,
     /// Messages dead-lettered.
     pub dead_lettered: usize,
+    /// Messages that waited outside the stream until their due time.
+    pub delayed: usize,
+    /// Repeated publishes the store answered as duplicates (enqueuing nothing).
+    pub duplicates: usize,
     /// Handler invocations.
     pub runs: u64,
     /// Invocations beyond each message's first (retries, re-polls, takeovers).
@@ -561,6 +611,8 @@ impl Summary {
         t.messages += report.messages;
         t.acked += report.acked;
         t.dead_lettered += report.dead_lettered;
+        t.delayed += report.delayed;
+        t.duplicates += report.duplicates;
         t.runs += report.runs;
         t.reruns += report.reruns;
         t.crashes += report.crashes;

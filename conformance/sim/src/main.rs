@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! leasehold-sim [--seeds N] [--first S] [--seed S] [--replicas R] [--messages M]
-//!               [--backend memory|model|steal-back|unfenced-ack] [--profile broad|lease-edge]
+//!               [--backend memory|model|steal-back|unfenced-ack|ignores-delay|ignores-dedupe]
+//!               [--profile broad|lease-edge]
 //!               [--threads T] [--print] [--trace N] [--faults-until S] [--bound-scale X]
 //!               [--broken NAME] [--keep-going]
 //! ```
@@ -21,7 +22,8 @@ usage: leasehold-sim [options]
   --seed S           replay one seed and print its report (and trace, if it fails)
   --replicas R       replicas per seed (default 3)
   --messages M       messages per seed (default 12)
-  --backend NAME     memory (default), model, steal-back, unfenced-ack
+  --backend NAME     memory (default), model, steal-back, unfenced-ack, ignores-delay,
+                     ignores-dedupe
   --profile NAME     fault profile: broad (default), lease-edge
   --threads T        worker threads for a batch (default: available cores)
   --print            with --seed: print every event as it happens
@@ -166,8 +168,9 @@ fn main() -> ExitCode {
         (
             "messages",
             format!(
-                "{} ({} acked, {} dead-lettered; {} runs, {} re-runs)",
-                t.messages, t.acked, t.dead_lettered, t.runs, t.reruns
+                "{} ({} acked, {} dead-lettered; {} runs, {} re-runs; {} delayed, {} duplicate \
+                 publishes enqueued nothing)",
+                t.messages, t.acked, t.dead_lettered, t.runs, t.reruns, t.delayed, t.duplicates
             ),
         ),
         (

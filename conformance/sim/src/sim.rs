@@ -6,14 +6,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use event_listener::Event as Notify;
-use leasehold_core::{Config, MessageId, Stats};
+use leasehold_core::{Config, Dedupe, Due, MessageId, Outgoing, Stats};
 use leasehold_memory::Bytes;
 use leasehold_worker::{Health, Raw, ShutdownReport, Worker, WorkerBuilder};
 
 use crate::backend::SimBackend;
 use crate::behaviour::Behaviour;
 use crate::bound::{drain_bound, liveness_bound};
-use crate::checker::{lock, Accepted, Msg, ReplicaView, Shared, SharedState};
+use crate::checker::{lock, payload, Accepted, Msg, PublishPlan, ReplicaView, Shared, SharedState};
 use crate::handler::handler;
 use crate::rng::{mix, Rng};
 use crate::runtime::{JoinHandle, NodeId, Step, World, WorldConfig};
@@ -25,6 +25,8 @@ use crate::{Check, Failure, SeedReport, SimConfig};
 #[derive(Debug)]
 enum Scheduled {
     Publish(usize),
+    /// The second publish of a message with a deduplication key: it must enqueue nothing.
+    PublishAgain(usize),
     Crash(usize),
     Restart(usize),
     Pause {
@@ -197,12 +199,24 @@ impl Sim {
     pub(crate) fn run(mut self) -> Res<SeedReport> {
         let cfg = self.cfg.clone();
         {
+            // Due times and keys from a generator of their own, so the other draws of a seed
+            // stay what they were.
+            let seed = lock(&self.shared).seed;
+            let mut plans = Rng::new(mix(seed ^ 0xde1a_7ed0_d0d0_5eed));
             let mut s = lock(&self.shared);
             for i in 0..cfg.messages {
                 let behaviour = Behaviour::draw(&mut s.rng);
+                let at = s.rng.duration(Duration::ZERO, cfg.publish_until);
+                let plan = publish_plan(&cfg, &mut plans, i);
+                let again = plan.again_after;
                 s.msgs.push(Msg {
                     id: MessageId::from(""),
                     behaviour,
+                    plan,
+                    publish_at: at,
+                    published_id: None,
+                    due: None,
+                    again_pending: again.is_some(),
                     published: false,
                     invocations: 0,
                     owner: None,
@@ -211,9 +225,11 @@ impl Sim {
                     done_by: Vec::new(),
                     failed_by: Vec::new(),
                 });
-                let at = s.rng.duration(Duration::ZERO, cfg.publish_until);
                 drop(s);
                 self.at(at, Scheduled::Publish(i));
+                if let Some(after) = again {
+                    self.at(at + after, Scheduled::PublishAgain(i));
+                }
                 s = lock(&self.shared);
             }
         }
@@ -300,6 +316,7 @@ impl Sim {
     fn event(&mut self, event: Scheduled) {
         match event {
             Scheduled::Publish(i) => self.publish(i),
+            Scheduled::PublishAgain(i) => self.publish_again(i),
             Scheduled::Crash(r) => self.crash(r),
             Scheduled::Restart(r) => {
                 self.replicas[r].restart_scheduled = false;
@@ -354,8 +371,13 @@ impl Sim {
                 self.quiet = true;
                 let mut s = lock(&self.shared);
                 let behaviours: Vec<Behaviour> = s.msgs.iter().map(|m| m.behaviour).collect();
-                let bound = liveness_bound(&self.cfg, &s.settings, &behaviours, self.cfg.replicas)
-                    .mul_f64(self.cfg.bound_scale);
+                // Counted from when the last message may be delivered, if that is later.
+                let available = s.msgs.iter().map(|m| m.publish_at + m.plan.delay()).max();
+                let later = available.unwrap_or_default().saturating_sub(s.now());
+                let bound =
+                    (liveness_bound(&self.cfg, &s.settings, &behaviours, self.cfg.replicas)
+                        + later)
+                        .mul_f64(self.cfg.bound_scale);
                 s.report.bound = bound;
                 s.log(Event::Quiet { bound });
                 drop(s);
@@ -368,9 +390,10 @@ impl Sim {
                     let now = s.instant();
                     let rows = s.store.pending(now);
                     let mut detail = format!(
-                        "{} message(s) unfinished {:?} after the last fault effect ended (the \
-                         bound)",
-                        s.store.len(),
+                        "{} message(s) unfinished ({} of them delayed) {:?} after the last \
+                         fault effect ended (the bound)",
+                        s.store.len() + s.store.delayed_len(),
+                        s.store.delayed_len(),
                         s.report.bound
                     );
                     for row in rows {
@@ -434,18 +457,67 @@ impl Sim {
 
     fn publish(&mut self, i: usize) {
         let mut s = lock(&self.shared);
-        let payload = Bytes::from(format!("message {i}"));
         let now = s.instant();
-        let id = s.store.publish(now, payload);
-        s.by_id.insert(id.clone(), i);
+        let message = outgoing(i, &s.msgs[i].plan);
+        let published = s.store.publish(now, message);
+        if published.duplicate {
+            let detail = format!(
+                "the first publish of m{i} was answered as a duplicate of {}",
+                published.id
+            );
+            s.fail(Check::Dedupe, detail);
+        }
+        let delayed = published.id.as_str().starts_with("delayed:");
+        if delayed {
+            s.report.delayed += 1;
+        } else {
+            // A delayed message's stream id is known at its first delivery.
+            s.by_id.insert(published.id.clone(), i);
+            s.msgs[i].id = published.id.clone();
+        }
+        let due = s.msgs[i].plan.due.map(|_| s.now() + s.msgs[i].plan.delay());
         let msg = &mut s.msgs[i];
-        msg.id = id;
         msg.published = true;
-        let behaviour = msg.behaviour.to_string();
-        s.log(Event::Publish {
+        msg.published_id = Some(published.id.clone());
+        msg.due = due;
+        let event = Event::Publish {
             m: i as u32,
-            behaviour,
+            behaviour: msg.behaviour.to_string(),
+            id: published.id.to_string(),
+            due,
+            keyed: msg.plan.key.is_some(),
+        };
+        s.log(event);
+        drop(s);
+        self.changed.notify(usize::MAX);
+    }
+
+    /// Publishes message `i` again, with its deduplication key: the store must answer the
+    /// first publish's id and enqueue nothing.
+    fn publish_again(&mut self, i: usize) {
+        let mut s = lock(&self.shared);
+        let now = s.instant();
+        let message = outgoing(i, &s.msgs[i].plan);
+        let published = s.store.publish(now, message);
+        let first = s.msgs[i].published_id.clone();
+        s.msgs[i].again_pending = false;
+        s.log(Event::PublishAgain {
+            m: i as u32,
+            id: published.id.to_string(),
+            duplicate: published.duplicate,
         });
+        if published.duplicate && Some(&published.id) == first.as_ref() {
+            s.report.duplicates += 1;
+            return;
+        }
+        let detail = format!(
+            "m{i} published again with its deduplication key within the key's time to live: \
+             answered {} (duplicate: {}), the first publish answered {}",
+            published.id,
+            published.duplicate,
+            first.map_or("nothing".into(), |id| id.to_string())
+        );
+        s.fail(Check::Dedupe, detail);
         drop(s);
         self.changed.notify(usize::MAX);
     }
@@ -484,6 +556,7 @@ impl Sim {
             claim_timeout: self.cfg.claim_timeout,
             network: self.world.runtime(self.network),
             changed: self.changed.clone(),
+            next_due: std::sync::Mutex::new(None),
         };
         let rt = self.world.runtime(node);
         let seed = lock(&self.shared).seed;
@@ -815,6 +888,14 @@ impl Sim {
             s.fail(Check::NoLeak, detail);
             return;
         }
+        if s.store.delayed_len() > 0 {
+            let detail = format!(
+                "after shutdown {} delayed message(s) still wait",
+                s.store.delayed_len()
+            );
+            s.fail(Check::NothingLost, detail);
+            return;
+        }
         // Nothing lost: each message acked or dead-lettered exactly once, as the store says.
         let dead = s.store.dead_letters();
         for (m, msg) in s.msgs.iter().enumerate() {
@@ -844,5 +925,40 @@ impl Sim {
         }
         drop(s);
         self.finished = true;
+    }
+}
+
+/// How long a deduplication key is remembered: longer than any run.
+const KEY_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// Draws how message `i` is published (the mix is in [`SimConfig`]'s docs).
+fn publish_plan(cfg: &SimConfig, rng: &mut Rng, i: usize) -> PublishPlan {
+    let max = cfg.delay_max;
+    let due = rng.chance(cfg.delayed_share).then(|| match rng.below(8) {
+        // Already due: a delay of zero, or a wall-clock time in the past.
+        0 if rng.chance(0.5) => Due::After(Duration::ZERO),
+        0 => Due::At(std::time::UNIX_EPOCH),
+        1..=3 => Due::After(rng.duration(Duration::from_millis(1), max / 150)),
+        4..=5 => Due::After(rng.duration(max / 150, max / 3)),
+        _ => Due::After(rng.duration(max / 3, max)),
+    });
+    let key = rng.chance(cfg.dedupe_share).then(|| format!("key-{i}"));
+    let again_after = key
+        .as_ref()
+        .filter(|_| rng.chance(0.5))
+        .map(|_| rng.duration(Duration::from_millis(1), cfg.claim_timeout * 2));
+    PublishPlan {
+        due,
+        key,
+        again_after,
+    }
+}
+
+/// Message `i` as its plan publishes it.
+fn outgoing(i: usize, plan: &PublishPlan) -> Outgoing<Bytes> {
+    Outgoing {
+        payload: payload(i),
+        due: plan.due,
+        dedupe: plan.key.clone().map(|key| Dedupe { key, ttl: KEY_TTL }),
     }
 }

@@ -7,18 +7,21 @@
 //! reclaim of those claimable longest first, half-and-half split between reclaims and new
 //! entries), written so that one operation can be broken on purpose:
 //! [`Flaw::RenewStealsBack`] is a heartbeat that is a plain `XCLAIM` (no owner check),
-//! [`Flaw::AckIgnoresOwner`] a plain `XACK`. Without a flaw it makes exactly the decisions the memory backend makes, which a test
-//! checks by comparing whole runs.
+//! [`Flaw::AckIgnoresOwner`] a plain `XACK`, [`Flaw::DelayIgnored`] a publisher that enqueues
+//! delayed messages at once, [`Flaw::DedupeIgnored`] one that forgets deduplication keys.
+//! Without a flaw it makes exactly the decisions the memory backend makes (delayed messages and
+//! deduplication keys included), which a test checks by comparing whole runs.
 //!
 //! The memory backend's public API cannot express "steal back" (its renew is owner-checked and
 //! there is no raw `XCLAIM`), hence the model: the broken variant needs a store whose owner can
 //! be overwritten by a renew.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use leasehold_core::{
-    DeadLetterReason, Fence, Fetched, LeaseRef, MessageId, RenewResult, SettleResult,
+    DeadLetterReason, Due, Fence, Fetched, LeaseRef, MessageId, Outgoing, Published, RenewResult,
+    SettleResult,
 };
 use leasehold_memory::{Bytes, ManualClock, MemoryBackend, MemoryStream, StreamConfig};
 
@@ -55,9 +58,12 @@ pub struct DeadRow {
 pub trait SimStore {
     /// Registers a consumer (a replica incarnation).
     fn add_consumer(&mut self, consumer: ConsumerId);
-    /// Appends a message.
-    fn publish(&mut self, now: Instant, payload: Bytes) -> MessageId;
-    /// Takes up to `max` messages for `consumer`, reclaimable ones and new ones; never waits.
+    /// Publishes a message (checked by the caller): at once, delayed until its due time, or —
+    /// for a live deduplication key — not at all, answering the key's first id (semantics of
+    /// [`leasehold_core::Publisher`] and `MemoryStream::publish_with_now`).
+    fn publish(&mut self, now: Instant, message: Outgoing<Bytes>) -> Published;
+    /// Takes up to `max` messages for `consumer`, reclaimable ones and new ones, after moving
+    /// the delayed messages due at `now` into the stream; never waits.
     fn fetch(&mut self, now: Instant, consumer: ConsumerId, max: usize) -> Vec<Fetched<Bytes>>;
     /// Renews leases; one result per lease.
     fn renew(
@@ -85,12 +91,16 @@ pub trait SimStore {
         lease: &LeaseRef,
         reason: &DeadLetterReason,
     ) -> SettleResult;
-    /// Messages in the stream (pending ones included).
+    /// Messages in the stream (pending ones included; delayed ones not).
     fn len(&self) -> usize;
     /// Whether the stream is empty.
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Delayed messages waiting outside the stream.
+    fn delayed_len(&self) -> usize;
+    /// When the earliest delayed message is due (for blocking fetches and `next_due`).
+    fn next_due(&mut self, now: Instant) -> Option<Instant>;
     /// The pending list, in id order.
     fn pending(&mut self, now: Instant) -> Vec<PendingRow>;
     /// The dead-letter stream, oldest first.
@@ -116,6 +126,8 @@ impl StoreKind {
             StoreKind::Model(None) => "model",
             StoreKind::Model(Some(Flaw::RenewStealsBack)) => "steal-back",
             StoreKind::Model(Some(Flaw::AckIgnoresOwner)) => "unfenced-ack",
+            StoreKind::Model(Some(Flaw::DelayIgnored)) => "ignores-delay",
+            StoreKind::Model(Some(Flaw::DedupeIgnored)) => "ignores-dedupe",
         }
     }
 
@@ -126,6 +138,8 @@ impl StoreKind {
             StoreKind::Model(None),
             StoreKind::Model(Some(Flaw::RenewStealsBack)),
             StoreKind::Model(Some(Flaw::AckIgnoresOwner)),
+            StoreKind::Model(Some(Flaw::DelayIgnored)),
+            StoreKind::Model(Some(Flaw::DedupeIgnored)),
         ]
         .into_iter()
         .find(|k| k.name() == name)
@@ -148,6 +162,10 @@ pub enum Flaw {
     RenewStealsBack,
     /// Ack is a plain `XACK` + `XDEL`: it removes the message whoever holds it, with any fence.
     AckIgnoresOwner,
+    /// Publish ignores the due time: a delayed message is appended to the stream at once.
+    DelayIgnored,
+    /// Publish ignores deduplication keys: a repeated publish enqueues the message again.
+    DedupeIgnored,
 }
 
 // ----- the real memory backend ------------------------------------------------------------
@@ -207,9 +225,11 @@ impl SimStore for MemoryStore {
         self.names.insert(name, consumer);
     }
 
-    fn publish(&mut self, now: Instant, payload: Bytes) -> MessageId {
+    fn publish(&mut self, now: Instant, message: Outgoing<Bytes>) -> Published {
         self.tick(now);
-        self.stream.publish(payload)
+        self.stream
+            .publish_with_now(message)
+            .expect("the simulator publishes valid messages")
     }
 
     fn fetch(&mut self, now: Instant, consumer: ConsumerId, max: usize) -> Vec<Fetched<Bytes>> {
@@ -256,6 +276,15 @@ impl SimStore for MemoryStore {
 
     fn len(&self) -> usize {
         self.stream.len()
+    }
+
+    fn delayed_len(&self) -> usize {
+        self.stream.delayed_len()
+    }
+
+    fn next_due(&mut self, now: Instant) -> Option<Instant> {
+        self.tick(now);
+        self.stream.delayed_now().next_due.map(|d| now + d)
     }
 
     fn pending(&mut self, now: Instant) -> Vec<PendingRow> {
@@ -305,9 +334,16 @@ struct Pending {
     stamp: u64,
 }
 
-/// A model of the memory backend's semantics in ~150 lines, with an optional [`Flaw`].
+/// A model of the memory backend's semantics in ~200 lines, with an optional [`Flaw`].
 #[derive(Debug)]
 pub struct ModelStore {
+    /// Delayed messages by `(due, n)`; their id is `delayed:<n>`.
+    delayed: BTreeMap<(Instant, u64), Bytes>,
+    last_delayed: u64,
+    /// Deduplication keys: the id they answer, and when they expire.
+    keys: HashMap<String, (MessageId, Instant)>,
+    /// `(expires, key)` of every key.
+    key_expiry: BTreeSet<(Instant, String)>,
     claim_timeout: Duration,
     flaw: Option<Flaw>,
     entries: BTreeMap<u64, Bytes>,
@@ -325,6 +361,10 @@ impl ModelStore {
     /// An empty model store.
     pub fn new(claim_timeout: Duration, flaw: Option<Flaw>) -> Self {
         Self {
+            delayed: BTreeMap::new(),
+            last_delayed: 0,
+            keys: HashMap::new(),
+            key_expiry: BTreeSet::new(),
             claim_timeout,
             flaw,
             entries: BTreeMap::new(),
@@ -386,6 +426,13 @@ impl ModelStore {
         Some(p.delivery_count)
     }
 
+    /// XADD.
+    fn append(&mut self, payload: Bytes) -> MessageId {
+        self.last_seq += 1;
+        self.entries.insert(self.last_seq, payload);
+        MessageId::from(format!("0-{}", self.last_seq))
+    }
+
     fn delivery(seq: u64, payload: &Bytes, count: u32) -> Fetched<Bytes> {
         Fetched {
             id: MessageId::from(format!("0-{seq}")),
@@ -399,13 +446,65 @@ impl ModelStore {
 impl SimStore for ModelStore {
     fn add_consumer(&mut self, _consumer: ConsumerId) {}
 
-    fn publish(&mut self, _now: Instant, payload: Bytes) -> MessageId {
-        self.last_seq += 1;
-        self.entries.insert(self.last_seq, payload);
-        MessageId::from(format!("0-{}", self.last_seq))
+    fn publish(&mut self, now: Instant, message: Outgoing<Bytes>) -> Published {
+        // Keys expire at `publish + ttl`, excluded.
+        while let Some((at, key)) = self.key_expiry.first().cloned() {
+            if at > now {
+                break;
+            }
+            self.key_expiry.remove(&(at, key.clone()));
+            self.keys.remove(&key);
+        }
+        let dedupe = message
+            .dedupe
+            .filter(|_| self.flaw != Some(Flaw::DedupeIgnored));
+        if let Some(dedupe) = &dedupe {
+            if let Some((id, _)) = self.keys.get(&dedupe.key) {
+                return Published {
+                    id: id.clone(),
+                    duplicate: true,
+                };
+            }
+        }
+        let due = match message.due {
+            _ if self.flaw == Some(Flaw::DelayIgnored) => None,
+            None => None,
+            Some(Due::After(delay)) => Some(now + delay),
+            Some(Due::At(at)) => {
+                Some(now + at.duration_since(SystemTime::now()).unwrap_or_default())
+            }
+        };
+        let id = match due {
+            Some(due) if due > now => {
+                self.last_delayed += 1;
+                self.delayed
+                    .insert((due, self.last_delayed), message.payload);
+                MessageId::from(format!("delayed:{}", self.last_delayed))
+            }
+            _ => self.append(message.payload),
+        };
+        if let Some(dedupe) = dedupe {
+            let expires = now + dedupe.ttl;
+            self.key_expiry.insert((expires, dedupe.key.clone()));
+            self.keys.insert(dedupe.key, (id.clone(), expires));
+        }
+        Published {
+            id,
+            duplicate: false,
+        }
     }
 
     fn fetch(&mut self, now: Instant, consumer: ConsumerId, max: usize) -> Vec<Fetched<Bytes>> {
+        // Every due delayed message joins the stream first, in due order.
+        let due: Vec<(Instant, u64)> = self
+            .delayed
+            .range(..=(now, u64::MAX))
+            .map(|(&key, _)| key)
+            .collect();
+        for key in due {
+            let payload = self.delayed.remove(&key).expect("listed above");
+            self.append(payload);
+        }
         let claimable = ..=(now, u64::MAX, u64::MAX);
         let reclaimable = self.due.range(claimable).take(max).count();
         let fresh = self
@@ -553,6 +652,14 @@ impl SimStore for ModelStore {
 
     fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    fn delayed_len(&self) -> usize {
+        self.delayed.len()
+    }
+
+    fn next_due(&mut self, _now: Instant) -> Option<Instant> {
+        self.delayed.first_key_value().map(|(&(due, _), _)| due)
     }
 
     fn pending(&mut self, now: Instant) -> Vec<PendingRow> {

@@ -51,6 +51,17 @@ pub(crate) enum Event {
     Publish {
         m: u32,
         behaviour: String,
+        /// What the publish answered.
+        id: String,
+        /// Its due time, if it was published with one.
+        due: Option<Duration>,
+        /// Published with a deduplication key.
+        keyed: bool,
+    },
+    PublishAgain {
+        m: u32,
+        id: String,
+        duplicate: bool,
     },
     Call {
         r: u16,
@@ -170,7 +181,30 @@ fn list(f: &mut fmt::Formatter<'_>, msgs: &[MsgFence]) -> fmt::Result {
 impl fmt::Display for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Event::Publish { m, behaviour } => write!(f, "publish m{m} ({behaviour})"),
+            Event::Publish {
+                m,
+                behaviour,
+                id,
+                due,
+                keyed,
+            } => {
+                write!(f, "publish m{m} ({behaviour}) as {id}")?;
+                if let Some(due) = due {
+                    write!(f, ", due at {}", secs(*due).trim_start())?;
+                }
+                if *keyed {
+                    f.write_str(", with a deduplication key")?;
+                }
+                Ok(())
+            }
+            Event::PublishAgain { m, id, duplicate } => {
+                write!(f, "publish m{m} again with its key: answered {id}")?;
+                f.write_str(if *duplicate {
+                    " (a duplicate)"
+                } else {
+                    " (NOT a duplicate)"
+                })
+            }
             Event::Call {
                 r,
                 call,

@@ -24,8 +24,17 @@ fn a_seed_replays_event_for_event() {
 /// decisions as `leasehold-memory`, so that what they catch is the flaw and nothing else.
 #[test]
 fn model_store_runs_identically_to_the_memory_backend() {
-    for profile in [Profile::Broad, Profile::LeaseEdge] {
-        let memory = SimConfig::with_profile(profile);
+    let all_delayed = SimConfig {
+        delayed_share: 1.0,
+        dedupe_share: 1.0,
+        ..SimConfig::default()
+    };
+    let configs = [
+        SimConfig::with_profile(Profile::Broad),
+        SimConfig::with_profile(Profile::LeaseEdge),
+        all_delayed,
+    ];
+    for memory in configs {
         let model = SimConfig {
             store: StoreKind::Model(None),
             ..memory.clone()
@@ -35,7 +44,8 @@ fn model_store_runs_identically_to_the_memory_backend() {
             let b = run_seed_digest(&model, seed).expect("model passes");
             assert_eq!(
                 a.digest, b.digest,
-                "{profile:?} seed {seed}: the runs diverge"
+                "{:?} seed {seed} (delayed share {}): the runs diverge",
+                memory.profile, memory.delayed_share
             );
         }
     }
