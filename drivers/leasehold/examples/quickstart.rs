@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use leasehold::memory::{MemoryStream, StreamConfig};
-use leasehold::{Config, Delivery, Outcome};
+use leasehold::{Config, Delivery, Outcome, Producer};
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize)]
@@ -14,7 +14,8 @@ struct Resize {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let stream = MemoryStream::new(StreamConfig::new(Duration::from_secs(60)))?;
-    stream.publish(serde_json::to_vec(&Resize { image: 42 })?);
+    let producer = Producer::new(stream.clone()); // clone it into every task that publishes
+    producer.publish(&Resize { image: 42 }).await?;
 
     let worker = leasehold::tokio::worker()
         .config(Config::default().concurrency(8)) // the claim timeout comes from the stream
