@@ -43,7 +43,8 @@ impl MemoryStream {
     ///
     /// If `name` is empty or a live consumer of this stream already has it.
     pub fn consumer(&self, name: &str) -> Result<MemoryBackend, MemoryError> {
-        let name = self.store().register(name)?;
+        let now = self.now();
+        let name = self.store().register(now, name)?;
         Ok(MemoryBackend {
             stream: self.clone(),
             name,
@@ -95,7 +96,8 @@ impl MemoryBackend {
     /// Removes each message this consumer holds with that fence from the stream; `Lost` (and
     /// nothing removed) for any other.
     pub fn ack_now(&self, leases: &[LeaseRef]) -> Vec<SettleResult> {
-        self.stream.store().ack(&self.name, leases)
+        let now = self.stream.now();
+        self.stream.store().ack(now, &self.name, leases)
     }
 
     /// Lets any consumer reclaim the message once `delay` has passed. Delays are capped at the
@@ -113,9 +115,10 @@ impl MemoryBackend {
     /// Moves the message to the dead-letter stream (with its id, payload, the reason's text and
     /// its delivery count) and acknowledges it, in one step.
     pub fn dead_letter_now(&self, lease: &LeaseRef, reason: &DeadLetterReason) -> SettleResult {
+        let now = self.stream.now();
         self.stream
             .store()
-            .dead_letter(&self.name, lease, reason.to_string())
+            .dead_letter(now, &self.name, lease, reason.to_string())
     }
 
     /// The fetch of [`Backend::fetch`]: waits only on a real-time clock, for a publish, a

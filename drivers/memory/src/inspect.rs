@@ -22,7 +22,8 @@ pub struct PendingInfo {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DeadLetter {
-    /// Its id in the dead-letter stream (`"0-1"`, `"0-2"`, … in order of arrival).
+    /// Its id in the dead-letter stream (`"0-1"`, `"0-2"`, … in order of arrival; never reused,
+    /// even after dead letters were requeued or purged).
     pub id: MessageId,
     /// Its id in the stream it came from.
     pub original_id: MessageId,

@@ -27,7 +27,10 @@
 //!   once the delay has passed (`XCLAIM … IDLE claim_timeout - delay`); delays are therefore
 //!   capped at the claim timeout. **Dead-letter** appends the message, its id, the reason and
 //!   its delivery count to an inspectable dead-letter stream ([`MemoryStream::dead_letters`])
-//!   and acks it, in one step.
+//!   and acks it, in one step. Dead-letter ids are `"0-{n}"` from a counter of their own.
+//! - **Inspection**: a [`MemoryInspector`] is the [`Inspector`](leasehold_core::Inspector) of
+//!   the streams it is given by name: overview, pending entries and dead letters page by page,
+//!   requeue and purge of dead letters, with the Redis inspector's semantics.
 //! - **Delayed messages** ([`MemoryStream`] is a [`Publisher`](leasehold_core::Publisher)): a
 //!   message published with a due time waits outside the stream, with id `"delayed:{n}"`
 //!   (`n` = 1, 2, … from a counter of its own, the form the Redis backend uses), and is not
@@ -124,6 +127,7 @@ mod clock;
 mod config;
 mod id;
 mod inspect;
+mod inspector;
 mod publish;
 mod store;
 mod stream;
@@ -134,6 +138,7 @@ pub use backend::MemoryBackend;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{MemoryError, StreamConfig};
 pub use inspect::{DeadLetter, PendingInfo};
+pub use inspector::MemoryInspector;
 pub use stream::MemoryStream;
 
 /// The payload type of this backend: cloning it bumps a reference count, no copy.

@@ -19,7 +19,9 @@ use crate::wakeup::{Listener, Wakeup};
 /// It is also the stream's [`Publisher`](leasehold_core::Publisher): messages delayed until
 /// they are due and deduplicated by key (see [`publish_with_now`](MemoryStream::publish_with_now)).
 /// Besides publishing it offers read-only inspection (who holds a
-/// message, its delivery count and idle time, the dead letters) for tests and tools.
+/// message, its delivery count and idle time, the dead letters) for tests and tools; a
+/// [`MemoryInspector`](crate::MemoryInspector) given the stream is its
+/// [`Inspector`](leasehold_core::Inspector), paged and able to requeue or purge dead letters.
 #[derive(Clone)]
 pub struct MemoryStream {
     shared: Arc<Shared>,
@@ -64,7 +66,8 @@ impl MemoryStream {
     /// Appends a message and returns its id (`"0-1"`, `"0-2"`, …). Equal payloads are distinct
     /// messages. Wakes fetches waiting for messages.
     pub fn publish(&self, payload: impl Into<Bytes>) -> MessageId {
-        let id = self.store().publish(payload.into());
+        let now = self.now();
+        let id = self.store().publish(now, payload.into());
         self.wake();
         id
     }
@@ -102,7 +105,7 @@ impl MemoryStream {
 
     /// The dead-letter stream, oldest first.
     pub fn dead_letters(&self) -> Vec<DeadLetter> {
-        self.store().dead_letters().to_vec()
+        self.store().dead_letters().cloned().collect()
     }
 
     /// The configured claim timeout.
@@ -142,7 +145,7 @@ impl fmt::Debug for MemoryStream {
             .field("len", &store.len())
             .field("pending", &store.pending_len())
             .field("delayed", &store.delayed_len())
-            .field("dead_letters", &store.dead_letters().len())
+            .field("dead_letters", &store.dead_len())
             .finish()
     }
 }

@@ -21,6 +21,7 @@ impl Store {
         max: usize,
     ) -> Vec<Fetched<Bytes>> {
         self.promote(now);
+        self.seen(now, consumer);
         let due = if self.due.any_claimable(now, standing(&self.entries)) {
             self.due.oldest_claimable(now, max, standing(&self.entries))
         } else {
@@ -69,14 +70,17 @@ impl Store {
                 id,
                 payload,
                 pending: Some(pending),
+                ..
             }) = self.entries.get_mut(&seq)
             else {
                 continue;
             };
-            pending.owner = consumer.clone();
+            let previous = std::mem::replace(&mut pending.owner, consumer.clone());
             pending.delivery_count = pending.delivery_count.saturating_add(1);
             out.push(delivery(id, payload, pending.delivery_count));
             self.set_claimable_at(seq, until);
+            self.let_go(&previous, 1);
+            self.took(consumer, 1);
         }
     }
 
@@ -92,6 +96,7 @@ impl Store {
             return;
         }
         let until = self.lease_end(now, self.claim_timeout);
+        let mut read = 0;
         for (&seq, entry) in self
             .entries
             .range_mut(self.last_delivered + 1..)
@@ -107,7 +112,9 @@ impl Store {
             self.pending += 1;
             self.last_delivered = seq;
             out.push(delivery(&entry.id, &entry.payload, 1));
+            read += 1;
         }
+        self.took(consumer, read);
     }
 }
 

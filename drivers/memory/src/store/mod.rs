@@ -7,8 +7,9 @@
 mod delayed;
 mod due;
 mod fetch;
+mod inspect;
 
-use std::collections::{btree_map, BTreeMap, HashSet};
+use std::collections::{btree_map, BTreeMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -50,7 +51,27 @@ struct Entry {
     /// Its id, formatted once at publish: every delivery shares it.
     id: MessageId,
     payload: Bytes,
+    /// When it entered the stream, on the stream's clock.
+    appended: Instant,
     pending: Option<Pending>,
+}
+
+/// A consumer of the group, as `XINFO CONSUMERS` lists it.
+#[derive(Debug)]
+struct Consumer {
+    /// Whether a live handle has its name.
+    live: bool,
+    /// Its last registration, fetch, renew, ack, release or dead-letter.
+    seen: Instant,
+    /// Entries it holds.
+    pending: u64,
+}
+
+/// A dead letter, and when it was dead-lettered on the stream's clock.
+#[derive(Debug)]
+struct Dead {
+    letter: DeadLetter,
+    at: Instant,
 }
 
 /// Whether a queued `due` record (stamp `stamp`, row `seq`) still stands: the row is pending
@@ -84,8 +105,12 @@ pub(crate) struct Store {
     due: Due,
     /// Which kind gets the odd slot the next time reclaims and new entries compete.
     prefer_new: bool,
-    consumers: HashSet<Arc<str>>,
-    dead: Vec<DeadLetter>,
+    /// The group's consumers: every live one, and gone ones while they still hold entries.
+    consumers: BTreeMap<Arc<str>, Consumer>,
+    /// The dead-letter stream, by sequence number (from `last_dead`: never reused, even after
+    /// a requeue or purge took some out).
+    dead: BTreeMap<u64, Dead>,
+    last_dead: u64,
     /// Delayed messages, not in the stream until they are due.
     delayed: Delayed,
     /// Deduplication keys within their time to live.
@@ -102,33 +127,70 @@ impl Store {
             pending: 0,
             due: Due::default(),
             prefer_new: false,
-            consumers: HashSet::new(),
-            dead: Vec::new(),
+            consumers: BTreeMap::new(),
+            dead: BTreeMap::new(),
+            last_dead: 0,
             delayed: Delayed::default(),
             dedupe: Dedupe::default(),
         }
     }
 
-    pub(crate) fn register(&mut self, name: &str) -> Result<Arc<str>, MemoryError> {
+    pub(crate) fn register(&mut self, now: Instant, name: &str) -> Result<Arc<str>, MemoryError> {
         if name.is_empty() {
             return Err(MemoryError::EmptyConsumerName);
         }
-        if self.consumers.contains(name) {
-            return Err(MemoryError::ConsumerNameTaken(name.to_owned()));
-        }
+        // A gone consumer that still holds entries: the name comes back to them.
+        let pending = match self.consumers.get(name) {
+            Some(row) if row.live => return Err(MemoryError::ConsumerNameTaken(name.to_owned())),
+            Some(row) => row.pending,
+            None => 0,
+        };
         let name: Arc<str> = name.into();
-        self.consumers.insert(name.clone());
+        let row = Consumer {
+            live: true,
+            seen: now,
+            pending,
+        };
+        self.consumers.insert(name.clone(), row);
         Ok(name)
     }
 
     /// Frees a consumer's name. Its pending entries stay pending under its name (as on Redis
-    /// when a worker dies) until another consumer reclaims them.
+    /// when a worker dies) until another consumer reclaims them; it is listed until then.
     pub(crate) fn unregister(&mut self, name: &str) {
-        self.consumers.remove(name);
+        if let Some(row) = self.consumers.get_mut(name) {
+            row.live = false;
+        }
+        self.let_go(name, 0);
     }
 
-    /// XADD: appends an entry and returns its id.
-    pub(crate) fn publish(&mut self, payload: Bytes) -> MessageId {
+    /// Notes that `name` acted at `now` (its idle time starts again).
+    fn seen(&mut self, now: Instant, name: &str) {
+        if let Some(row) = self.consumers.get_mut(name) {
+            row.seen = row.seen.max(now);
+        }
+    }
+
+    /// `name` took `n` more entries.
+    fn took(&mut self, name: &str, n: u64) {
+        if let Some(row) = self.consumers.get_mut(name) {
+            row.pending = row.pending.saturating_add(n);
+        }
+    }
+
+    /// `n` entries `name` held left it (acked, dead-lettered, taken over). A consumer that is
+    /// gone and holds nothing more is forgotten.
+    fn let_go(&mut self, name: &str, n: u64) {
+        if let Some(row) = self.consumers.get_mut(name) {
+            row.pending = row.pending.saturating_sub(n);
+            if !row.live && row.pending == 0 {
+                self.consumers.remove(name);
+            }
+        }
+    }
+
+    /// XADD at `now`: appends an entry and returns its id.
+    pub(crate) fn publish(&mut self, now: Instant, payload: Bytes) -> MessageId {
         self.last_seq += 1;
         let id = id::format(self.last_seq);
         self.entries.insert(
@@ -136,6 +198,7 @@ impl Store {
             Entry {
                 id: id.clone(),
                 payload,
+                appended: now,
                 pending: None,
             },
         );
@@ -157,7 +220,7 @@ impl Store {
         }
         let id = match message.due {
             Some(due) if due > now => self.delayed.insert(due, message.payload),
-            _ => self.publish(message.payload),
+            _ => self.publish(now, message.payload),
         };
         if let Some((key, expires)) = message.dedupe {
             self.dedupe.insert(&key, id.clone(), expires);
@@ -172,7 +235,7 @@ impl Store {
     /// among those due at the same instant), with stream ids as publishes get them.
     pub(crate) fn promote(&mut self, now: Instant) {
         while let Some(payload) = self.delayed.take_due(now) {
-            self.publish(payload);
+            self.publish(now, payload);
         }
     }
 
@@ -194,6 +257,7 @@ impl Store {
         consumer: &str,
         leases: &[LeaseRef],
     ) -> Vec<RenewResult> {
+        self.seen(now, consumer);
         let until = self.lease_end(now, self.claim_timeout);
         leases
             .iter()
@@ -209,8 +273,14 @@ impl Store {
 
     /// Removes each message `consumer` holds with that fence from the PEL and the stream
     /// (owner-checked XACK + XDEL).
-    pub(crate) fn ack(&mut self, consumer: &str, leases: &[LeaseRef]) -> Vec<SettleResult> {
-        leases
+    pub(crate) fn ack(
+        &mut self,
+        now: Instant,
+        consumer: &str,
+        leases: &[LeaseRef],
+    ) -> Vec<SettleResult> {
+        self.seen(now, consumer);
+        let results: Vec<SettleResult> = leases
             .iter()
             .map(|lease| {
                 // One lookup to check and remove (the hot path of every message).
@@ -232,7 +302,10 @@ impl Store {
                 self.due.remove(record, seq, standing(&self.entries));
                 SettleResult::Ok
             })
-            .collect()
+            .collect();
+        let acked = results.iter().filter(|r| **r == SettleResult::Ok).count();
+        self.let_go(consumer, acked as u64);
+        results
     }
 
     /// Makes the message claimable by anyone once `delay` (capped at the claim timeout) has
@@ -244,6 +317,7 @@ impl Store {
         lease: &LeaseRef,
         delay: Duration,
     ) -> SettleResult {
+        self.seen(now, consumer);
         let Some(seq) = self.held(consumer, lease) else {
             return SettleResult::Lost;
         };
@@ -252,28 +326,33 @@ impl Store {
         SettleResult::Ok
     }
 
-    /// Appends the message to the dead-letter stream and acks it, in one step.
+    /// Appends the message to the dead-letter stream (dead-lettered at `now`) and acks it, in
+    /// one step.
     pub(crate) fn dead_letter(
         &mut self,
+        now: Instant,
         consumer: &str,
         lease: &LeaseRef,
         reason: String,
     ) -> SettleResult {
+        self.seen(now, consumer);
         let Some(seq) = self.held(consumer, lease) else {
             return SettleResult::Lost;
         };
         let Some((original_id, payload, pending)) = self.remove(seq) else {
             return SettleResult::Lost;
         };
-        let delivery_count = pending.delivery_count;
-        self.dead.push(DeadLetter {
-            id: id::format(self.dead.len() as u64 + 1),
+        self.last_dead += 1;
+        let letter = DeadLetter {
+            id: id::format(self.last_dead),
             original_id,
             payload,
             reason,
-            delivery_count,
+            delivery_count: pending.delivery_count,
             consumer: consumer.to_owned(),
-        });
+        };
+        self.dead.insert(self.last_dead, Dead { letter, at: now });
+        self.let_go(consumer, 1);
         SettleResult::Ok
     }
 
@@ -290,8 +369,13 @@ impl Store {
         self.pending
     }
 
-    pub(crate) fn dead_letters(&self) -> &[DeadLetter] {
-        &self.dead
+    /// The dead-letter stream, oldest first.
+    pub(crate) fn dead_letters(&self) -> impl Iterator<Item = &DeadLetter> {
+        self.dead.values().map(|dead| &dead.letter)
+    }
+
+    pub(crate) fn dead_len(&self) -> usize {
+        self.dead.len()
     }
 
     pub(crate) fn contains(&self, id: &str) -> bool {
@@ -361,6 +445,7 @@ impl Store {
             id,
             payload,
             pending,
+            ..
         } = entry.remove();
         let pending = pending.expect("checked above");
         self.pending -= 1;
