@@ -106,8 +106,8 @@ pub mod smol {
 #[cfg(feature = "memory")]
 pub mod memory {
     pub use leasehold_memory::{
-        Bytes, Clock, DeadLetter, ManualClock, MemoryBackend, MemoryError, MemoryStream,
-        PendingInfo, StreamConfig, SystemClock,
+        Bytes, Clock, DeadLetter, ManualClock, MemoryBackend, MemoryError, MemoryInspector,
+        MemoryStream, PendingInfo, StreamConfig, SystemClock,
     };
 }
 
