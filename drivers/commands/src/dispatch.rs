@@ -3,11 +3,17 @@
 //!
 //! | stored status       | handler call   | step                  | write              | lease   |
 //! |---------------------|----------------|-----------------------|--------------------|---------|
+//! | stale entry         | none           |                       | none               | ack     |
 //! | terminal / missing  | none           |                       | none               | ack     |
 //! | SUBMITTED           | `execute`      | Running               | RUNNING, started   | keep    |
 //! | RUNNING             | `check_status` | Running (same)        | none               | keep    |
 //! | either              | either         | Succeeded / Failed    | terminal           | ack     |
 //! | either              | either         | error or panic        | errors_count       | retry   |
+//!
+//! Every write also records the attempt: opened by the call that starts it (`execute`, or the
+//! first call after a failed attempt), ended by the step, error or failure that ends it. An
+//! entry enqueued before an operator's retry of the command is stale: the retry enqueued
+//! another.
 //!
 //! A kept lease is re-invoked after `status_interval` (the engine's `Pending`). A lost
 //! compare-and-set means someone wrote in between: the state is read again, and a CANCELLED
@@ -24,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use crate::handler::{CommandContext, ErasedHandler, Failure, Phase, Step};
 use crate::meters;
 use crate::signal::Signal;
-use crate::state::{unix_millis, CommandState, Status};
+use crate::state::{unix_millis, AttemptOutcome, CommandState, Status};
 use crate::store::{CommandStore, StoreError};
 
 /// The stream entry of a command: just enough to find its state.
@@ -32,6 +38,13 @@ use crate::store::{CommandStore, StoreError};
 pub(crate) struct Entry {
     pub(crate) id: String,
     pub(crate) kind: String,
+    /// The command's retry count when this entry was enqueued (0: by its submit).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) retry: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Counters of one command worker.
@@ -175,6 +188,12 @@ impl<S: CommandStore> Dispatcher<S> {
             tracing::warn!(command = %id, "no state (expired?): dropping the entry");
             return Ok(Outcome::Done);
         };
+        if delivery.message().retry < state.retries {
+            // Redelivered after the command FAILED and was retried: the retry's own entry
+            // runs it.
+            tracing::debug!(command = %id, "an entry from before a retry: dropping it");
+            return Ok(Outcome::Done);
+        }
         let handler = self.handlers.get(&state.kind).cloned();
         let registered = self.register(id);
         let ctx = CommandContext {
@@ -182,6 +201,7 @@ impl<S: CommandStore> Dispatcher<S> {
             kind: state.kind.as_str().into(),
             checkpoint: state.checkpoint.clone(),
             errors_count: state.errors_count,
+            retries: state.retries,
             delivery_count: delivery.delivery_count(),
             command: registered.signal.clone(),
             invocation: delivery.cancellation().clone(),
@@ -203,6 +223,8 @@ impl<S: CommandStore> Dispatcher<S> {
                 state.kind
             );
             let mut next = state.next();
+            next.begin_attempt(next.updated_at);
+            next.end_attempt(AttemptOutcome::Failed, Some(error.clone()));
             next.last_error = Some(error);
             next.finish(Status::Failed);
             // Lost to another writer: look again at the next status check.
@@ -232,16 +254,20 @@ impl<S: CommandStore> Dispatcher<S> {
         let started = unix_millis();
         let result = handler.call(phase, ctx.clone(), state.params.clone()).await;
         let mut next = state.next();
+        next.begin_attempt(started);
         let outcome = match result {
             Ok(step @ (Step::Running | Step::RunningWith(_))) => {
                 if let Step::RunningWith(checkpoint) = step {
                     next.checkpoint = Some(checkpoint);
                 }
                 if phase == Phase::Execute {
-                    next.status = Status::Running;
+                    next.set_status(Status::Running);
                     next.started_at = Some(started);
                 }
-                if next.status == state.status && next.checkpoint == state.checkpoint {
+                if next.status == state.status
+                    && next.checkpoint == state.checkpoint
+                    && next.attempts == state.attempts
+                {
                     // Nothing new to record; but a cancel that came meanwhile is acted on now.
                     if registered.signal.is_fired() {
                         return self.lost_race(&state, &handler, ctx, true).await;
@@ -253,19 +279,23 @@ impl<S: CommandStore> Dispatcher<S> {
             Ok(Step::Succeeded(output)) => {
                 next.result = Some(output);
                 next.started_at.get_or_insert(started);
+                next.end_attempt(AttemptOutcome::Succeeded, None);
                 next.finish(Status::Succeeded);
                 Outcome::Done
             }
             Ok(Step::Failed(error)) => {
+                next.end_attempt(AttemptOutcome::Failed, Some(error.clone()));
                 next.last_error = Some(error);
                 next.finish(Status::Failed);
                 Outcome::Done
             }
             Err(Failure::BadParams(error)) => {
-                next.last_error = Some(format!(
+                let error = format!(
                     "cannot decode the parameters of a {:?} command: {error}",
                     state.kind
-                ));
+                );
+                next.end_attempt(AttemptOutcome::Failed, Some(error.clone()));
+                next.last_error = Some(error);
                 next.finish(Status::Failed);
                 Outcome::Done
             }
@@ -273,6 +303,7 @@ impl<S: CommandStore> Dispatcher<S> {
                 bump(&self.counters.errors);
                 next.errors_count += 1;
                 if next.errors_count >= self.max_attempts {
+                    next.end_attempt(AttemptOutcome::Failed, Some(error.clone()));
                     next.last_error = Some(format!(
                         "gave up after {} failed attempts; last: {error}",
                         next.errors_count
@@ -280,6 +311,7 @@ impl<S: CommandStore> Dispatcher<S> {
                     next.finish(Status::Failed);
                     Outcome::Done
                 } else {
+                    next.end_attempt(AttemptOutcome::Errored, Some(error.clone()));
                     next.last_error = Some(error);
                     Outcome::Retry { delay: None }
                 }

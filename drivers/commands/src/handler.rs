@@ -95,6 +95,7 @@ pub struct CommandContext {
     pub(crate) kind: Arc<str>,
     pub(crate) checkpoint: Option<Value>,
     pub(crate) errors_count: u32,
+    pub(crate) retries: u32,
     pub(crate) delivery_count: u32,
     pub(crate) command: Arc<Signal>,
     pub(crate) invocation: Cancellation,
@@ -122,6 +123,13 @@ impl CommandContext {
     /// Failed attempts so far (errors and panics of earlier invocations).
     pub fn errors_count(&self) -> u32 {
         self.errors_count
+    }
+
+    /// How often an operator retried the command after it FAILED (0 at first). A retry runs
+    /// `execute` again: key external work by (`id`, `retries`) to start it afresh rather than
+    /// find the failed one.
+    pub fn retries(&self) -> u32 {
+        self.retries
     }
 
     /// How often the stream delivered the command (1 at first; grows with failovers and retries).

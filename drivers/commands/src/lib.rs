@@ -4,7 +4,8 @@
 //! and follow it to completion". A client [`submit`](CommandQueue::submit)s a command; a
 //! [`CommandWorker`] picks it up and calls its handler's `execute`, which starts the work and
 //! returns at once; the worker then calls `check_status` every `status_interval` until the work
-//! ends. Statuses go SUBMITTED → RUNNING → SUCCEEDED | FAILED | CANCELLED.
+//! ends. Statuses go SUBMITTED → RUNNING → SUCCEEDED | FAILED | CANCELLED; an operator can
+//! list commands by status, cancel them, and retry FAILED ones ([below](#operating-a-queue)).
 //!
 //! What it is built to get right:
 //! - **Nothing blocks dispatch, and live work is never re-run**: a RUNNING command keeps its
@@ -78,6 +79,93 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! ## Operating a queue
+//!
+//! What an operator (or a command line on top of this API) sees and does:
+//! - **List by status**: [`commands(status, page)`](CommandQueue::commands) reads one page
+//!   of the commands in a status, oldest in it first, from an index per status that every
+//!   state write moves the command between (in the same compare-and-set, the same Lua script
+//!   on Redis: no key scan, and a command is never listed under a status it left). Page on
+//!   with [`Listing::next_page`]; a [`Cursor`] also reads and prints as text (`<millis>:<id>`).
+//!   Expired states drop out.
+//! - **Show one**: [`command(id)`](CommandQueue::command) is the whole [`CommandState`]:
+//!   status, parameters, result or error, timestamps, retries, and its latest
+//!   [`attempts`](CommandState::attempts) (each with start, end, [`AttemptOutcome`] and error;
+//!   at most [`MAX_ATTEMPTS_KEPT`]). States, pages and listings are serde-serializable.
+//! - **Cancel**: [`cancel_command(id)`](CommandQueue::cancel_command) answers the CANCELLED
+//!   state, or [`QueueError::NotFound`] / [`QueueError::AlreadyOver`] (with the status) for an
+//!   unknown or finished command, which it leaves untouched.
+//! - **Retry**: [`retry(id)`](CommandQueue::retry) puts a FAILED command back to SUBMITTED with
+//!   a fresh attempt budget and enqueues it again, in one compare-and-set with its entry: a
+//!   retry is never lost nor doubled, and of racing retries exactly one wins. Any other status
+//!   is refused with [`QueueError::NotFailed`].
+//!
+//! ```
+//! use std::time::Duration;
+//! use leasehold_commands::{
+//!     Command, CommandContext, CommandHandler, CommandQueue, HandlerError, MemoryCommandStore,
+//!     Page, Status, Step,
+//! };
+//! use leasehold_memory::{MemoryStream, StreamConfig};
+//! use leasehold_tokio::TokioRuntime;
+//!
+//! /// Fails until an operator retries it (say, once the quota was raised).
+//! struct Deploy;
+//!
+//! impl CommandHandler for Deploy {
+//!     type Params = String;
+//!     type Output = ();
+//!
+//!     async fn execute(&self, ctx: CommandContext, _: String) -> Result<Step<()>, HandlerError> {
+//!         Ok(match ctx.retries() {
+//!             0 => Step::Failed("quota exceeded".into()),
+//!             _ => Step::Succeeded(()),
+//!         })
+//!     }
+//!
+//!     async fn check_status(&self, _: CommandContext, _: String) -> Result<Step<()>, HandlerError> {
+//!         Ok(Step::Running)
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let queue = CommandQueue::new(
+//!     TokioRuntime::current(),
+//!     MemoryCommandStore::new(MemoryStream::new(StreamConfig::default())?),
+//! );
+//! let worker = queue.worker().handler("deploy", Deploy).start().await?;
+//! for app in ["web", "api"] {
+//!     let id = queue.submit(Command::new("deploy", app)?.with_id(app)).await?.state.id;
+//!     queue.wait(&id, Duration::from_secs(10)).await?;
+//! }
+//!
+//! // Every FAILED command, a page at a time.
+//! let mut failed = Vec::new();
+//! let mut page = Page::first(50);
+//! loop {
+//!     let listing = queue.commands(Status::Failed, page).await?;
+//!     failed.extend(listing.states.iter().cloned());
+//!     match listing.next_page(50) {
+//!         Some(next) => page = next,
+//!         None => break,
+//!     }
+//! }
+//! assert_eq!(failed.len(), 2);
+//! assert_eq!(failed[0].attempts[0].error.as_deref(), Some("quota exceeded"));
+//!
+//! // Retry one: it runs again and succeeds; a second retry of it is refused.
+//! let retried = queue.retry("web").await?;
+//! assert_eq!((retried.status, retried.retries), (Status::Submitted, 1));
+//! assert_eq!(queue.wait("web", Duration::from_secs(10)).await?.status, Status::Succeeded);
+//! assert!(queue.retry("web").await.is_err());
+//! let web = queue.command("web").await?.expect("kept for the TTL");
+//! assert_eq!(web.attempts.len(), 2);
+//! worker.shutdown(Duration::from_secs(1)).await;
+//! # Ok(())
+//! # }
+//! ```
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -103,8 +191,11 @@ pub use memory::MemoryCommandStore;
 pub use queue::{CommandQueue, QueueError, Submitted};
 #[cfg(feature = "redis")]
 pub use redis::{RedisCommandStore, RedisStoreConfig};
-pub use state::{Command, CommandError, CommandState, Status};
-pub use store::{CancelFeed, CommandStore, StoreError, Submit};
+pub use state::{
+    Attempt, AttemptOutcome, Command, CommandError, CommandState, Status, StatusError,
+    MAX_ATTEMPTS_KEPT,
+};
+pub use store::{CancelFeed, CommandStore, Cursor, CursorError, Listing, Page, StoreError, Submit};
 pub use worker::{CommandWorker, CommandWorkerBuilder, CommandWorkerError};
 
 /// How long a command's state is kept after its last write, unless configured: 7 days.

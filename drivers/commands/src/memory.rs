@@ -1,6 +1,8 @@
-//! The in-process store: states in a map next to a [`MemoryStream`], one lock for both.
+//! The in-process store: states in a map next to a [`MemoryStream`], one lock for both, and an
+//! ordered index per status, moved with every state write.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -8,8 +10,8 @@ use std::time::{Duration, Instant};
 use futures::channel::mpsc;
 use leasehold_memory::{MemoryBackend, MemoryStream};
 
-use crate::state::CommandState;
-use crate::store::{CancelFeed, CommandStore, StoreError, Submit};
+use crate::state::{CommandState, Status};
+use crate::store::{CancelFeed, CommandStore, Cursor, Listing, Page, StoreError, Submit};
 use crate::DEFAULT_TTL;
 
 /// Expired states are swept out after this many submits (reads skip them anyway).
@@ -29,8 +31,44 @@ pub struct MemoryCommandStore {
 #[derive(Default)]
 struct Inner {
     states: HashMap<String, (CommandState, Instant)>,
+    /// Per status (by [`slot`]): (status time, id) of every stored state in it, expired ones
+    /// until they are met or swept.
+    index: [BTreeSet<(u64, String)>; 5],
     cancel_feeds: Vec<mpsc::UnboundedSender<String>>,
     submits: u64,
+}
+
+fn slot(status: Status) -> usize {
+    match status {
+        Status::Submitted => 0,
+        Status::Running => 1,
+        Status::Succeeded => 2,
+        Status::Failed => 3,
+        Status::Cancelled => 4,
+    }
+}
+
+fn index_key(state: &CommandState) -> (u64, String) {
+    (state.status_changed_at, state.id.clone())
+}
+
+impl Inner {
+    /// Stores `state` until `expires`, moving it between the status indexes.
+    fn put(&mut self, state: CommandState, expires: Instant) {
+        let key = index_key(&state);
+        let slot = slot(state.status);
+        if let Some((old, _)) = self.states.insert(state.id.clone(), (state, expires)) {
+            self.index[self::slot(old.status)].remove(&index_key(&old));
+        }
+        self.index[slot].insert(key);
+    }
+
+    /// Forgets the state of `id` and its index entry.
+    fn remove(&mut self, id: &str) {
+        if let Some((old, _)) = self.states.remove(id) {
+            self.index[slot(old.status)].remove(&index_key(&old));
+        }
+    }
 }
 
 impl std::fmt::Debug for MemoryCommandStore {
@@ -66,8 +104,20 @@ impl MemoryCommandStore {
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock cannot leave a half-written entry: every write is one
-        // map insert. So a poisoned lock is still consistent.
+        // map insert and the index moves that go with it, none of which panics. So a poisoned
+        // lock is still consistent.
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The compare-and-set, under the lock.
+    fn write_locked(&self, inner: &mut Inner, state: &CommandState, now: Instant) -> bool {
+        match Self::live(inner, &state.id, now) {
+            Some(current) if current.version + 1 == state.version => {
+                inner.put(state.clone(), now + self.ttl);
+                true
+            }
+            _ => false,
+        }
     }
 
     fn live<'a>(inner: &'a Inner, id: &str, now: Instant) -> Option<&'a CommandState> {
@@ -91,12 +141,18 @@ impl CommandStore for MemoryCommandStore {
         }
         inner.submits += 1;
         if inner.submits.is_multiple_of(SWEEP_EVERY) {
-            inner.states.retain(|_, (_, expires)| *expires > now);
+            let expired: Vec<String> = inner
+                .states
+                .iter()
+                .filter(|(_, (_, expires))| *expires <= now)
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in expired {
+                inner.remove(&id);
+            }
         }
         // Both under the lock: no reader sees the state without the entry or the reverse.
-        inner
-            .states
-            .insert(state.id.clone(), (state.clone(), now + self.ttl));
+        inner.put(state.clone(), now + self.ttl);
         self.stream.publish(bytes::Bytes::copy_from_slice(entry));
         Ok(Submit::Created)
     }
@@ -109,15 +165,52 @@ impl CommandStore for MemoryCommandStore {
     async fn compare_and_set(&self, state: &CommandState) -> Result<bool, StoreError> {
         let now = self.stream.now();
         let mut inner = self.lock();
-        match Self::live(&inner, &state.id, now) {
-            Some(current) if current.version + 1 == state.version => {
-                inner
-                    .states
-                    .insert(state.id.clone(), (state.clone(), now + self.ttl));
-                Ok(true)
-            }
-            _ => Ok(false),
+        Ok(self.write_locked(&mut inner, state, now))
+    }
+
+    async fn requeue(&self, state: &CommandState, entry: &[u8]) -> Result<bool, StoreError> {
+        let now = self.stream.now();
+        let mut inner = self.lock();
+        // Both under the lock, as in submit.
+        let written = self.write_locked(&mut inner, state, now);
+        if written {
+            self.stream.publish(bytes::Bytes::copy_from_slice(entry));
         }
+        Ok(written)
+    }
+
+    async fn list(&self, status: Status, page: &Page) -> Result<Listing, StoreError> {
+        let now = self.stream.now();
+        let limit = page.effective_limit();
+        let mut inner = self.lock();
+        let start = page
+            .after
+            .as_ref()
+            .map_or(Bound::Unbounded, |c| Bound::Excluded((c.at, c.id.clone())));
+        let mut states = Vec::new();
+        let mut stale = Vec::new();
+        let mut more = false;
+        for (at, id) in inner.index[slot(status)].range((start, Bound::Unbounded)) {
+            match Self::live(&inner, id, now) {
+                Some(state) if state.status == status && state.status_changed_at == *at => {
+                    if states.len() == limit {
+                        more = true;
+                        break;
+                    }
+                    states.push(state.clone());
+                }
+                _ => stale.push((*at, id.clone())),
+            }
+        }
+        // Met expired: drop them (the index entry, and the state with it).
+        for (at, id) in stale {
+            inner.index[slot(status)].remove(&(at, id.clone()));
+            if Self::live(&inner, &id, now).is_none() {
+                inner.remove(&id);
+            }
+        }
+        let next = more.then(|| Cursor::of(states.last().expect("a full page")));
+        Ok(Listing { states, next })
     }
 
     async fn announce_cancel(&self, id: &str) -> Result<(), StoreError> {

@@ -1,4 +1,5 @@
-//! The client side: submit, look up, cancel, and wait for commands.
+//! The client side: submit, look up, cancel, and wait for commands; list them by status and
+//! retry the failed ones.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -9,8 +10,8 @@ use serde::de::DeserializeOwned;
 
 use crate::dispatch::Entry;
 use crate::meters;
-use crate::state::{Command, CommandState, Status};
-use crate::store::{CommandStore, StoreError, Submit};
+use crate::state::{AttemptOutcome, Command, CommandState, Status};
+use crate::store::{CommandStore, Listing, Page, StoreError, Submit};
 
 /// Compare-and-set rounds a cancel tries before giving up (each loses only to another write).
 const CANCEL_ROUNDS: usize = 64;
@@ -51,6 +52,32 @@ pub enum QueueError {
     /// The command kept changing under a cancel.
     #[error("command {0:?} kept changing: cancel gave up after {CANCEL_ROUNDS} attempts")]
     Contended(String),
+    /// A cancel found the command over already.
+    #[error(
+        "command {id:?} is already {status}: only a SUBMITTED or RUNNING command can be cancelled"
+    )]
+    AlreadyOver {
+        /// The command.
+        id: String,
+        /// Its (terminal) status.
+        status: Status,
+    },
+    /// A retry found the command in another status than FAILED.
+    #[error("command {id:?} is {status}: only a FAILED command can be retried")]
+    NotFailed {
+        /// The command.
+        id: String,
+        /// Its status.
+        status: Status,
+    },
+    /// Another retry of the same failure won: this one did nothing.
+    #[error("command {id:?} was retried by another call meanwhile (it is {status} now)")]
+    AlreadyRetried {
+        /// The command.
+        id: String,
+        /// Its status after the other retry.
+        status: Status,
+    },
 }
 
 /// What [`CommandQueue::submit`] did.
@@ -134,6 +161,7 @@ impl<S: CommandStore, R: Runtime> CommandQueue<S, R> {
         let entry = serde_json::to_vec(&Entry {
             id: state.id.clone(),
             kind: state.kind.clone(),
+            retry: 0,
         })
         .expect("an entry always serializes");
         Ok(match self.store.submit(&state, &entry).await? {
@@ -154,6 +182,26 @@ impl<S: CommandStore, R: Runtime> CommandQueue<S, R> {
     /// The state of command `id`, if it exists.
     pub async fn state(&self, id: &str) -> Result<Option<CommandState>, QueueError> {
         Ok(self.store.load(id).await?)
+    }
+
+    /// Everything stored about command `id`, for an operator: status, parameters, result or
+    /// error, timestamps, retries and the latest [`attempts`](CommandState::attempts). `None`
+    /// if it does not exist (never submitted, or its state expired). The same as
+    /// [`state`](Self::state).
+    pub async fn command(&self, id: &str) -> Result<Option<CommandState>, QueueError> {
+        self.state(id).await
+    }
+
+    /// One page of the commands in `status`, oldest in it first (ordered by
+    /// ([`status_changed_at`](CommandState::status_changed_at), id)); pass
+    /// [`Listing::next_page`] to read the next one. Read from the store's status index, not a
+    /// scan: commands whose state expired are left out.
+    ///
+    /// Paging while commands move sees each command that stays in `status` exactly once; one
+    /// that enters it meanwhile is seen if it sorts after the page being read (it normally
+    /// does: it entered last).
+    pub async fn commands(&self, status: Status, page: Page) -> Result<Listing, QueueError> {
+        Ok(self.store.list(status, &page).await?)
     }
 
     /// The result of command `id` as `T`: `Some` only once it SUCCEEDED.
@@ -177,15 +225,42 @@ impl<S: CommandStore, R: Runtime> CommandQueue<S, R> {
 
     /// Cancels command `id`: true if this call moved it to CANCELLED, false if it is missing or
     /// already terminal. A handler running it is signalled; its result will not be recorded.
+    /// [`cancel_command`](Self::cancel_command) says which it was.
     pub async fn cancel(&self, id: &str) -> Result<bool, QueueError> {
+        match self.cancel_command(id).await {
+            Ok(_) => Ok(true),
+            Err(QueueError::NotFound(_) | QueueError::AlreadyOver { .. }) => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Cancels command `id`, for an operator: its CANCELLED state, or why not.
+    ///
+    /// A SUBMITTED command is never run; a RUNNING one's handler is signalled
+    /// ([`CommandContext::stopped`](crate::CommandContext::stopped)), its result is not
+    /// recorded, and the handler's `on_cancel` stops the external work. The attempt underway
+    /// ends CANCELLED. The write is a compare-and-set, so a result that arrives at the same
+    /// time never overwrites the cancel.
+    ///
+    /// # Errors
+    ///
+    /// [`QueueError::NotFound`] for an unknown (or expired) id, [`QueueError::AlreadyOver`]
+    /// for a command that already SUCCEEDED, FAILED or was CANCELLED (nothing is written),
+    /// [`QueueError::Contended`] if it kept changing under the cancel, and
+    /// [`QueueError::Store`].
+    pub async fn cancel_command(&self, id: &str) -> Result<CommandState, QueueError> {
         for _ in 0..CANCEL_ROUNDS {
             let Some(state) = self.store.load(id).await? else {
-                return Ok(false);
+                return Err(QueueError::NotFound(id.into()));
             };
             if state.status.is_terminal() {
-                return Ok(false);
+                return Err(QueueError::AlreadyOver {
+                    id: id.into(),
+                    status: state.status,
+                });
             }
             let mut next = state.next();
+            next.end_attempt(AttemptOutcome::Cancelled, None);
             next.finish(Status::Cancelled);
             if self.store.compare_and_set(&next).await? {
                 meters::status_written(self.store.queue(), &next.kind, Status::Cancelled);
@@ -193,10 +268,63 @@ impl<S: CommandStore, R: Runtime> CommandQueue<S, R> {
                 if let Err(error) = self.store.announce_cancel(id).await {
                     tracing::warn!(command = %id, "cancel announcement failed: {error}");
                 }
-                return Ok(true);
+                return Ok(next);
             }
         }
         Err(QueueError::Contended(id.into()))
+    }
+
+    /// Runs a FAILED command again, for an operator: back to SUBMITTED with a fresh budget of
+    /// `max_attempts`, enqueued anew; returns its new state.
+    ///
+    /// The state write is a compare-and-set on the FAILED version read, and the new stream
+    /// entry is written with it (one script on Redis): a retry is never lost nor doubled, and
+    /// of several racing retries exactly one succeeds; the others answer
+    /// [`QueueError::AlreadyRetried`]. The command keeps its id, parameters, last error (now an
+    /// earlier attempt's) and attempt history; [`retries`](CommandState::retries) counts up,
+    /// and the checkpoint is cleared: the retry starts with `execute`
+    /// ([`CommandContext::retries`](crate::CommandContext::retries) tells it which run it is).
+    ///
+    /// # Errors
+    ///
+    /// [`QueueError::NotFound`] for an unknown (or expired) id, [`QueueError::NotFailed`] for
+    /// a command in any other status (nothing is written), [`QueueError::AlreadyRetried`], and
+    /// [`QueueError::Store`].
+    pub async fn retry(&self, id: &str) -> Result<CommandState, QueueError> {
+        let Some(state) = self.store.load(id).await? else {
+            return Err(QueueError::NotFound(id.into()));
+        };
+        if state.status != Status::Failed {
+            return Err(QueueError::NotFailed {
+                id: id.into(),
+                status: state.status,
+            });
+        }
+        let mut next = state.next();
+        next.set_status(Status::Submitted);
+        next.errors_count = 0;
+        next.retries += 1;
+        next.completed_at = None;
+        next.checkpoint = None;
+        next.result = None;
+        let entry = serde_json::to_vec(&Entry {
+            id: next.id.clone(),
+            kind: next.kind.clone(),
+            retry: next.retries,
+        })
+        .expect("an entry always serializes");
+        if self.store.requeue(&next, &entry).await? {
+            meters::status_written(self.store.queue(), &next.kind, Status::Submitted);
+            return Ok(next);
+        }
+        // Only a retry writes over a FAILED state: another one won.
+        match self.store.load(id).await? {
+            None => Err(QueueError::NotFound(id.into())),
+            Some(now) => Err(QueueError::AlreadyRetried {
+                id: id.into(),
+                status: now.status,
+            }),
+        }
     }
 
     /// Waits until command `id` is terminal and returns its state, or fails after `timeout`. A

@@ -1,10 +1,17 @@
 //! The Redis store: a state hash per command and the queue's stream, under one hash tag.
 //!
 //! Keys, for queue `q`: the stream `leasehold:{q}:stream` (consumer group `commands`), its dead
-//! letters `leasehold:{q}:stream:dead`, and one hash `leasehold:{q}:state:<id>` per command with
-//! fields `v` (version) and `state` (JSON). All share the hash tag `{q}`, so the submit script,
-//! which writes a state and the stream in one go, also runs on Redis Cluster. Cancels are
-//! announced on the channel `leasehold:{q}:cancels`.
+//! letters `leasehold:{q}:stream:dead`, one hash `leasehold:{q}:state:<id>` per command with
+//! fields `v` (version), `status` and `state` (JSON), and one sorted set per status,
+//! `leasehold:{q}:status:<STATUS>` (e.g. `leasehold:{q}:status:FAILED`), whose members are the
+//! ids of the commands in it, scored by when they entered it (`status_changed_at`).
+//!
+//! Every state write is one script that also moves the id between the status indexes (submit
+//! and requeue also add the stream entry), so an index never disagrees with the states but for
+//! states that expired: a listing skips and removes those, and each submit drops the oldest
+//! expired entries of every index. All keys share the hash tag `{q}`, so the scripts also run
+//! on Redis Cluster (the listing reads the state hashes of the ids it pages through: same tag,
+//! same slot). Cancels are announced on the channel `leasehold:{q}:cancels`.
 
 use std::time::Duration;
 
@@ -17,14 +24,22 @@ use leasehold_redis::{
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Script;
 
-use crate::state::CommandState;
-use crate::store::{CancelFeed, CommandStore, StoreError, Submit};
+use crate::state::{CommandState, Status};
+use crate::store::{CancelFeed, CommandStore, Cursor, Listing, Page, StoreError, Submit};
 use crate::DEFAULT_TTL;
 
-const SUBMIT: &str = include_str!("lua/submit.lua");
-const CAS: &str = include_str!("lua/cas.lua");
+const SUBMIT: &str = concat!(
+    include_str!("lua/index.lua"),
+    include_str!("lua/submit.lua")
+);
+const CAS: &str = concat!(include_str!("lua/index.lua"), include_str!("lua/cas.lua"));
+const LIST: &str = include_str!("lua/list.lua");
 /// The stream entry's field (the stream backend's default).
 const FIELD: &str = "data";
+/// Index entries one listing call looks at beyond its page (expired ones it skips).
+const LIST_BUDGET: usize = 1000;
+/// The statuses in the order the scripts take their index keys (`lua/index.lua`).
+const STATUSES: [Status; 5] = Status::ALL;
 
 /// Where a [`RedisCommandStore`] lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,6 +122,7 @@ pub struct RedisCommandStore {
     channel: String,
     submit: Script,
     cas: Script,
+    list: Script,
 }
 
 impl std::fmt::Debug for RedisCommandStore {
@@ -147,6 +163,7 @@ impl RedisCommandStore {
             conn,
             submit: Script::new(SUBMIT),
             cas: Script::new(CAS),
+            list: Script::new(LIST),
         })
     }
 
@@ -160,9 +177,68 @@ impl RedisCommandStore {
         format!("leasehold:{{{}}}:state:{id}", self.config.queue)
     }
 
+    /// The key of the index of the commands in `status` (a sorted set of ids).
+    pub fn status_key(&self, status: Status) -> String {
+        format!("leasehold:{{{}}}:status:{status}", self.config.queue)
+    }
+
+    fn state_prefix(&self) -> String {
+        self.state_key("")
+    }
+
     fn ttl_ms(&self) -> u64 {
         u64::try_from(self.config.ttl.as_millis()).unwrap_or(u64::MAX)
     }
+
+    /// A state-writing script invocation with its keys: the state hash, the stream, the status
+    /// indexes.
+    fn writing<'a>(&self, script: &'a Script, id: &str) -> redis::ScriptInvocation<'a> {
+        let mut invocation = script.key(self.state_key(id));
+        invocation.key(&self.stream);
+        for status in STATUSES {
+            invocation.key(self.status_key(status));
+        }
+        invocation
+    }
+
+    /// Compare-and-set, enqueueing `entry` too if there is one.
+    async fn cas(&self, state: &CommandState, entry: Option<&[u8]>) -> Result<bool, StoreError> {
+        let mut invocation = self.writing(&self.cas, &state.id);
+        invocation
+            .arg(state.version - 1)
+            .arg(state.version)
+            .arg(state.to_json())
+            .arg(self.ttl_ms())
+            .arg(&state.id)
+            .arg(state.status.to_string())
+            .arg(state.status_changed_at);
+        if let Some(entry) = entry {
+            invocation.arg(FIELD).arg(entry);
+        }
+        let what = if entry.is_some() {
+            "requeue"
+        } else {
+            "compare-and-set"
+        };
+        let written: i64 = invocation
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| redis_error(what, e))?;
+        Ok(written == 1)
+    }
+}
+
+/// A sorted-set score as Redis prints it: the integer it was written as.
+fn parse_score(score: &str) -> Result<u64, StoreError> {
+    score
+        .parse::<u64>()
+        .ok()
+        .or_else(|| {
+            // Printed as a float (`1e+20`): whole milliseconds all the same.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            score.parse::<f64>().ok().map(|f| f as u64)
+        })
+        .ok_or_else(|| StoreError::fatal(format!("a status index score is not a number: {score}")))
 }
 
 fn decode(json: &str) -> Result<CommandState, StoreError> {
@@ -180,14 +256,16 @@ impl CommandStore for RedisCommandStore {
 
     async fn submit(&self, state: &CommandState, entry: &[u8]) -> Result<Submit, StoreError> {
         let (created, existing): (i64, Option<String>) = self
-            .submit
-            .key(self.state_key(&state.id))
-            .key(&self.stream)
+            .writing(&self.submit, &state.id)
             .arg(state.version)
             .arg(state.to_json())
             .arg(self.ttl_ms())
             .arg(FIELD)
             .arg(entry)
+            .arg(&state.id)
+            .arg(state.status.to_string())
+            .arg(state.status_changed_at)
+            .arg(self.state_prefix())
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(|e| redis_error("submit", e))?;
@@ -209,17 +287,44 @@ impl CommandStore for RedisCommandStore {
     }
 
     async fn compare_and_set(&self, state: &CommandState) -> Result<bool, StoreError> {
-        let written: i64 = self
-            .cas
-            .key(self.state_key(&state.id))
-            .arg(state.version - 1)
-            .arg(state.version)
-            .arg(state.to_json())
-            .arg(self.ttl_ms())
+        self.cas(state, None).await
+    }
+
+    async fn requeue(&self, state: &CommandState, entry: &[u8]) -> Result<bool, StoreError> {
+        self.cas(state, Some(entry)).await
+    }
+
+    async fn list(&self, status: Status, page: &Page) -> Result<Listing, StoreError> {
+        let limit = page.effective_limit();
+        let (at, after) = match &page.after {
+            Some(cursor) => (cursor.at.to_string(), cursor.id.as_str()),
+            None => (String::new(), ""),
+        };
+        let (more, score, id, states): (i64, String, String, Vec<String>) = self
+            .list
+            .key(self.status_key(status))
+            .arg(self.state_prefix())
+            .arg(status.to_string())
+            .arg(limit)
+            .arg(at)
+            .arg(after)
+            .arg(limit + 1 + LIST_BUDGET)
             .invoke_async(&mut self.conn.clone())
             .await
-            .map_err(|e| redis_error("compare-and-set", e))?;
-        Ok(written == 1)
+            .map_err(|e| redis_error("list", e))?;
+        let states = states
+            .iter()
+            .map(|json| decode(json))
+            .collect::<Result<Vec<_>, _>>()?;
+        let next = if more == 1 {
+            Some(Cursor {
+                at: parse_score(&score)?,
+                id,
+            })
+        } else {
+            None
+        };
+        Ok(Listing { states, next })
     }
 
     async fn announce_cancel(&self, id: &str) -> Result<(), StoreError> {
