@@ -13,7 +13,9 @@ use leasehold_core::{
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncConnectionConfig, RedisError, Script, Value};
 
-use crate::config::{unique_consumer_name, ConnectError, RedisConfig, RedisConfigError};
+use crate::config::{
+    unique_consumer_name, ConnectError, DelayedKeys, RedisConfig, RedisConfigError,
+};
 use crate::error::{error, is_nogroup};
 
 /// A script made of shared Lua helpers followed by its own file.
@@ -23,7 +25,16 @@ macro_rules! script {
     };
 }
 
-static FETCH: LazyLock<Script> = script!("lua/ids.lua", "lua/last_delivered.lua", "lua/fetch.lua");
+static FETCH: LazyLock<Script> = script!(
+    "lua/ids.lua",
+    "lua/last_delivered.lua",
+    "lua/delayed.lua",
+    "lua/fetch.lua"
+);
+/// The publisher's: a batch with due times or deduplication keys, and the delayed summary.
+pub(crate) static PUBLISH: LazyLock<Script> = script!("lua/delayed.lua", "lua/publish.lua");
+pub(crate) static DELAYED_SUMMARY: LazyLock<Script> =
+    script!("lua/delayed.lua", "lua/delayed_summary.lua");
 /// Batch scripts share the one-`XPENDING` fence check.
 static RENEW: LazyLock<Script> = script!("lua/fenced_batch.lua", "lua/renew.lua");
 static ACK: LazyLock<Script> = script!(
@@ -36,7 +47,8 @@ static RELEASE: LazyLock<Script> = script!("lua/release.lua");
 static DEAD_LETTER: LazyLock<Script> = script!("lua/dead_letter.lua");
 static REAP: LazyLock<Script> = script!("lua/reap_consumers.lua");
 
-/// Most ids per script call: keeps each script short so Redis stays responsive.
+/// Most ids per script call, and most delayed messages one fetch promotes: keeps each script
+/// short so Redis stays responsive.
 const SCRIPT_BATCH: usize = 1000;
 
 /// One consumer of a Redis stream's consumer group, implementing [`Backend`].
@@ -46,6 +58,7 @@ pub struct RedisBackend {
     config: RedisConfig,
     consumer: String,
     dead_key: String,
+    delayed_keys: DelayedKeys,
     /// Scripts, publishes, acks and renews: multiplexed, never blocked.
     commands: ConnectionManager,
     /// Only the blocking `XREAD … BLOCK`, so a waiting fetch never delays a heartbeat.
@@ -54,9 +67,12 @@ pub struct RedisBackend {
     cursor: Mutex<String>,
     /// Reclaims and new entries take turns going first.
     reclaim_turn: AtomicBool,
-    /// The last fetch saw entries idle long enough to be reclaimed: the next one runs the
-    /// fetch script, which shares the fetch between reclaims and new entries.
+    /// The last fetch saw entries idle long enough to be reclaimed, or delayed messages due:
+    /// the next one runs the fetch script, which shares the fetch between reclaims and new
+    /// entries, and promotes.
     reclaims_seen: AtomicBool,
+    /// What the last promotion of delayed messages learned.
+    delayed: Mutex<DelayedState>,
     last_reap: Mutex<Option<Instant>>,
     /// Entries without the payload field that fetches dead-lettered, until the worker takes
     /// them (see `Backend::take_undeliverable`).
@@ -66,7 +82,7 @@ pub struct RedisBackend {
 impl std::fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisBackend")
-            .field("stream", &self.config.stream)
+            .field("stream", &self.config.target.stream)
             .field("group", &self.config.group)
             .field("consumer", &self.consumer)
             .finish_non_exhaustive()
@@ -103,6 +119,41 @@ pub async fn check_credentials(client: &redis::Client, timeout: Duration) -> Bac
     }
 }
 
+/// A connection manager to `client`'s server: connects within `timeout`, reconnects with
+/// backoff (at most 2 s apart), and bounds each response by `response_timeout`.
+pub(crate) async fn connection(
+    client: &redis::Client,
+    timeout: Duration,
+    response_timeout: Option<Duration>,
+) -> BackendResult<ConnectionManager> {
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_max_delay(Duration::from_secs(2))
+        .set_response_timeout(response_timeout);
+    client
+        .get_connection_manager_with_config(config)
+        .await
+        .map_err(|e| error("connect", e))
+}
+
+/// Runs an `EVALSHA` of `script` on `con`; loads the script first if the server does not know
+/// it (a restarted server, a new connection to another one). NOSCRIPT means nothing ran, so
+/// the retry is safe whatever the script does.
+pub(crate) async fn evalsha<T: redis::FromRedisValue>(
+    con: &ConnectionManager,
+    script: &Script,
+    cmd: &redis::Cmd,
+) -> Result<T, RedisError> {
+    let mut con = con.clone();
+    match cmd.query_async(&mut con).await {
+        Err(e) if e.code() == Some("NOSCRIPT") => {
+            script.load_async(&mut con).await?;
+            cmd.query_async(&mut con).await
+        }
+        other => other,
+    }
+}
+
 impl RedisBackend {
     /// Connects, and creates the stream and group if they do not exist (the group starts at
     /// the stream's beginning, so existing entries are consumed as they are).
@@ -114,33 +165,23 @@ impl RedisBackend {
     /// fails to create the group.
     pub async fn connect(config: RedisConfig) -> Result<Self, ConnectError> {
         config.validate()?;
-        let client = client(&config.url)?;
-        check_credentials(&client, config.command_timeout).await?;
-        let reconnect = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(config.command_timeout))
-            .set_max_delay(Duration::from_secs(2));
-        let commands = client
-            .get_connection_manager_with_config(
-                reconnect
-                    .clone()
-                    .set_response_timeout(Some(config.command_timeout)),
-            )
-            .await
-            .map_err(|e| error("connect", e))?;
+        let client = client(&config.target.url)?;
+        check_credentials(&client, config.target.command_timeout).await?;
+        let timeout = config.target.command_timeout;
+        let commands = connection(&client, timeout, Some(timeout)).await?;
         // The blocking read may wait as long as the fetch asks; the driver bounds the call.
-        let blocking = client
-            .get_connection_manager_with_config(reconnect.set_response_timeout(None))
-            .await
-            .map_err(|e| error("connect", e))?;
+        let blocking = connection(&client, timeout, None).await?;
         let backend = Self {
             consumer: config.consumer.clone().unwrap_or_else(unique_consumer_name),
             dead_key: config.dead_letter_key(),
+            delayed_keys: DelayedKeys::of(&config.target.stream),
             config,
             commands,
             blocking,
             cursor: Mutex::new("0-0".into()),
             reclaim_turn: AtomicBool::new(true),
             reclaims_seen: AtomicBool::new(true),
+            delayed: Mutex::new(DelayedState::default()),
             last_reap: Mutex::new(None),
             undeliverable: Mutex::new(Vec::new()),
         };
@@ -155,7 +196,7 @@ impl RedisBackend {
 
     /// The stream's key.
     pub fn stream_key(&self) -> &str {
-        &self.config.stream
+        &self.config.target.stream
     }
 
     /// The dead-letter stream's key.
@@ -167,7 +208,7 @@ impl RedisBackend {
     async fn ensure_group(&self) -> BackendResult<()> {
         let created: Result<Value, _> = redis::cmd("XGROUP")
             .arg("CREATE")
-            .arg(&self.config.stream)
+            .arg(&self.config.target.stream)
             .arg(&self.config.group)
             .arg("0")
             .arg("MKSTREAM")
@@ -194,19 +235,23 @@ impl RedisBackend {
         let min_idle = millis(self.config.claim_timeout);
         let mut invocation = FETCH.prepare_invoke();
         invocation
-            .key(&self.config.stream)
+            .key(&self.config.target.stream)
             .key(&self.dead_key)
+            .key(&self.delayed_keys.delayed)
+            .key(&self.delayed_keys.wake)
             .arg(&self.config.group)
             .arg(&self.consumer)
             .arg(min_idle)
             .arg(&cursor)
             .arg(share)
             .arg(max)
-            .arg(&self.config.field)
-            .arg(if reclaim_first { "1" } else { "0" });
+            .arg(&self.config.target.field)
+            .arg(if reclaim_first { "1" } else { "0" })
+            .arg(self.config.target.max_len_arg())
+            .arg(SCRIPT_BATCH);
         let reply: Value = match invocation.invoke_async(&mut self.commands.clone()).await {
             Err(e) if is_nogroup(&e) => {
-                tracing::warn!(stream = %self.config.stream, "consumer group vanished; recreating");
+                tracing::warn!(stream = %self.config.target.stream, "consumer group vanished; recreating");
                 self.ensure_group().await?;
                 invocation
                     .invoke_async(&mut self.commands.clone())
@@ -222,6 +267,7 @@ impl RedisBackend {
         }
         *self.cursor.lock().unwrap_or_else(|e| e.into_inner()) =
             std::mem::take(&mut fetched.cursor);
+        self.set_delayed(fetched.next_due, fetched.wake_id.take());
         // While anything is reclaimable the next fetch runs the script again, to share it.
         self.reclaims_seen
             .store(fetched.reclaimable, Ordering::Relaxed);
@@ -229,13 +275,23 @@ impl RedisBackend {
     }
 
     /// New entries only, in one round trip and without a script (a script's reply goes
-    /// through Lua tables twice, which cost more than the read itself): `XPENDING … IDLE`
-    /// (is anything reclaimable?) pipelined with `XREADGROUP … >`. Entries without the
-    /// payload field are dead-lettered and left out, as the fetch script does.
+    /// through Lua tables twice, which cost more than the read itself; and even a script that
+    /// finds nothing to do costs several times a plain command): `ZRANGE … 0 0 WITHSCORES` of
+    /// the delayed set and `TIME` (when is the next delayed message due?), `XPENDING … IDLE`
+    /// (is anything reclaimable?) and `XREADGROUP … >`, pipelined. Entries without the
+    /// payload field are dead-lettered and left out, as the fetch script does. The second
+    /// value says the next fetch must run the fetch script: something is reclaimable, or a
+    /// delayed message is due (only the script promotes, so each is promoted exactly once).
     async fn read_new(&self, max: usize) -> BackendResult<(Vec<Fetched<Bytes>>, bool)> {
         let mut pipe = redis::pipe();
-        pipe.cmd("XPENDING")
-            .arg(&self.config.stream)
+        pipe.cmd("ZRANGE")
+            .arg(&self.delayed_keys.delayed)
+            .arg(0)
+            .arg(0)
+            .arg("WITHSCORES")
+            .cmd("TIME")
+            .cmd("XPENDING")
+            .arg(&self.config.target.stream)
             .arg(&self.config.group)
             .arg("IDLE")
             .arg(millis(self.config.claim_timeout))
@@ -249,15 +305,19 @@ impl RedisBackend {
             .arg("COUNT")
             .arg(max)
             .arg("STREAMS")
-            .arg(&self.config.stream)
+            .arg(&self.config.target.stream)
             .arg(">");
-        let (idle, read): (Value, Value) = pipe
+        let (earliest, time, idle, read): (Value, Value, Value, Value) = pipe
             .query_async(&mut self.commands.clone())
             .await
             .map_err(|e| error("fetch", e))?;
-        let reclaimable = matches!(&idle, Value::Array(rows) if !rows.is_empty());
+        let next_due = parse_probe(earliest, time)
+            .ok_or_else(|| BackendError::fatal("unexpected reply from ZRANGE or TIME"))?;
+        self.set_delayed(next_due, None);
+        let due_now = next_due == Some(Duration::ZERO);
+        let script_next = due_now || matches!(&idle, Value::Array(rows) if !rows.is_empty());
         let mut fetched = Vec::new();
-        for (id, payload) in parse_read(read, self.config.field.as_bytes())
+        for (id, payload) in parse_read(read, self.config.target.field.as_bytes())
             .ok_or_else(|| BackendError::fatal("unexpected reply from XREADGROUP"))?
         {
             match payload {
@@ -288,29 +348,48 @@ impl RedisBackend {
                 }
             }
         }
-        Ok((fetched, reclaimable))
+        Ok((fetched, script_next))
     }
 
-    /// Waits (on the dedicated connection) until the stream has an entry after `last`, or
-    /// `wait` passes. It consumes nothing, so dropping it midway loses nothing.
-    async fn wait_for_new(&self, last: &str, wait: Duration) -> BackendResult<()> {
+    /// Waits (on the dedicated connection) until the stream has an entry after `last`, the
+    /// wake stream one after `wake` (a publisher delayed a message due earlier than all
+    /// others), or `wait` passes. It consumes nothing, so dropping it midway loses nothing.
+    async fn wait_for_new(&self, last: &str, wake: &str, wait: Duration) -> BackendResult<()> {
         let _: Value = redis::cmd("XREAD")
             .arg("COUNT")
             .arg(1)
             .arg("BLOCK")
             .arg(millis(wait).max(1))
             .arg("STREAMS")
-            .arg(&self.config.stream)
+            .arg(&self.config.target.stream)
+            .arg(&self.delayed_keys.wake)
             .arg(last)
+            .arg(wake)
             .query_async(&mut self.blocking.clone())
             .await
             .map_err(|e| error("wait for entries", e))?;
         Ok(())
     }
 
+    /// What a promotion learned; the wake id comes only with a fetch script that took nothing.
+    fn set_delayed(&self, next_due: Option<Duration>, wake_id: Option<String>) {
+        let mut state = self.delayed.lock().unwrap_or_else(|e| e.into_inner());
+        state.next_due = next_due;
+        if let Some(wake_id) = wake_id {
+            state.wake_id = wake_id;
+        }
+    }
+
+    fn delayed_state(&self) -> DelayedState {
+        self.delayed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Why an entry without the payload field can never be delivered.
     fn no_field(&self) -> String {
-        format!("entry has no field \"{}\"", self.config.field)
+        format!("entry has no field \"{}\"", self.config.target.field)
     }
 
     /// A fetch dead-lettered entry `id` (it has no payload field), for the worker to count.
@@ -340,7 +419,7 @@ impl RedisBackend {
             *last = Some(now);
         }
         let reaped: Result<i64, _> = REAP
-            .key(&self.config.stream)
+            .key(&self.config.target.stream)
             .arg(&self.config.group)
             .arg(millis(idle))
             .arg(&self.consumer)
@@ -348,7 +427,9 @@ impl RedisBackend {
             .await;
         match reaped {
             Ok(0) => {}
-            Ok(n) => tracing::info!(stream = %self.config.stream, n, "removed idle consumers"),
+            Ok(n) => {
+                tracing::info!(stream = %self.config.target.stream, n, "removed idle consumers")
+            }
             Err(e) => tracing::debug!(%e, "reaping idle consumers failed"),
         }
     }
@@ -378,7 +459,7 @@ impl RedisBackend {
             let mut cmd = redis::cmd("EVALSHA");
             cmd.arg(script.get_hash())
                 .arg(1)
-                .arg(&self.config.stream)
+                .arg(&self.config.target.stream)
                 .arg(&self.config.group)
                 .arg(&self.consumer)
                 .arg(low.to_string())
@@ -386,7 +467,7 @@ impl RedisBackend {
             for &(_, i) in chunk {
                 cmd.arg(leases[i].id.as_str()).arg(leases[i].fence.0);
             }
-            match self.evalsha::<Vec<i64>>(script, &cmd).await {
+            match evalsha::<Vec<i64>>(&self.commands, script, &cmd).await {
                 Ok(flags) if flags.len() == chunk.len() => {
                     for (&(_, i), flag) in chunk.iter().zip(flags) {
                         results[i] = flag == 1;
@@ -404,23 +485,6 @@ impl RedisBackend {
         Ok(results)
     }
 
-    /// Runs an `EVALSHA` of `script`; loads the script first if the server does not know it
-    /// (a restarted server, a new connection to another one).
-    async fn evalsha<T: redis::FromRedisValue>(
-        &self,
-        script: &Script,
-        cmd: &redis::Cmd,
-    ) -> Result<T, RedisError> {
-        let mut con = self.commands.clone();
-        match cmd.query_async(&mut con).await {
-            Err(e) if e.code() == Some("NOSCRIPT") => {
-                script.load_async(&mut con).await?;
-                cmd.query_async(&mut con).await
-            }
-            other => other,
-        }
-    }
-
     async fn fenced_one(
         &self,
         script: &Script,
@@ -430,7 +494,7 @@ impl RedisBackend {
     ) -> BackendResult<SettleResult> {
         let mut invocation = script.prepare_invoke();
         invocation
-            .key(&self.config.stream)
+            .key(&self.config.target.stream)
             .key(&self.dead_key)
             .arg(&self.config.group)
             .arg(&self.consumer)
@@ -469,15 +533,23 @@ impl Backend for RedisBackend {
         std::mem::take(&mut *self.undeliverable.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
+    /// As the last promotion (the first step of every fetch) found it, on the server's clock.
+    fn next_due(&self) -> Option<Duration> {
+        self.delayed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .next_due
+    }
+
     async fn publish(&self, payload: Bytes) -> BackendResult<MessageId> {
         let mut cmd = redis::cmd("XADD");
-        cmd.arg(&self.config.stream);
-        if let Some(len) = self.config.max_len {
+        cmd.arg(&self.config.target.stream);
+        if let Some(len) = self.config.target.max_len {
             cmd.arg("MAXLEN").arg("~").arg(len);
         }
         let id: String = cmd
             .arg("*")
-            .arg(&self.config.field)
+            .arg(&self.config.target.field)
             .arg(payload.as_ref())
             .query_async(&mut self.commands.clone())
             .await
@@ -490,16 +562,17 @@ impl Backend for RedisBackend {
             return Ok(Vec::new());
         }
         self.reap_consumers().await;
-        // While nothing is reclaimable, new entries come without a script. When that read
-        // finds reclaimable entries, the next fetch runs the script (the engine fetches again
-        // at once after a short fetch, so reclaims wait at most one fetch), and so does every
-        // fetch while the script sees reclaimable entries (it shares each fetch between
-        // reclaims and new entries) or to learn where to wait. Entries in hand are returned at
-        // once, never held across another call that could fail or be dropped.
+        // While nothing is reclaimable or due, new entries come without a script. When that
+        // read finds reclaimable entries or a due delayed message, the next fetch runs the
+        // script (the engine fetches again at once after a short fetch, and when something is
+        // due, as `next_due` is then zero: reclaims and promotions wait at most one fetch), and
+        // so does every fetch while the script sees reclaimable entries (it shares each fetch
+        // between reclaims and new entries) or to learn where to wait. Entries in hand are
+        // returned at once, never held across another call that could fail or be dropped.
         if !self.reclaims_seen.load(Ordering::Relaxed) {
             match self.read_new(max).await {
-                Ok((read, reclaimable)) => {
-                    self.reclaims_seen.store(reclaimable, Ordering::Relaxed);
+                Ok((read, script_next)) => {
+                    self.reclaims_seen.store(script_next, Ordering::Relaxed);
                     if !read.is_empty() {
                         return Ok(read);
                     }
@@ -510,16 +583,25 @@ impl Backend for RedisBackend {
                 }
             }
         }
-        let fetched = self.fetch_once(max).await?;
-        if !fetched.entries.is_empty() {
-            return Ok(fetched.entries);
-        }
-        match fetched.last_delivered {
-            Some(last) if !wait.is_zero() => {
-                self.wait_for_new(&last, wait).await?;
-                Ok(self.fetch_once(max).await?.entries)
+        // Then wait for new entries until `wait` passes, no longer than until the next delayed
+        // message is due, and again after a wake-up that brought nothing to take (a publisher
+        // delayed a message due earlier: the wait shortens to its due time).
+        let deadline = Instant::now().checked_add(wait);
+        loop {
+            let fetched = self.fetch_once(max).await?;
+            if !fetched.entries.is_empty() {
+                return Ok(fetched.entries);
             }
-            _ => Ok(fetched.entries),
+            let Some(last) = fetched.last_delivered else {
+                return Ok(fetched.entries);
+            };
+            let left = deadline.map_or(wait, |at| at.saturating_duration_since(Instant::now()));
+            let DelayedState { next_due, wake_id } = self.delayed_state();
+            let block = next_due.map_or(left, |due| due.min(left));
+            if block.is_zero() {
+                return Ok(fetched.entries);
+            }
+            self.wait_for_new(&last, &wake_id, block).await?;
         }
     }
 
@@ -557,7 +639,7 @@ impl Backend for RedisBackend {
         let idle = self.config.claim_timeout.saturating_sub(delay);
         let mut invocation = RELEASE.prepare_invoke();
         invocation
-            .key(&self.config.stream)
+            .key(&self.config.target.stream)
             .arg(&self.config.group)
             .arg(&self.consumer)
             .arg(lease.id.as_str())
@@ -585,7 +667,7 @@ impl Backend for RedisBackend {
 
     async fn stream_len(&self) -> BackendResult<u64> {
         redis::cmd("XLEN")
-            .arg(&self.config.stream)
+            .arg(&self.config.target.stream)
             .query_async(&mut self.commands.clone())
             .await
             .map_err(|e| error("length", e))
@@ -593,7 +675,7 @@ impl Backend for RedisBackend {
 
     async fn pending(&self) -> BackendResult<u64> {
         let summary: Result<Value, _> = redis::cmd("XPENDING")
-            .arg(&self.config.stream)
+            .arg(&self.config.target.stream)
             .arg(&self.config.group)
             .query_async(&mut self.commands.clone())
             .await;
@@ -707,6 +789,63 @@ fn parse_read(reply: Value, field: &[u8]) -> Option<Vec<(String, Option<Bytes>)>
     Some(out)
 }
 
+/// What the promotions of delayed messages learned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct DelayedState {
+    /// How long until the next delayed message is due (zero: one is, more than a promotion
+    /// moves at once); `None` when none is delayed.
+    next_due: Option<Duration>,
+    /// The wake stream's last id (`0-0` when it has none), as the last fetch script that took
+    /// nothing saw it: a wait blocks for entries after it.
+    wake_id: String,
+}
+
+impl Default for DelayedState {
+    fn default() -> Self {
+        Self {
+            next_due: None,
+            wake_id: "0-0".into(),
+        }
+    }
+}
+
+/// How long until the earliest delayed message is due (zero if it is), from
+/// `ZRANGE delayed 0 0 WITHSCORES` (RESP2: member, score; RESP3: one pair) and `TIME`; `None`
+/// inside when nothing is delayed.
+fn parse_probe(earliest: Value, time: Value) -> Option<Option<Duration>> {
+    let Value::Array(items) = earliest else {
+        return None;
+    };
+    let mut items = items.into_iter();
+    let score = match items.next() {
+        None => return Some(None),
+        Some(Value::Array(pair)) => pair.into_iter().nth(1)?,
+        Some(_) => items.next()?,
+    };
+    let due_ms = match score {
+        Value::Double(score) => score,
+        Value::BulkString(bytes) => std::str::from_utf8(&bytes).ok()?.parse().ok()?,
+        _ => return None,
+    };
+    let Value::Array(time) = time else {
+        return None;
+    };
+    let (secs, micros) = (as_u64(time.first()?)?, as_u64(time.get(1)?)?);
+    let now_ms = secs.saturating_mul(1000).saturating_add(micros / 1000);
+    // A score is a whole number of ms the publish script wrote; the cast saturates.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let due_ms = due_ms.max(0.0) as u64;
+    Some(Some(Duration::from_millis(due_ms.saturating_sub(now_ms))))
+}
+
+/// The fetch script's `ms until the next delayed message is due, -1 if none`.
+fn parse_due(reply: &Value) -> Option<Option<Duration>> {
+    match reply {
+        Value::Int(-1) => Some(None),
+        due => as_u64(due).map(|ms| Some(Duration::from_millis(ms))),
+    }
+}
+
 /// What one run of the fetch script returned.
 struct ScriptFetch {
     /// Where the next `XAUTOCLAIM` goes on.
@@ -718,10 +857,15 @@ struct ScriptFetch {
     reclaimable: bool,
     /// The group's last-delivered id, when the script took nothing: where to wait for more.
     last_delivered: Option<String>,
+    /// How long until the next delayed message is due, as its promotion found.
+    next_due: Option<Duration>,
+    /// The wake stream's last id, when the script took nothing.
+    wake_id: Option<String>,
 }
 
 /// `{cursor, {id, count, payload, ...}, last-delivered-id or nil, 1 if reclaimable else 0,
-/// {undeliverable id, ...}}`.
+/// {undeliverable id, ...}, ms until the next delayed message is due or -1,
+/// wake stream's last id or nil}`.
 fn parse_fetch(reply: Value) -> Option<ScriptFetch> {
     let Value::Array(parts) = reply else {
         return None;
@@ -740,6 +884,8 @@ fn parse_fetch(reply: Value) -> Option<ScriptFetch> {
         .into_iter()
         .map(as_string)
         .collect::<Option<Vec<_>>>()?;
+    let next_due = parse_due(&parts.next()?)?;
+    let wake_id = parts.next().and_then(as_string);
     let mut entries = Vec::with_capacity(flat.len() / 3);
     let mut flat = flat.into_iter();
     while let (Some(id), Some(count), Some(payload)) = (flat.next(), flat.next(), flat.next()) {
@@ -760,12 +906,43 @@ fn parse_fetch(reply: Value) -> Option<ScriptFetch> {
         undeliverable,
         reclaimable,
         last_delivered: last,
+        next_due,
+        wake_id,
     })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::StreamId;
+    use std::time::Duration;
+
+    use redis::Value;
+
+    use super::{parse_probe, StreamId};
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn the_probe_reads_the_next_due_time_in_resp2_and_resp3() {
+        let time = || Value::Array(vec![bulk("1700000000"), bulk("250999")]);
+        assert_eq!(parse_probe(Value::Array(vec![]), time()), Some(None));
+        let resp2 = Value::Array(vec![bulk("0000000000000001:x"), bulk("1700000001000")]);
+        assert_eq!(
+            parse_probe(resp2, time()),
+            Some(Some(Duration::from_millis(750)))
+        );
+        let resp3 = Value::Array(vec![Value::Array(vec![
+            bulk("0000000000000001:x"),
+            Value::Double(1_699_999_000_000.0),
+        ])]);
+        assert_eq!(parse_probe(resp3, time()), Some(Some(Duration::ZERO)));
+        assert_eq!(parse_probe(Value::Nil, time()), None);
+        assert_eq!(
+            parse_probe(Value::Array(vec![bulk("m"), bulk("1")]), Value::Nil),
+            None
+        );
+    }
 
     #[test]
     fn stream_ids_parse_strictly_and_order_numerically() {

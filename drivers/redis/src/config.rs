@@ -74,16 +74,13 @@ impl From<ConnectError> for BackendError {
 /// one consumer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisConfig {
-    pub(crate) url: String,
-    pub(crate) stream: String,
+    /// What a publisher to the stream needs too: URL, stream, field, trim length, timeout.
+    pub(crate) target: PublisherConfig,
     pub(crate) group: String,
     pub(crate) consumer: Option<String>,
     pub(crate) claim_timeout: Duration,
-    pub(crate) field: String,
     pub(crate) dead_letter_stream: Option<String>,
-    pub(crate) max_len: Option<usize>,
     pub(crate) reap_idle_consumers: Option<Duration>,
-    pub(crate) command_timeout: Duration,
 }
 
 impl RedisConfig {
@@ -96,16 +93,12 @@ impl RedisConfig {
         group: impl Into<String>,
     ) -> Self {
         Self {
-            url: url.into(),
-            stream: stream.into(),
+            target: PublisherConfig::new(url, stream),
             group: group.into(),
             consumer: None,
             claim_timeout: Duration::from_secs(60),
-            field: "data".into(),
             dead_letter_stream: None,
-            max_len: None,
             reap_idle_consumers: Some(Duration::from_secs(24 * 3600)),
-            command_timeout: Duration::from_secs(5),
         }
     }
 
@@ -128,7 +121,7 @@ impl RedisConfig {
     /// The entry field holding the payload (default `data`, as lib-data-stream-redis writes).
     #[must_use]
     pub fn field(mut self, field: impl Into<String>) -> Self {
-        self.field = field.into();
+        self.target = self.target.field(field);
         self
     }
 
@@ -140,10 +133,11 @@ impl RedisConfig {
         self
     }
 
-    /// Trim the stream to about this many entries on publish (`XADD MAXLEN ~`).
+    /// Trim the stream to about this many entries on publish (`XADD MAXLEN ~`) and when a fetch
+    /// moves due delayed messages into it.
     #[must_use]
     pub fn max_len(mut self, len: usize) -> Self {
-        self.max_len = Some(len);
+        self.target = self.target.max_len(len);
         self
     }
 
@@ -158,6 +152,93 @@ impl RedisConfig {
     /// Bound on one command's response (the blocking read has its own, from the fetch's wait).
     #[must_use]
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.target = self.target.command_timeout(timeout);
+        self
+    }
+
+    /// A publisher's configuration for this stream, with the same URL, payload field, trim
+    /// length and command timeout.
+    pub fn publisher(&self) -> PublisherConfig {
+        self.target.clone()
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), RedisConfigError> {
+        self.target.validate()?;
+        if self.group.is_empty() {
+            return Err(RedisConfigError::Empty("group"));
+        }
+        if self.consumer.as_deref() == Some("") {
+            return Err(RedisConfigError::Empty("consumer"));
+        }
+        if self.claim_timeout < Duration::from_millis(1) || self.claim_timeout > MAX_DURATION {
+            return Err(RedisConfigError::ClaimTimeout(self.claim_timeout));
+        }
+        Ok(())
+    }
+
+    /// The dead-letter stream's key: in the same cluster slot as the stream.
+    pub(crate) fn dead_letter_key(&self) -> String {
+        match &self.dead_letter_stream {
+            Some(key) => key.clone(),
+            None => default_dead_letter_key(&self.target.stream),
+        }
+    }
+}
+
+/// Configuration of a [`RedisPublisher`](crate::RedisPublisher): one stream, no consumer group.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PublisherConfig {
+    pub(crate) url: String,
+    pub(crate) stream: String,
+    pub(crate) field: String,
+    pub(crate) max_len: Option<usize>,
+    pub(crate) command_timeout: Duration,
+}
+
+/// Leaves the URL out: it may hold a password.
+impl std::fmt::Debug for PublisherConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PublisherConfig")
+            .field("stream", &self.stream)
+            .field("field", &self.field)
+            .field("max_len", &self.max_len)
+            .field("command_timeout", &self.command_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PublisherConfig {
+    /// Publishing to `stream` at `url` (as [`RedisConfig::new`] takes it). Defaults: payload
+    /// field `data`, no trimming, command timeout 5 s.
+    pub fn new(url: impl Into<String>, stream: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            stream: stream.into(),
+            field: "data".into(),
+            max_len: None,
+            command_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// The entry field holding the payload (default `data`): the consumers'
+    /// [`RedisConfig::field`].
+    #[must_use]
+    pub fn field(mut self, field: impl Into<String>) -> Self {
+        self.field = field.into();
+        self
+    }
+
+    /// Trim the stream to about this many entries on publish (`XADD MAXLEN ~`), delayed
+    /// messages included when they are due.
+    #[must_use]
+    pub fn max_len(mut self, len: usize) -> Self {
+        self.max_len = Some(len);
+        self
+    }
+
+    /// Bound on one command's response.
+    #[must_use]
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout;
         self
     }
@@ -169,18 +250,11 @@ impl RedisConfig {
         for (what, value) in [
             ("url", &self.url),
             ("stream", &self.stream),
-            ("group", &self.group),
             ("field", &self.field),
         ] {
             if value.is_empty() {
                 return Err(RedisConfigError::Empty(what));
             }
-        }
-        if self.consumer.as_deref() == Some("") {
-            return Err(RedisConfigError::Empty("consumer"));
-        }
-        if self.claim_timeout < Duration::from_millis(1) || self.claim_timeout > MAX_DURATION {
-            return Err(RedisConfigError::ClaimTimeout(self.claim_timeout));
         }
         if self.max_len == Some(0) {
             return Err(RedisConfigError::ZeroMaxLen);
@@ -188,21 +262,52 @@ impl RedisConfig {
         Ok(())
     }
 
-    /// The dead-letter stream's key: in the same cluster slot as the stream.
-    pub(crate) fn dead_letter_key(&self) -> String {
-        match &self.dead_letter_stream {
-            Some(key) => key.clone(),
-            None => default_dead_letter_key(&self.stream),
-        }
+    /// The trim length as the scripts take it: `""` for none.
+    pub(crate) fn max_len_arg(&self) -> String {
+        self.max_len.map(|n| n.to_string()).unwrap_or_default()
+    }
+}
+
+/// The prefix of every key that belongs to `stream`, in the stream's Redis Cluster hash slot:
+/// the stream itself when it carries a `{tag}` (`{app}:orders`), else the whole name as the tag
+/// (`orders` → `{orders}`).
+pub(crate) fn slot_prefix(stream: &str) -> String {
+    if has_hash_tag(stream) {
+        stream.to_string()
+    } else {
+        format!("{{{stream}}}")
     }
 }
 
 /// The dead-letter stream of `stream` unless configured otherwise: in the stream's hash slot.
 pub(crate) fn default_dead_letter_key(stream: &str) -> String {
-    if has_hash_tag(stream) {
-        format!("{stream}:dead")
-    } else {
-        format!("{{{stream}}}:dead")
+    format!("{}:dead", slot_prefix(stream))
+}
+
+/// The keys of a stream's delayed and deduplicated messages, all in the stream's hash slot
+/// (`orders` → `{orders}:delayed`, ...), so one script can touch them with the stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DelayedKeys {
+    /// Sorted set: score = due time (Unix ms, the server's clock), member = `<seq>:<payload>`.
+    pub(crate) delayed: String,
+    /// Counter giving each delayed message its unique `<seq>`.
+    pub(crate) seq: String,
+    /// Stream of one entry, appended to when a newly delayed message becomes the earliest: an
+    /// idle consumer blocks on it too, so it learns the new due time.
+    pub(crate) wake: String,
+    /// Prefix of the deduplication keys (`<prefix><key>` holds the first message's id).
+    pub(crate) dedupe: String,
+}
+
+impl DelayedKeys {
+    pub(crate) fn of(stream: &str) -> Self {
+        let prefix = slot_prefix(stream);
+        Self {
+            delayed: format!("{prefix}:delayed"),
+            seq: format!("{prefix}:delayed:seq"),
+            wake: format!("{prefix}:delayed:wake"),
+            dedupe: format!("{prefix}:dedupe:"),
+        }
     }
 }
 
@@ -245,6 +350,44 @@ mod tests {
                 .dead_letter_key(),
             "elsewhere"
         );
+    }
+
+    #[test]
+    fn delayed_keys_share_the_stream_slot() {
+        let keys = DelayedKeys::of("orders");
+        assert_eq!(keys.delayed, "{orders}:delayed");
+        assert_eq!(keys.seq, "{orders}:delayed:seq");
+        assert_eq!(keys.wake, "{orders}:delayed:wake");
+        assert_eq!(keys.dedupe, "{orders}:dedupe:");
+        assert_eq!(
+            DelayedKeys::of("{app}:orders").delayed,
+            "{app}:orders:delayed"
+        );
+    }
+
+    #[test]
+    fn bad_publisher_configs_are_errors() {
+        let ok = PublisherConfig::new("redis://x", "s");
+        assert_eq!(ok.validate(), Ok(()));
+        assert_eq!(ok.field, "data");
+        assert_eq!(
+            PublisherConfig::new("redis://x", "").validate(),
+            Err(RedisConfigError::Empty("stream"))
+        );
+        assert_eq!(
+            ok.clone().field("").validate(),
+            Err(RedisConfigError::Empty("field"))
+        );
+        assert_eq!(
+            ok.clone().max_len(0).validate(),
+            Err(RedisConfigError::ZeroMaxLen)
+        );
+        assert_eq!(
+            ok.clone().command_timeout(Duration::ZERO).validate(),
+            Err(RedisConfigError::ZeroCommandTimeout)
+        );
+        let debug = format!("{:?}", PublisherConfig::new("redis://:secret@x", "s"));
+        assert!(!debug.contains("secret"), "{debug}");
     }
 
     #[test]

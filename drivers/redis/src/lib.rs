@@ -16,18 +16,56 @@
 //!   `XACK` + `XDEL`, atomically.
 //!
 //! A fetch reads new entries with `XREADGROUP … >`, pipelined with an `XPENDING … IDLE` that
-//! tells whether any entry has lapsed. While some have, the fetch is one script: `XAUTOCLAIM`
-//! (min-idle = claim timeout, cursor carried between calls, moved up to the first lapsed
-//! entry that the script's `XPENDING … IDLE` finds, so its bounded scan is not spent on live
-//! entries ahead of it) and `XREADGROUP … >`, taking turns
-//! going first with at most half of `max`, the other kind taking the rest, so neither starves
-//! the other. Every delivery carries its delivery count, which is its fence. Entries without
-//! the payload field are dead-lettered on the spot. When nothing is there, the fetch waits on a
-//! **dedicated connection** with `XREAD BLOCK`, which consumes nothing (so a dropped wait loses
-//! nothing) and never delays a heartbeat on the command connection. Both connections reconnect
-//! with backoff; a wrong password or TLS setup fails `connect` at once. A vanished group
-//! (`NOGROUP`) is recreated by the next fetch; its leases are reported lost. Keys are
-//! hash-tagged so every script is Redis Cluster safe.
+//! tells whether any entry has lapsed and a look at when the next delayed message is due
+//! (below). While some entry has lapsed or a delayed message is due, the fetch is one script:
+//! it promotes the due delayed messages, then `XAUTOCLAIM` (min-idle = claim timeout, cursor
+//! carried between calls, moved up to the first lapsed entry that the script's
+//! `XPENDING … IDLE` finds, so its bounded scan is not spent on live entries ahead of it) and
+//! `XREADGROUP … >`, taking turns going first with at most half of `max`, the other kind
+//! taking the rest, so neither starves the other. Every delivery carries its delivery count,
+//! which is its fence. Entries without the payload field are dead-lettered on the spot. When
+//! nothing is there, the fetch waits on a **dedicated connection** with `XREAD BLOCK` on the
+//! stream and the wake stream (below), which consumes nothing (so a dropped wait loses
+//! nothing) and never delays a heartbeat on the command connection, and no longer than until
+//! the next delayed message is due. Both connections reconnect with backoff; a wrong password
+//! or TLS setup fails `connect` at once. A vanished group (`NOGROUP`) is recreated by the next
+//! fetch; its leases are reported lost. Keys are hash-tagged so every script is Redis Cluster
+//! safe.
+//!
+//! ## Publishing: delayed and deduplicated messages
+//!
+//! A [`RedisPublisher`] appends and needs no consumer group. Every key of a stream shares its
+//! hash slot: for `orders` (or `{app}:orders`, which keeps its tag) they are
+//!
+//! | key | type | holds |
+//! |---|---|---|
+//! | `{orders}:dead` | stream | dead letters |
+//! | `{orders}:delayed` | sorted set | delayed messages: score = due time (Unix ms, the server's clock), member = `<seq>:<payload>` |
+//! | `{orders}:delayed:seq` | string | the counter giving each delayed message its `<seq>` |
+//! | `{orders}:delayed:wake` | stream (one entry) | appended to when a newly delayed message is due before all others |
+//! | `{orders}:dedupe:<key>` | string, with the key's ttl | the id the first publish with `<key>` returned |
+//!
+//! A batch of plain messages is one pipeline of `XADD`s. A batch with any due time or
+//! deduplication key is one script (a server that forgot it answers `NOSCRIPT` having run
+//! nothing, so it is loaded and the call retried): in order, a message whose deduplication
+//! key is held enqueues nothing and answers the id stored there; one due later than the
+//! server's `TIME` goes to the delayed set with id `delayed:<seq>`, the rest to the stream; a
+//! new key is set to the id with its ttl. A batch with a message [`Outgoing::check`] refuses
+//! (a delay over a year, an empty key) is refused whole, with nothing sent.
+//!
+//! **Promotion**: the fetch script first moves up to 1000 due messages, earliest first, from
+//! the delayed set into the stream (`XADD`, trimmed like a publish) and removes them, in the
+//! same script, so each is promoted exactly once however many consumers race, and is then
+//! delivered like any new entry (delivery count 1). It answers how long until the next one is
+//! due (zero while more are due), which [`Backend::next_due`](leasehold_core::Backend::next_due)
+//! reports so the worker fetches again then, and, when it took nothing, the wake stream's last
+//! id: the wait blocks on the wake stream after it too, so an idle consumer learns of a message
+//! delayed after it began waiting and due sooner than its wait. The scriptless read promotes
+//! nothing: it pipelines a `ZRANGE … 0 0 WITHSCORES` of the delayed set and `TIME` (a fraction
+//! of what even an idle script costs), and when a message is due it hands the next fetch to
+//! the script, or runs it at once when it read nothing.
+//!
+//! [`Outgoing::check`]: leasehold_core::Outgoing::check
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -35,8 +73,10 @@ mod backend;
 mod config;
 mod error;
 mod inspect;
+mod publisher;
 
 pub use backend::{check_credentials, client, RedisBackend};
-pub use config::{ConnectError, RedisConfig, RedisConfigError};
+pub use config::{ConnectError, PublisherConfig, RedisConfig, RedisConfigError};
 pub use error::{classify, error as backend_error};
 pub use inspect::RedisInspector;
+pub use publisher::RedisPublisher;

@@ -1,18 +1,24 @@
--- Fetch for one consumer, atomically: reclaim lapsed entries (XAUTOCLAIM, cursor carried by the
--- caller) and read new ones (XREADGROUP >). The kind that goes first takes at most its share;
+-- Fetch for one consumer, atomically: promote the delayed messages that are due (see
+-- delayed.lua), reclaim lapsed entries (XAUTOCLAIM, cursor carried by the caller) and read new
+-- ones (XREADGROUP >). The kind that goes first takes at most its share;
 -- the other takes what is left; then the first may fill the rest, so neither starves the other
 -- and a fetch returns whatever is available. Entries without the payload field can never be
 -- processed: they go to the dead-letter stream at once.
--- KEYS: stream, dead-letter stream
+-- KEYS: stream, dead-letter stream, delayed set, wake stream
 -- ARGV: group, consumer, min-idle ms, cursor, first share, max, payload field,
---       "1" if reclaims go first
+--       "1" if reclaims go first, max_len ('' = untrimmed), most delayed messages to promote
 -- Returns {cursor, {id, delivery count, payload, ...}, last-delivered-id or false,
---          1 if anything was reclaimable else 0, {id of each entry dead-lettered here, ...}}
+--          1 if anything was reclaimable else 0, {id of each entry dead-lettered here, ...},
+--          ms until the next delayed message is due (0 if one is, -1 if none),
+--          the wake stream's last id when it took nothing (where a wait blocks), else false}
 local stream, dead = KEYS[1], KEYS[2]
 local group, consumer, min_idle, cursor = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local share, max, field = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 local reclaim_first = ARGV[8] == '1'
 local out, taken, undeliverable = {}, 0, {}
+
+-- Due delayed messages join the stream first, so this very read can take them.
+local due_wait = promote(stream, KEYS[3], field, ARGV[9], tonumber(ARGV[10]))
 
 -- XAUTOCLAIM checks that each pending entry it passes still exists in the stream (a walk of
 -- the entry's stream node) before it looks at the idle time, and scans at most 10 × COUNT
@@ -80,6 +86,9 @@ else
   read_new(max - taken)
 end
 
-local last = false
-if taken == 0 then last = last_delivered(stream, group) or false end
-return {cursor, out, last, reclaimable and 1 or 0, undeliverable}
+local last, wake = false, false
+if taken == 0 then
+  last = last_delivered(stream, group) or false
+  wake = wake_id(KEYS[4])
+end
+return {cursor, out, last, reclaimable and 1 or 0, undeliverable, due_wait, wake}
