@@ -12,7 +12,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use futures::StreamExt;
-use leasehold_commands::{CommandState, CommandStore, Status, Submit};
+use leasehold_commands::{CommandState, CommandStore, Cursor, Page, Status, Submit};
 use leasehold_core::{Backend, LeaseRef};
 use serde_json::json;
 
@@ -55,6 +55,70 @@ fn next(state: &CommandState) -> CommandState {
     let mut next = state.clone();
     next.version += 1;
     next
+}
+
+/// `state`'s next version, moved to `status` at status time `at`.
+fn moved(state: &CommandState, status: Status, at: u64) -> CommandState {
+    let mut next = next(state);
+    next.status = status;
+    next.status_changed_at = at;
+    next
+}
+
+/// A fresh SUBMITTED record that entered its status at `at`.
+fn submitted_at(id: &str, at: u64) -> CommandState {
+    let mut state = submitted(id);
+    state.status_changed_at = at;
+    state
+}
+
+/// Every page of the listing of `status`, `limit` at a time, checking each page's order and
+/// size; the states and the number of pages.
+async fn list_all<S: CommandStore>(
+    prop: &str,
+    store: &S,
+    status: Status,
+    limit: usize,
+) -> (Vec<CommandState>, usize) {
+    let mut states: Vec<CommandState> = Vec::new();
+    let mut page = Page::first(limit);
+    for pages in 1..=10_000 {
+        let listing = store.list(status, &page).await.expect("list");
+        ensure!(
+            prop,
+            listing.states.len() <= limit,
+            "a page of {limit} held {}",
+            listing.states.len()
+        );
+        for state in listing.states {
+            ensure!(
+                prop,
+                state.status == status,
+                "{} listed under {status} is {}",
+                state.id,
+                state.status
+            );
+            if let Some(previous) = states.last() {
+                ensure!(
+                    prop,
+                    Cursor::of(previous) < Cursor::of(&state),
+                    "{status} listed out of (status time, id) order: {} then {}",
+                    Cursor::of(previous),
+                    Cursor::of(&state)
+                );
+            }
+            states.push(state);
+        }
+        match listing.next {
+            Some(cursor) => page = Page::first(limit).starting_after(cursor),
+            None => return (states, pages),
+        }
+    }
+    panic!("property `{prop}` violated: the listing of {status} never ends");
+}
+
+fn ids(states: &[CommandState]) -> Vec<String> {
+    states.iter().map(|s| s.id.clone()).collect()
 }
 
 /// Every entry on the queue's stream, fetched (and acked) by one fresh consumer.
@@ -204,6 +268,260 @@ pub async fn store_consumers_share_the_stream(factory: &impl CommandStoreFactory
     );
 }
 
+/// Each status lists exactly the commands in it, with their stored states, in (status time, id)
+/// order, whatever the page size: a command appears under its current status only, and ties
+/// of status time page correctly.
+pub async fn store_lists_commands_by_status(factory: &impl CommandStoreFactory) {
+    const PROP: &str = "store_lists_commands_by_status";
+    let store = factory.open().await;
+    let mut expected: Vec<Vec<CommandState>> = vec![Vec::new(); Status::ALL.len()];
+    for i in 0..30u64 {
+        // Three commands per status time: ties are ordered by id.
+        let state = submitted_at(&format!("c{:02}", 29 - i), 1000 + i / 3);
+        store.submit(&state, b"entry").await.expect("submit");
+        let state = if i < 12 {
+            let running = moved(&state, Status::Running, 2000 + i / 2);
+            ensure!(
+                PROP,
+                store.compare_and_set(&running).await.expect("cas"),
+                "RUNNING"
+            );
+            let status = match i {
+                0..=3 => Status::Succeeded,
+                4 | 5 => Status::Failed,
+                6 => Status::Cancelled,
+                _ => Status::Running,
+            };
+            if status == Status::Running {
+                running
+            } else {
+                let done = moved(&running, status, 3000 + i % 2);
+                ensure!(
+                    PROP,
+                    store.compare_and_set(&done).await.expect("cas"),
+                    "{status}"
+                );
+                done
+            }
+        } else {
+            state
+        };
+        let slot = Status::ALL
+            .iter()
+            .position(|s| *s == state.status)
+            .expect("a status");
+        expected[slot].push(state);
+    }
+    for (status, expected) in Status::ALL.into_iter().zip(&mut expected) {
+        expected.sort_by_key(Cursor::of);
+        for limit in [1, 2, 3, 7, 100] {
+            let (listed, pages) = list_all(PROP, &store, status, limit).await;
+            ensure!(
+                PROP,
+                listed == *expected,
+                "{status} by pages of {limit}: listed {:?}, stored {:?}",
+                ids(&listed),
+                ids(expected)
+            );
+            ensure!(
+                PROP,
+                pages <= expected.len() / limit + 2,
+                "{status}: {pages} pages of {limit} for {} commands",
+                expected.len()
+            );
+        }
+    }
+    // A cursor of a command no longer listed (c18 is RUNNING), or of none at all, still pages
+    // on from its place.
+    for (at, id, expected) in [
+        (1003, "c18", ["c15", "c16"]),
+        (1004, "c155", ["c16", "c17"]),
+    ] {
+        let cursor = Cursor { at, id: id.into() };
+        let listing = store
+            .list(Status::Submitted, &Page::first(2).starting_after(cursor))
+            .await
+            .expect("list");
+        ensure!(
+            PROP,
+            ids(&listing.states) == expected,
+            "after ({at}, {id}): {:?}",
+            ids(&listing.states)
+        );
+    }
+}
+
+/// Paging through a status while commands leave it, and new ones enter it, sees every command
+/// that stays exactly once, never one after it left, and the newcomers (they sort last).
+pub async fn store_paging_survives_moves(factory: &impl CommandStoreFactory) {
+    const PROP: &str = "store_paging_survives_moves";
+    let store = factory.open().await;
+    let mut states = Vec::new();
+    for i in 0..40u64 {
+        let state = submitted_at(&format!("p{i:02}"), 1000 + i / 4);
+        store.submit(&state, b"entry").await.expect("submit");
+        states.push(state);
+    }
+    let mut seen: Vec<String> = Vec::new();
+    let mut left = HashSet::new();
+    let mut page = Page::first(6);
+    let mut round = 0u64;
+    loop {
+        let listing = store.list(Status::Submitted, &page).await.expect("list");
+        for state in &listing.states {
+            ensure!(
+                PROP,
+                !left.contains(&state.id),
+                "{} listed after it left",
+                state.id
+            );
+            ensure!(PROP, !seen.contains(&state.id), "{} listed twice", state.id);
+            seen.push(state.id.clone());
+        }
+        // Between pages: one listed and one not yet listed command leave, one enters.
+        round += 1;
+        let mut leavers: Vec<usize> = Vec::new();
+        if let Some(last) = listing.states.first() {
+            leavers.push(states.iter().position(|s| s.id == last.id).expect("known"));
+        }
+        if let Some(ahead) = states
+            .iter()
+            .rposition(|s| s.status == Status::Submitted && !seen.contains(&s.id))
+        {
+            leavers.push(ahead);
+        }
+        for index in leavers {
+            let running = moved(&states[index], Status::Running, 5000 + round);
+            ensure!(
+                PROP,
+                store.compare_and_set(&running).await.expect("cas"),
+                "leave"
+            );
+            left.insert(running.id.clone());
+            states[index] = running;
+        }
+        if round <= 5 {
+            let newcomer = submitted_at(&format!("n{round}"), 9000 + round);
+            store.submit(&newcomer, b"entry").await.expect("submit");
+            states.push(newcomer);
+        }
+        match listing.next {
+            Some(cursor) => page = Page::first(6).starting_after(cursor),
+            None => break,
+        }
+        ensure!(PROP, round < 1000, "the listing never ends");
+    }
+    for state in &states {
+        if state.status == Status::Submitted {
+            ensure!(
+                PROP,
+                seen.contains(&state.id),
+                "{} stayed SUBMITTED, never listed",
+                state.id
+            );
+        }
+    }
+    let (now, _) = list_all(PROP, &store, Status::Submitted, 1000).await;
+    let mut expected: Vec<_> = states
+        .iter()
+        .filter(|s| s.status == Status::Submitted)
+        .cloned()
+        .collect();
+    expected.sort_by_key(Cursor::of);
+    ensure!(
+        PROP,
+        now == expected,
+        "afterwards: {:?}, stored {:?}",
+        ids(&now),
+        ids(&expected)
+    );
+}
+
+/// A requeue writes the state with compare-and-set and enqueues its entry with it: a stale
+/// version writes and enqueues nothing, and of concurrent requeues of one version exactly one
+/// writes and exactly one entry is added. The command moves to its new status's listing.
+pub async fn store_requeue_is_one_compare_and_set_with_its_entry(
+    factory: &impl CommandStoreFactory,
+) {
+    const PROP: &str = "store_requeue_is_one_compare_and_set_with_its_entry";
+    let store = factory.open().await;
+    let base = submitted_at("r", 10);
+    store.submit(&base, b"submitted").await.expect("submit");
+    let failed = moved(&base, Status::Failed, 20);
+    ensure!(
+        PROP,
+        store.compare_and_set(&failed).await.expect("cas"),
+        "FAILED"
+    );
+    ensure!(
+        PROP,
+        drain(PROP, &store).await == [b"submitted".to_vec()],
+        "the submit's entry"
+    );
+    let stale = moved(&base, Status::Submitted, 30);
+    ensure!(
+        PROP,
+        !store.requeue(&stale, b"stale").await.expect("requeue"),
+        "a requeue of a stale version must lose"
+    );
+    let ghost = moved(&submitted("ghost"), Status::Submitted, 30);
+    ensure!(
+        PROP,
+        !store.requeue(&ghost, b"ghost").await.expect("requeue"),
+        "a requeue of a missing state must lose"
+    );
+    let racers: Vec<_> = (0..8)
+        .map(|i| {
+            let store = store.clone();
+            let mut write = moved(&failed, Status::Submitted, 40 + i);
+            write.retries = 1;
+            let entry = format!("retry-{i}");
+            async move {
+                let won = store
+                    .requeue(&write, entry.as_bytes())
+                    .await
+                    .expect("requeue");
+                (won, write, entry)
+            }
+        })
+        .collect();
+    let results = futures::future::join_all(racers).await;
+    let winners: Vec<_> = results.iter().filter(|(won, ..)| *won).collect();
+    ensure!(
+        PROP,
+        winners.len() == 1,
+        "{} of 8 concurrent requeues of one version won",
+        winners.len()
+    );
+    let (_, written, entry) = winners[0];
+    let entries = drain(PROP, &store).await;
+    ensure!(
+        PROP,
+        entries == [entry.as_bytes().to_vec()],
+        "one entry, the winner's: {:?}",
+        entries
+            .iter()
+            .map(|e| String::from_utf8_lossy(e).into_owned())
+            .collect::<Vec<_>>()
+    );
+    let stored = store.load("r").await.expect("load");
+    ensure!(PROP, stored.as_ref() == Some(written), "stored: {stored:?}");
+    let (failed_now, _) = list_all(PROP, &store, Status::Failed, 10).await;
+    let (submitted_now, _) = list_all(PROP, &store, Status::Submitted, 10).await;
+    ensure!(
+        PROP,
+        failed_now.is_empty(),
+        "still FAILED: {:?}",
+        ids(&failed_now)
+    );
+    ensure!(
+        PROP,
+        submitted_now == [written.clone()],
+        "SUBMITTED: {:?}",
+        ids(&submitted_now)
+    );
+}
+
 /// Expands to one `#[tokio::test]` per command-store property. Needs `tokio` (features `rt`,
 /// `macros`) in the calling crate.
 #[macro_export]
@@ -214,7 +532,10 @@ macro_rules! command_store_suite {
             store_compare_and_set_is_a_true_cas,
             store_missing_state_is_a_conflict,
             store_cancel_feed_delivers,
-            store_consumers_share_the_stream
+            store_consumers_share_the_stream,
+            store_lists_commands_by_status,
+            store_paging_survives_moves,
+            store_requeue_is_one_compare_and_set_with_its_entry
         );
     };
     (@each $factory:expr; $($property:ident),+) => {
