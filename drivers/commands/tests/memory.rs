@@ -62,3 +62,58 @@ async fn bad_worker_options_are_clear_errors() {
         assert!(message.contains(what), "{what}: {message}");
     }
 }
+
+/// Expired states drop out of listings (on the stream's clock), and their index entries with
+/// them; a write refreshes a state's lease on life, and a resubmitted id is listed once, under
+/// its new status.
+#[tokio::test]
+async fn expired_states_drop_out_of_listings() {
+    use std::time::Duration;
+
+    use leasehold_commands::{Command, CommandQueue, Page, Status};
+    use leasehold_memory::ManualClock;
+    use leasehold_tokio::TokioRuntime;
+
+    let clock = ManualClock::new();
+    let stream = MemoryStream::with_clock(StreamConfig::new(CLAIM), clock.clone()).unwrap();
+    let store = MemoryCommandStore::new(stream).with_ttl(Duration::from_secs(10));
+    let queue = CommandQueue::new(TokioRuntime::current(), store);
+    let ids = |status| {
+        let queue = queue.clone();
+        async move {
+            let listing = queue.commands(status, Page::first(100)).await.unwrap();
+            assert_eq!(listing.next, None);
+            listing.states.into_iter().map(|s| s.id).collect::<Vec<_>>()
+        }
+    };
+    for id in ["a", "b", "c", "d", "e"] {
+        queue
+            .submit(Command::new("k", ()).unwrap().with_id(id))
+            .await
+            .unwrap();
+    }
+    assert!(queue.cancel("a").await.unwrap());
+    assert!(queue.cancel("b").await.unwrap());
+    clock.advance(Duration::from_secs(6));
+    assert!(queue.cancel("c").await.unwrap(), "written at 6 s");
+    assert_eq!(ids(Status::Submitted).await, ["d", "e"]);
+    clock.advance(Duration::from_secs(5));
+    assert_eq!(
+        ids(Status::Submitted).await,
+        Vec::<String>::new(),
+        "expired"
+    );
+    assert_eq!(ids(Status::Cancelled).await, ["c"], "a, b expired");
+    assert_eq!(queue.command("a").await.unwrap(), None);
+    // The id is free again: listed once, as SUBMITTED.
+    queue
+        .submit(Command::new("k", ()).unwrap().with_id("a"))
+        .await
+        .unwrap();
+    assert_eq!(ids(Status::Submitted).await, ["a"]);
+    assert_eq!(ids(Status::Cancelled).await, ["c"]);
+    clock.advance(Duration::from_secs(10));
+    for status in Status::ALL {
+        assert_eq!(ids(status).await, Vec::<String>::new(), "{status}");
+    }
+}

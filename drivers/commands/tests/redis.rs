@@ -305,3 +305,159 @@ async fn a_wrong_password_is_a_fatal_connect_error() {
         .await
         .expect("the right password connects");
 }
+
+/// Expired states drop out of listings, and the index entries they left are removed: by the
+/// listing that meets them, and the oldest by each submit. A listing that meets more expired
+/// entries than one call looks at returns what it has and a cursor to go on from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_states_drop_out_of_listings() {
+    use std::time::{Duration, Instant};
+
+    use leasehold_commands::{Command, CommandQueue, Page, Status};
+    use leasehold_tokio::TokioRuntime;
+
+    const EXPIRING: usize = 1500;
+    type Queue = CommandQueue<RedisCommandStore, TokioRuntime>;
+    let fixture = fixture();
+    let store = fixture.store().await;
+    let queue = CommandQueue::new(TokioRuntime::current(), store.clone());
+    let submit = |queue: &Queue, id: String| {
+        let queue = queue.clone();
+        async move {
+            queue
+                .submit(Command::new("k", ()).unwrap().with_id(id))
+                .await
+                .unwrap()
+        }
+    };
+    for i in 0..EXPIRING {
+        submit(&queue, format!("old-{i:04}")).await;
+    }
+    assert!(queue.cancel("old-0000").await.unwrap());
+    // One more on a store whose states live 200 ms.
+    let brief = CommandQueue::new(
+        TokioRuntime::current(),
+        RedisCommandStore::connect(
+            RedisStoreConfig::new(fixture.server.url(), QUEUE).ttl(Duration::from_millis(200)),
+        )
+        .await
+        .unwrap(),
+    );
+    submit(&brief, "brief".into()).await;
+    let card = |status: Status| {
+        fixture
+            .server
+            .command(["ZCARD", store.status_key(status).as_str()])
+            .unwrap()
+            .as_int()
+            .unwrap()
+    };
+    // 1 499 old ones (one is CANCELLED) and the brief one.
+    assert_eq!(card(Status::Submitted), EXPIRING as i64);
+    assert_eq!(card(Status::Cancelled), 1);
+    // The others' TTLs run out at once too.
+    fixture
+        .server
+        .command([
+            "EVAL",
+            "for _, k in ipairs(redis.call('KEYS', ARGV[1])) do redis.call('PEXPIRE', k, 1) end",
+            "0",
+            "leasehold:{cmds}:state:old-*",
+        ])
+        .unwrap();
+    // Waits for the states to be gone (not for a time).
+    let start = Instant::now();
+    for id in ["brief", "old-0000", "old-1499"] {
+        while queue.command(id).await.unwrap().is_some() {
+            assert!(start.elapsed() < common::PATIENCE, "{id} never expired");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    assert_eq!(card(Status::Submitted), EXPIRING as i64, "not met yet");
+
+    submit(&queue, "new-1".into()).await;
+    submit(&queue, "new-2".into()).await;
+    assert_eq!(
+        card(Status::Cancelled),
+        0,
+        "a submit drops the oldest expired"
+    );
+    let mut page = Page::first(10);
+    let (mut listed, mut calls) = (Vec::new(), 0);
+    loop {
+        let listing = queue.commands(Status::Submitted, page).await.unwrap();
+        calls += 1;
+        listed.extend(listing.states.iter().map(|s| s.id.clone()));
+        match listing.next_page(10) {
+            Some(next) => page = next,
+            None => break,
+        }
+    }
+    assert_eq!(listed, ["new-1", "new-2"]);
+    assert!(
+        calls >= 2,
+        "one call looked at all {EXPIRING} expired entries"
+    );
+    assert_eq!(
+        card(Status::Submitted),
+        2,
+        "the expired entries were removed"
+    );
+    let listing = queue
+        .commands(Status::Cancelled, Page::default())
+        .await
+        .unwrap();
+    assert!(listing.states.is_empty() && listing.next.is_none());
+}
+
+/// The status indexes are sorted sets under the queue's hash tag, moved with each write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_indexes_are_hash_tagged_sorted_sets() {
+    use leasehold_commands::{Command, CommandQueue, Status};
+    use leasehold_tokio::TokioRuntime;
+
+    let fixture = fixture();
+    let store = fixture.store().await;
+    assert_eq!(
+        store.status_key(Status::Failed),
+        "leasehold:{cmds}:status:FAILED"
+    );
+    let queue = CommandQueue::new(TokioRuntime::current(), store.clone());
+    let submitted = queue
+        .submit(Command::new("k", 1).unwrap().with_id("x"))
+        .await
+        .unwrap();
+    let score = |status: Status| -> Option<u64> {
+        let reply = fixture
+            .server
+            .command(["ZSCORE", store.status_key(status).as_str(), "x"])
+            .unwrap();
+        reply.as_str().map(|s| s.parse().unwrap())
+    };
+    let members = |status: Status| {
+        fixture
+            .server
+            .command(["ZCARD", store.status_key(status).as_str()])
+            .unwrap()
+            .as_int()
+            .unwrap()
+    };
+    assert_eq!(members(Status::Submitted), 1);
+    assert_eq!(
+        score(Status::Submitted),
+        Some(submitted.state.status_changed_at)
+    );
+    let cancelled = queue.cancel_command("x").await.unwrap();
+    assert_eq!(
+        (members(Status::Submitted), members(Status::Cancelled)),
+        (0, 1)
+    );
+    assert_eq!(score(Status::Submitted), None);
+    assert_eq!(score(Status::Cancelled), Some(cancelled.status_changed_at));
+    assert!(cancelled.status_changed_at >= submitted.state.status_changed_at);
+    let status = fixture
+        .server
+        .command(["HGET", "leasehold:{cmds}:state:x", "status"])
+        .unwrap();
+    assert_eq!(status.as_str(), Some("CANCELLED"));
+}

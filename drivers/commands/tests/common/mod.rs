@@ -9,8 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use leasehold_commands::{
-    Command, CommandContext, CommandHandler, CommandQueue, CommandStore, CommandWorker,
-    CommandWorkerBuilder, HandlerError, QueueError, Status, Step, StopReason,
+    AttemptOutcome, Command, CommandContext, CommandHandler, CommandQueue, CommandState,
+    CommandStore, CommandWorker, CommandWorkerBuilder, Cursor, HandlerError, Page, QueueError,
+    Status, Step, StopReason, MAX_ATTEMPTS_KEPT,
 };
 use leasehold_core::Config;
 use leasehold_tokio::TokioRuntime;
@@ -47,6 +48,11 @@ macro_rules! scenarios {
             cancel_reaches_running_commands,
             shutdown_hands_running_commands_over,
             crash_failover_resumes_with_check_status,
+            commands_are_listed_by_status_as_they_move,
+            attempts_are_recorded_and_bounded,
+            retry_reruns_a_failed_command_with_a_new_budget,
+            racing_retries_rerun_once,
+            retry_and_cancel_refuse_clearly,
         );
     };
     ($fixture:expr; $($name:ident),* $(,)?) => {$(
@@ -304,6 +310,80 @@ impl CommandHandler for Forever {
     async fn on_cancel(&self, ctx: CommandContext, (): ()) {
         self.0.record(ctx.id(), "on_cancel");
     }
+}
+
+/// Fails its first run (`Step::Failed`); after an operator's retry, succeeds with the retry
+/// count.
+pub struct Flaky(pub Calls);
+
+impl CommandHandler for Flaky {
+    type Params = ();
+    type Output = u32;
+
+    async fn execute(&self, ctx: CommandContext, (): ()) -> Result<Step<u32>, HandlerError> {
+        self.0.record(ctx.id(), "execute");
+        Ok(match ctx.retries() {
+            0 => Step::Failed("the first run fails".into()),
+            retries => Step::Succeeded(retries),
+        })
+    }
+
+    async fn check_status(&self, _: CommandContext, (): ()) -> Result<Step<u32>, HandlerError> {
+        Err("never started".into())
+    }
+}
+
+/// Every command in `status`, read `limit` at a time; fails on a duplicate or a state under the
+/// wrong status.
+pub async fn list_all<F: Fixture>(
+    queue: &Queue<F>,
+    status: Status,
+    limit: usize,
+) -> Vec<CommandState> {
+    let mut states: Vec<CommandState> = Vec::new();
+    let mut page = Page::first(limit);
+    loop {
+        let listing = queue.commands(status, page).await.unwrap();
+        assert!(listing.states.len() <= limit);
+        for state in listing.states {
+            assert_eq!(state.status, status, "{} listed under {status}", state.id);
+            if let Some(previous) = states.last() {
+                assert!(
+                    Cursor::of(previous) < Cursor::of(&state),
+                    "{status} out of order: {} before {}",
+                    Cursor::of(previous),
+                    Cursor::of(&state)
+                );
+            }
+            assert!(
+                states.iter().all(|s| s.id != state.id),
+                "{} listed twice under {status}",
+                state.id
+            );
+            states.push(state);
+        }
+        match listing.next {
+            Some(cursor) => page = Page::first(limit).starting_after(cursor),
+            None => return states,
+        }
+    }
+}
+
+/// The ids listed under `status`, sorted.
+pub async fn listed<F: Fixture>(queue: &Queue<F>, status: Status, limit: usize) -> Vec<String> {
+    let mut ids: Vec<String> = list_all::<F>(queue, status, limit)
+        .await
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    ids.sort();
+    ids
+}
+
+fn sorted(ids: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut ids: Vec<String> = ids.into_iter().collect();
+    ids.sort();
+    ids
 }
 
 fn command(kind: &str, params: impl serde::Serialize, id: &str) -> Command {
@@ -762,4 +842,407 @@ pub async fn crash_failover_resumes_with_check_status<F: Fixture>(fixture: F) {
     assert!(queue.cancel("vm").await.unwrap());
     wait_pending_zero(&fixture).await;
     stop(survivor).await;
+}
+
+/// Listing by status follows commands SUBMITTED → RUNNING → SUCCEEDED / FAILED / CANCELLED:
+/// each status, read page by page, lists exactly the commands in it, none twice.
+pub async fn commands_are_listed_by_status_as_they_move<F: Fixture>(fixture: F) {
+    let queue = queue(&fixture).await;
+    let name = |prefix: &str, range: std::ops::Range<u32>| -> Vec<String> {
+        range.map(|i| format!("{prefix}-{i:02}")).collect()
+    };
+    let (succeed, fail, run) = (name("ok", 0..12), name("bad", 0..5), name("run", 0..7));
+    let (cancel_waiting, cancel_running) = (name("wait", 0..3), &run[4..]);
+    for id in &succeed {
+        queue.submit(command("double", 1u64, id)).await.unwrap();
+    }
+    for id in &fail {
+        queue.submit(command("troubled", "fail", id)).await.unwrap();
+    }
+    for id in run.iter().chain(&cancel_waiting) {
+        queue.submit(command("forever", (), id)).await.unwrap();
+    }
+    let everyone = sorted(
+        succeed
+            .iter()
+            .chain(&fail)
+            .chain(&run)
+            .chain(&cancel_waiting)
+            .cloned(),
+    );
+    for limit in [1, 4, 100] {
+        assert_eq!(
+            listed::<F>(&queue, Status::Submitted, limit).await,
+            everyone
+        );
+    }
+    // Oldest first: by the time each entered the status, then by id.
+    let first = queue
+        .commands(Status::Submitted, Page::first(1))
+        .await
+        .unwrap();
+    let all = list_all::<F>(&queue, Status::Submitted, 100).await;
+    assert_eq!(first.states[..], all[..1]);
+    assert!(first.next.is_some());
+    for id in &cancel_waiting {
+        assert!(queue.cancel(id).await.unwrap());
+    }
+    assert_eq!(
+        listed::<F>(&queue, Status::Cancelled, 2).await,
+        cancel_waiting
+    );
+
+    let calls = Calls::default();
+    let worker = builder::<F>(&queue)
+        .handler("double", Double(calls.clone()))
+        .handler("troubled", Troubled(calls.clone()))
+        .handler("forever", Forever(calls.clone()))
+        .start()
+        .await
+        .unwrap();
+    for id in succeed.iter().chain(&fail) {
+        queue.wait(id, PATIENCE).await.unwrap();
+    }
+    for id in &run {
+        let start = Instant::now();
+        while queue.command(id).await.unwrap().unwrap().status != Status::Running {
+            assert!(start.elapsed() < PATIENCE, "{id} never RUNNING");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    assert_eq!(listed::<F>(&queue, Status::Running, 3).await, run);
+    for id in cancel_running {
+        assert!(queue.cancel(id).await.unwrap());
+    }
+    let expect = [
+        (Status::Submitted, Vec::new()),
+        (Status::Running, run[..4].to_vec()),
+        (Status::Succeeded, succeed.clone()),
+        (Status::Failed, fail.clone()),
+        (
+            Status::Cancelled,
+            sorted(cancel_waiting.iter().chain(cancel_running).cloned()),
+        ),
+    ];
+    for (status, ids) in expect {
+        for limit in [1, 5, 1000] {
+            assert_eq!(
+                listed::<F>(&queue, status, limit).await,
+                ids,
+                "{status} by {limit}"
+            );
+        }
+    }
+    // A listed state is the whole stored state.
+    for state in list_all::<F>(&queue, Status::Failed, 2).await {
+        assert_eq!(
+            Some(&state),
+            queue.command(&state.id).await.unwrap().as_ref()
+        );
+        assert_eq!(state.last_error.as_deref(), Some("the cloud said no"));
+    }
+    for id in &run[..4] {
+        assert!(queue.cancel(id).await.unwrap());
+    }
+    wait_pending_zero(&fixture).await;
+    assert!(list_all::<F>(&queue, Status::Running, 10).await.is_empty());
+    stop(worker).await;
+}
+
+/// Each attempt is recorded: when it started and ended, how, and its error; the history keeps
+/// the latest `MAX_ATTEMPTS_KEPT` attempts.
+pub async fn attempts_are_recorded_and_bounded<F: Fixture>(fixture: F) {
+    let queue = queue(&fixture).await;
+    let calls = Calls::default();
+    let many = u32::try_from(MAX_ATTEMPTS_KEPT).unwrap() + 5;
+    let worker = builder::<F>(&queue)
+        .handler("polled", Polled(calls.clone()))
+        .handler("troubled", Troubled(calls.clone()))
+        .handler("forever", Forever(calls.clone()))
+        .max_attempts(many)
+        .start()
+        .await
+        .unwrap();
+    queue
+        .submit(command("polled", 2u32, "polled"))
+        .await
+        .unwrap();
+    queue
+        .submit(command("troubled", "fail", "fail"))
+        .await
+        .unwrap();
+    queue
+        .submit(command("troubled", "error", "error"))
+        .await
+        .unwrap();
+    queue
+        .submit(command("forever", (), "forever"))
+        .await
+        .unwrap();
+
+    let polled = queue.wait("polled", PATIENCE).await.unwrap();
+    assert_eq!(polled.attempts.len(), 1, "{:?}", polled.attempts);
+    let attempt = &polled.attempts[0];
+    assert_eq!(
+        (attempt.number, attempt.outcome, attempt.error.as_deref()),
+        (1, AttemptOutcome::Succeeded, None)
+    );
+    assert_eq!(Some(attempt.started_at), polled.started_at);
+    assert!(attempt.ended_at >= Some(attempt.started_at));
+    assert!(polled.completed_at >= attempt.ended_at);
+
+    let failed = queue.wait("fail", PATIENCE).await.unwrap();
+    assert_eq!(failed.attempts.len(), 1);
+    assert_eq!(failed.attempts[0].outcome, AttemptOutcome::Failed);
+    assert_eq!(
+        failed.attempts[0].error.as_deref(),
+        Some("the cloud said no")
+    );
+
+    let errored = queue.wait("error", PATIENCE).await.unwrap();
+    assert_eq!(errored.status, Status::Failed);
+    assert_eq!(errored.errors_count, many);
+    assert_eq!(errored.attempts.len(), MAX_ATTEMPTS_KEPT, "bounded");
+    let numbers: Vec<u32> = errored.attempts.iter().map(|a| a.number).collect();
+    assert_eq!(numbers, (6..=many).collect::<Vec<_>>(), "the latest kept");
+    let (last, earlier) = errored.attempts.split_last().unwrap();
+    assert_eq!(last.outcome, AttemptOutcome::Failed);
+    for attempt in errored.attempts.iter() {
+        assert_eq!(attempt.error.as_deref(), Some("connection refused"));
+        assert!(attempt.ended_at >= Some(attempt.started_at));
+    }
+    for (attempt, next) in earlier.iter().zip(&errored.attempts[1..]) {
+        assert_eq!(attempt.outcome, AttemptOutcome::Errored);
+        assert!(next.started_at >= attempt.ended_at.unwrap());
+    }
+
+    eventually("forever RUNNING", || calls.get("forever", "check") >= 1).await;
+    let running = queue.command("forever").await.unwrap().unwrap();
+    let current = running.current_attempt().expect("an attempt underway");
+    assert_eq!((current.number, current.ended_at), (1, None));
+    assert_eq!(current.outcome, AttemptOutcome::Running);
+    let cancelled = queue.cancel_command("forever").await.unwrap();
+    assert_eq!(cancelled.status, Status::Cancelled);
+    assert_eq!(cancelled.current_attempt(), None);
+    assert_eq!(cancelled.attempts[0].outcome, AttemptOutcome::Cancelled);
+    assert_eq!(
+        queue.command("forever").await.unwrap().as_ref(),
+        Some(&cancelled)
+    );
+    wait_pending_zero(&fixture).await;
+    stop(worker).await;
+}
+
+/// A FAILED command retried runs again from `execute`, with a new attempt budget, and ends
+/// SUCCEEDED; its history keeps the failed run.
+pub async fn retry_reruns_a_failed_command_with_a_new_budget<F: Fixture>(fixture: F) {
+    let queue = queue(&fixture).await;
+    let calls = Calls::default();
+    let worker = builder::<F>(&queue)
+        .handler("flaky", Flaky(calls.clone()))
+        .handler("troubled", Troubled(calls.clone()))
+        .max_attempts(3)
+        .start()
+        .await
+        .unwrap();
+    queue.submit(command("flaky", (), "flaky")).await.unwrap();
+    let failed = queue.wait("flaky", PATIENCE).await.unwrap();
+    assert_eq!(failed.status, Status::Failed);
+    assert_eq!(listed::<F>(&queue, Status::Failed, 10).await, ["flaky"]);
+
+    let retried = queue.retry("flaky").await.unwrap();
+    assert_eq!(retried.status, Status::Submitted);
+    assert_eq!((retried.retries, retried.errors_count), (1, 0));
+    assert_eq!(retried.completed_at, None);
+    assert!(retried.status_changed_at >= failed.completed_at.unwrap());
+    let done = queue.wait("flaky", PATIENCE).await.unwrap();
+    assert_eq!(done.status, Status::Succeeded);
+    assert_eq!(queue.result::<u32>("flaky").await.unwrap(), Some(1));
+    assert_eq!(calls.get("flaky", "execute"), 2, "one re-run");
+    let outcomes: Vec<_> = done
+        .attempts
+        .iter()
+        .map(|a| (a.number, a.outcome))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [(1, AttemptOutcome::Failed), (2, AttemptOutcome::Succeeded)]
+    );
+    let error = done.error().expect("the first run's error");
+    assert!(error.earlier_attempt && error.message == "the first run fails");
+    assert!(listed::<F>(&queue, Status::Failed, 10).await.is_empty());
+    assert_eq!(listed::<F>(&queue, Status::Succeeded, 10).await, ["flaky"]);
+
+    // A new budget: a command that used up its 3 attempts gets 3 more.
+    queue
+        .submit(command("troubled", "error", "spent"))
+        .await
+        .unwrap();
+    let spent = queue.wait("spent", PATIENCE).await.unwrap();
+    assert_eq!((spent.status, spent.errors_count), (Status::Failed, 3));
+    queue.retry("spent").await.unwrap();
+    let start = Instant::now();
+    let again = loop {
+        let state = queue.command("spent").await.unwrap().unwrap();
+        if state.status == Status::Failed {
+            break state;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "the retry never ended: {state:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!((again.errors_count, again.retries), (3, 1));
+    assert_eq!(calls.get("spent", "execute"), 6);
+    let numbers: Vec<u32> = again.attempts.iter().map(|a| a.number).collect();
+    assert_eq!(numbers, [1, 2, 3, 4, 5, 6]);
+    wait_pending_zero(&fixture).await;
+    stop(worker).await;
+}
+
+/// Eight retries of one failure at once: exactly one succeeds, the others say why not, and the
+/// command runs once more.
+pub async fn racing_retries_rerun_once<F: Fixture>(fixture: F) {
+    let queue = queue(&fixture).await;
+    let calls = Calls::default();
+    let worker = builder::<F>(&queue)
+        .handler("flaky", Flaky(calls.clone()))
+        .start()
+        .await
+        .unwrap();
+    queue.submit(command("flaky", (), "raced")).await.unwrap();
+    assert_eq!(
+        queue.wait("raced", PATIENCE).await.unwrap().status,
+        Status::Failed
+    );
+    let mut racers = Vec::new();
+    for _ in 0..8 {
+        let queue = queue.clone();
+        racers.push(tokio::spawn(async move { queue.retry("raced").await }));
+    }
+    let mut won = 0;
+    for racer in racers {
+        match racer.await.unwrap() {
+            Ok(state) => {
+                won += 1;
+                assert_eq!(state.retries, 1);
+            }
+            Err(
+                QueueError::AlreadyRetried { status, .. } | QueueError::NotFailed { status, .. },
+            ) => {
+                assert_ne!(status, Status::Failed);
+            }
+            Err(other) => panic!("a losing retry: {other}"),
+        }
+    }
+    assert_eq!(won, 1, "exactly one retry wins");
+    let done = queue.wait("raced", PATIENCE).await.unwrap();
+    assert_eq!(done.status, Status::Succeeded);
+    assert_eq!(done.retries, 1);
+    wait_pending_zero(&fixture).await;
+    assert_eq!(calls.get("raced", "execute"), 2, "one re-run");
+    stop(worker).await;
+}
+
+/// Retry takes only FAILED commands, cancel only SUBMITTED or RUNNING ones; the others are
+/// refused with what the command is, and nothing is written.
+pub async fn retry_and_cancel_refuse_clearly<F: Fixture>(fixture: F) {
+    let queue = queue(&fixture).await;
+    let not_found = |result: Result<CommandState, QueueError>| matches!(result, Err(QueueError::NotFound(id)) if id == "nobody");
+    assert!(not_found(queue.retry("nobody").await));
+    assert!(not_found(queue.cancel_command("nobody").await));
+    assert!(!queue.cancel("nobody").await.unwrap());
+
+    queue
+        .submit(command("double", 1u64, "waiting"))
+        .await
+        .unwrap();
+    let error = queue.retry("waiting").await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            QueueError::NotFailed {
+                status: Status::Submitted,
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert_eq!(
+        error.to_string(),
+        "command \"waiting\" is SUBMITTED: only a FAILED command can be retried"
+    );
+    let calls = Calls::default();
+    let worker = builder::<F>(&queue)
+        .handler("double", Double(calls.clone()))
+        .handler("troubled", Troubled(calls.clone()))
+        .handler("forever", Forever(calls.clone()))
+        .start()
+        .await
+        .unwrap();
+    queue
+        .submit(command("troubled", "fail", "failed"))
+        .await
+        .unwrap();
+    queue
+        .submit(command("forever", (), "running"))
+        .await
+        .unwrap();
+    queue
+        .submit(command("forever", (), "cancelled"))
+        .await
+        .unwrap();
+    assert_eq!(
+        queue.wait("waiting", PATIENCE).await.unwrap().status,
+        Status::Succeeded
+    );
+    queue.wait("failed", PATIENCE).await.unwrap();
+    eventually("RUNNING", || {
+        calls.get("running", "check") >= 1 && calls.get("cancelled", "check") >= 1
+    })
+    .await;
+    queue.cancel_command("cancelled").await.unwrap();
+
+    for (id, status) in [
+        ("waiting", Status::Succeeded),
+        ("running", Status::Running),
+        ("cancelled", Status::Cancelled),
+    ] {
+        let before = queue.command(id).await.unwrap().unwrap();
+        let error = queue.retry(id).await.unwrap_err();
+        assert!(
+            matches!(&error, QueueError::NotFailed { id: got, status: s } if got == id && *s == status),
+            "{error}"
+        );
+        assert_eq!(
+            queue.command(id).await.unwrap().unwrap().version,
+            before.version
+        );
+    }
+    for (id, status) in [
+        ("waiting", Status::Succeeded),
+        ("failed", Status::Failed),
+        ("cancelled", Status::Cancelled),
+    ] {
+        let before = queue.command(id).await.unwrap().unwrap();
+        let error = queue.cancel_command(id).await.unwrap_err();
+        assert!(
+            matches!(&error, QueueError::AlreadyOver { id: got, status: s } if got == id && *s == status),
+            "{error}"
+        );
+        assert!(
+            error.to_string().contains(&format!("is already {status}")),
+            "{error}"
+        );
+        assert!(!queue.cancel(id).await.unwrap());
+        assert_eq!(
+            queue.command(id).await.unwrap().unwrap(),
+            before,
+            "nothing written"
+        );
+    }
+    assert!(queue.cancel("running").await.unwrap());
+    wait_pending_zero(&fixture).await;
+    stop(worker).await;
 }
