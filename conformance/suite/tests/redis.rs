@@ -6,8 +6,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use leasehold_conformance::{backend_suite, backend_worker_suite, BackendFactory, DeadLetterInfo};
-use leasehold_redis::{RedisBackend, RedisConfig};
+use leasehold_conformance::{
+    backend_suite, backend_worker_suite, publisher_suite, BackendFactory, DeadLetterInfo,
+    PublisherFactory,
+};
+use leasehold_redis::{PublisherConfig, RedisBackend, RedisConfig, RedisPublisher};
 use leasehold_redis_harness::{RedisServer, Reply};
 
 struct RedisFactory {
@@ -15,6 +18,8 @@ struct RedisFactory {
     streams: AtomicUsize,
     /// The dead-letter key of the stream opened last, for [`BackendFactory::dead_letters`].
     dead_key: Mutex<Option<String>>,
+    /// The stream opened last, for [`PublisherFactory::publisher`].
+    stream: Mutex<Option<String>>,
 }
 
 impl RedisFactory {
@@ -25,6 +30,7 @@ impl RedisFactory {
             server,
             streams: AtomicUsize::new(0),
             dead_key: Mutex::default(),
+            stream: Mutex::default(),
         }
     }
 }
@@ -51,6 +57,7 @@ impl BackendFactory for RedisFactory {
         if let Some(first) = handles.first() {
             *self.dead_key.lock().expect("not poisoned") = Some(first.dead_letter_key().to_owned());
         }
+        *self.stream.lock().expect("not poisoned") = Some(stream);
         handles
     }
 
@@ -99,3 +106,21 @@ fn dead_letter(entry: &Reply) -> DeadLetterInfo {
 
 backend_suite!(RedisFactory::new());
 backend_worker_suite!(RedisFactory::new());
+
+/// A publisher on the consumers' stream: no group, no consumer name.
+impl PublisherFactory for RedisFactory {
+    type Publisher = RedisPublisher;
+
+    async fn publisher(&self) -> RedisPublisher {
+        let stream = self.stream.lock().expect("not poisoned").clone();
+        let stream = stream.expect("a stream was opened");
+        RedisPublisher::connect(PublisherConfig::new(self.server.url(), stream))
+            .await
+            .expect("connect the publisher")
+    }
+}
+
+mod publisher {
+    use super::*;
+    publisher_suite!(RedisFactory::new());
+}

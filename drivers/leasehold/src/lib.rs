@@ -115,7 +115,8 @@ pub mod memory {
 #[cfg(feature = "redis")]
 pub mod redis {
     pub use leasehold_redis::{
-        ConnectError, RedisBackend, RedisConfig, RedisConfigError, RedisInspector,
+        ConnectError, PublisherConfig, RedisBackend, RedisConfig, RedisConfigError, RedisInspector,
+        RedisPublisher,
     };
 }
 

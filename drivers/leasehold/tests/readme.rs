@@ -14,6 +14,7 @@ fn the_readme_shows_its_examples_verbatim() {
     let readme = read(&crate_dir.join("../../README.md"));
     for name in [
         "quickstart.rs",
+        "producer.rs",
         "redis_worker.rs",
         "commands.rs",
         "metrics.rs",
