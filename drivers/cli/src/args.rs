@@ -36,8 +36,11 @@ pub enum Command {
     Pending(crate::ops::PendingArgs),
     /// A stream's dead letters: list, show, requeue, purge.
     Dead(crate::ops::DeadArgs),
-    /// The command queue: simulated VM provisioning on several replicas sharing an in-memory
-    /// queue, with random durations and failures, cancels mid-flight and a replica replaced
+    /// Publishes JSON messages to a stream on Redis (one given, or JSON lines from standard
+    /// input), at once, delayed (--delay) or deduplicated (--dedupe KEY --ttl); prints their ids.
+    Publish(crate::ops::PublishArgs),
+    /// The command queue: `list|show|cancel|retry` on a queue on Redis; without a subcommand,
+    /// a demo: simulated VM provisioning on several replicas sharing an in-memory queue, with random durations and failures, cancels mid-flight and a replica replaced
     /// midway; prints a status summary and exits non-zero if a command did not end or a VM
     /// was requested twice.
     Commands(CommandsArgs),
@@ -103,9 +106,13 @@ impl DemoArgs {
     }
 }
 
-/// Flags of `leasehold commands`.
+/// Flags of `leasehold commands`: the demo, or an operator subcommand on a queue on Redis.
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct CommandsArgs {
+    /// On a command queue on Redis: list by status, show, cancel, retry (without one: the demo).
+    #[command(subcommand)]
+    pub op: Option<crate::ops::CommandsOp>,
     /// VMs to provision (one command each).
     #[arg(long, default_value_t = 300, value_parser = value_parser!(u32).range(1..=1_000_000))]
     pub commands: u32,

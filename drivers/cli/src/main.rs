@@ -12,14 +12,18 @@ use leasehold_cli::{commands_demo, demo, ops, CliError};
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Demo(args) => run(&args.metrics, || demo::run(&args.options()), |r| r.passed()),
-        Command::Commands(args) => run(
-            &args.metrics,
-            || commands_demo::run(&args.options()),
-            |r| r.passed(),
-        ),
+        Command::Commands(args) => match &args.op {
+            Some(op) => operate(ops::run_commands(op), op.redis().json),
+            None => run(
+                &args.metrics,
+                || commands_demo::run(&args.options()),
+                |r| r.passed(),
+            ),
+        },
         Command::Inspect(args) => operate(ops::run_inspect(&args), args.redis.json),
         Command::Pending(args) => operate(ops::run_pending(&args), args.redis.json),
         Command::Dead(args) => operate(ops::run_dead(&args.command), args.command.redis().json),
+        Command::Publish(args) => operate(ops::run_publish(&args), args.redis.json),
     }
 }
 

@@ -1,12 +1,15 @@
-//! The operator commands: look at a stream on Redis (`inspect`, `pending`, `dead list|show`) and
-//! act on its dead letters (`dead requeue|purge`), through the inspector API.
+//! The operator commands: look at a stream on Redis (`inspect`, `pending`, `dead list|show`),
+//! act on its dead letters (`dead requeue|purge`), through the inspector API, publish to it
+//! (`publish`), and follow a command queue (`commands list|show|cancel|retry`).
 //!
 //! Every command prints a table for people or, with `--json`, one JSON document for scripts.
 //! Exit codes: 0 done, 1 the command ran but found a failure (e.g. some selected entries were
 //! gone), 2 bad usage or it could not run (no Redis there, no such stream). Destructive commands
 //! ask on a terminal and need `--yes` otherwise.
 
+mod commands;
 mod output;
+mod publish;
 mod streams;
 
 use std::io::{BufRead, IsTerminal, Write};
@@ -14,7 +17,9 @@ use std::io::{BufRead, IsTerminal, Write};
 use clap::Args;
 use leasehold::redis::{ConnectError, RedisInspector};
 
+pub use commands::{run_commands, CommandsOp};
 pub use output::Report;
+pub use publish::{run_publish, PublishArgs};
 pub use streams::{
     run_dead, run_inspect, run_pending, DeadArgs, DeadCommand, InspectArgs, PendingArgs,
 };
@@ -64,7 +69,7 @@ pub(crate) async fn connect(redis: &RedisArgs) -> Result<RedisInspector, OpsErro
 }
 
 /// `host:port` of a Redis URL, without user or password.
-fn host_of(url: &str) -> String {
+pub(crate) fn host_of(url: &str) -> String {
     let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
     let authority = rest.split('/').next().unwrap_or(rest);
     authority
