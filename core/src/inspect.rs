@@ -6,6 +6,7 @@
 //! at once. Actions are atomic per entry: a crash midway neither loses nor duplicates an entry,
 //! and repeating one does nothing more (the entries it moved are gone from the dead letters).
 
+use crate::publish::DelayedSummary;
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 
@@ -136,6 +137,8 @@ pub struct Overview {
     pub groups: Vec<GroupOverview>,
     /// Entries in its dead-letter stream.
     pub dead_letters: u64,
+    /// Its delayed messages, not in the stream yet: how many, and when the next is due.
+    pub delayed: DelayedSummary,
 }
 
 /// One consumer group of a stream.

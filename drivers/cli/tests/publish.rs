@@ -116,6 +116,30 @@ fn a_delayed_message_waits_outside_the_stream() {
         0,
         "not in the stream before it is due"
     );
+    // `inspect` counts it, and says when it is due.
+    json(&publish(
+        &server,
+        &["--stream", "jobs", "--json", "{}"],
+        None,
+    ));
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["inspect", "jobs", "--json"])
+        .env("LEASEHOLD_REDIS_URL", server.url())
+        .output()
+        .expect("the binary runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let overview: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(overview["length"], 1);
+    assert_eq!(overview["delayed"], 1);
+    let next = overview["next_due_ms"].as_u64().expect("a next due time");
+    assert!(
+        (3_500_000..=3_600_000).contains(&next),
+        "due in about an hour: {next} ms"
+    );
 }
 
 #[test]

@@ -363,6 +363,9 @@ fn bad_input_is_a_clear_error_and_changes_nothing() {
         .unwrap();
     let mut inspector = MemoryInspector::new();
     inspector.add("jobs", &stream);
+    // The overview counts the delayed message and says when it is due.
+    let delayed_now = overview(&inspector).delayed;
+    assert_eq!((delayed_now.len, delayed_now.next_due), (1, Some(secs(60))));
     let state = |stream: &MemoryStream| {
         (
             stream.len(),

@@ -18,8 +18,9 @@ use redis::streams::{
 use redis::{Script, Value};
 
 use crate::backend::{check_credentials, client};
-use crate::config::{default_dead_letter_key, ConnectError};
+use crate::config::{default_dead_letter_key, ConnectError, DelayedKeys};
 use crate::error::error;
+use crate::publisher::delayed_summary;
 
 static REQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/requeue.lua")));
 
@@ -320,11 +321,15 @@ impl Inspector for RedisInspector {
             });
         }
         let dead_letters = self.len_of(&self.dead_key(stream)).await?;
+        let delayed = delayed_summary(&mut self.conn.clone(), &DelayedKeys::of(stream).delayed)
+            .await
+            .map_err(InspectError::Backend)?;
         Ok(Overview {
             stream: stream.into(),
             length,
             groups,
             dead_letters,
+            delayed,
         })
     }
 

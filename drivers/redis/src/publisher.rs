@@ -187,15 +187,7 @@ impl Publisher for RedisPublisher {
 
     /// One small script: `ZCARD` and the earliest due time against the server's clock.
     async fn delayed(&self) -> BackendResult<DelayedSummary> {
-        let (len, due): (u64, i64) = DELAYED_SUMMARY
-            .key(&self.inner.keys.delayed)
-            .invoke_async(&mut self.inner.commands.clone())
-            .await
-            .map_err(|e| error("delayed", e))?;
-        Ok(DelayedSummary {
-            len,
-            next_due: u64::try_from(due).ok().map(Duration::from_millis),
-        })
+        delayed_summary(&mut self.inner.commands.clone(), &self.inner.keys.delayed).await
     }
 }
 
@@ -239,4 +231,21 @@ mod tests {
         assert_eq!(millis_up(Duration::from_millis(1500)), 1500);
         assert_eq!(millis_up(Duration::from_micros(1_500_001)), 1501);
     }
+}
+
+/// How many messages wait in the delayed set `key`, and when the next is due by the server's
+/// clock: one script call.
+pub(crate) async fn delayed_summary(
+    con: &mut impl redis::aio::ConnectionLike,
+    key: &str,
+) -> BackendResult<DelayedSummary> {
+    let (len, due): (u64, i64) = DELAYED_SUMMARY
+        .key(key)
+        .invoke_async(con)
+        .await
+        .map_err(|e| error("delayed", e))?;
+    Ok(DelayedSummary {
+        len,
+        next_due: u64::try_from(due).ok().map(Duration::from_millis),
+    })
 }

@@ -1,5 +1,6 @@
 //! The inspector on a real, throwaway `redis-server`: a scripted stream (leases held by two
-//! consumers, a takeover, dead letters of different reasons), read page by page; requeue and
+//! consumers, a takeover, dead letters of different reasons, delayed messages), read page by
+//! page; requeue and
 //! purge, atomic per entry and refusing what is not a dead letter; requeue racing itself and
 //! racing workers (nothing lost, nothing doubled); bad input as clear errors.
 
@@ -8,10 +9,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use leasehold_core::{
-    Backend, DeadLetterReason, InspectError, Inspector, LeaseRef, MessageId, NotDead, Page,
-    PendingQuery, Selection, SettleResult,
+    Backend, DeadLetterReason, Due, InspectError, Inspector, LeaseRef, MessageId, NotDead,
+    Outgoing, Page, PendingQuery, Publisher, Selection, SettleResult,
 };
-use leasehold_redis::{RedisBackend, RedisConfig, RedisInspector};
+use leasehold_redis::{PublisherConfig, RedisBackend, RedisConfig, RedisInspector, RedisPublisher};
 use leasehold_redis_harness::RedisServer;
 
 const CLAIM: Duration = Duration::from_secs(30);
@@ -83,9 +84,25 @@ async fn the_overview_and_listings_show_what_is_held_and_what_died() {
         ],
     );
 
+    // Two delayed messages, the next due in about a minute.
+    let producer = RedisPublisher::connect(PublisherConfig::new(server.url(), "jobs"))
+        .await
+        .unwrap();
+    for minutes in [1, 5] {
+        let mut later = Outgoing::new(Bytes::from_static(b"later"));
+        later.due = Some(Due::After(Duration::from_secs(60 * minutes)));
+        producer.publish_batch(vec![later]).await.unwrap();
+    }
+
     let inspector = inspector(&server).await;
     let overview = inspector.overview("jobs").await.unwrap();
     assert_eq!((overview.length, overview.dead_letters), (5, 3));
+    assert_eq!(overview.delayed.len, 2);
+    let next = overview.delayed.next_due.expect("a next due time");
+    assert!(
+        next > Duration::from_secs(50) && next <= Duration::from_secs(60),
+        "{next:?}"
+    );
     let [group] = overview.groups.as_slice() else {
         panic!("one group: {overview:?}")
     };

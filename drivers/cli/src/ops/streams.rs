@@ -146,6 +146,13 @@ pub fn run_inspect(args: &InspectArgs) -> Result<Report, OpsError> {
             ("stream", o.stream.clone()),
             ("length", o.length.to_string()),
             ("dead letters", o.dead_letters.to_string()),
+            (
+                "delayed",
+                match o.delayed.next_due {
+                    Some(next) => format!("{}, the next due in {}", o.delayed.len, ago(next)),
+                    None => "0".into(),
+                },
+            ),
             ("groups", o.groups.len().to_string()),
         ]);
         for g in &o.groups {
@@ -185,6 +192,7 @@ pub fn run_inspect(args: &InspectArgs) -> Result<Report, OpsError> {
             .collect();
         let json = json!({
             "stream": o.stream, "length": o.length, "dead_letters": o.dead_letters,
+            "delayed": o.delayed.len, "next_due_ms": o.delayed.next_due.map(millis),
             "groups": groups,
         });
         Ok(Report::ok(text, json))

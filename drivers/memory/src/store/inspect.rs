@@ -6,8 +6,8 @@ use std::ops::Bound;
 use std::time::{Duration, Instant, SystemTime};
 
 use leasehold_core::{
-    ConsumerOverview, DeadLetterEntry, GroupOverview, MessageId, NotDead, Overview, PendingEntry,
-    PendingQuery,
+    ConsumerOverview, DeadLetterEntry, DelayedSummary, GroupOverview, MessageId, NotDead, Overview,
+    PendingEntry, PendingQuery,
 };
 
 use super::{Dead, Store};
@@ -44,6 +44,12 @@ impl Store {
                 consumers,
             }],
             dead_letters: self.dead.len() as u64,
+            delayed: DelayedSummary {
+                len: self.delayed_len() as u64,
+                next_due: self
+                    .next_due()
+                    .map(|due| due.saturating_duration_since(now)),
+            },
         }
     }
 
