@@ -220,19 +220,6 @@ fn parse_published(reply: Value) -> Option<Vec<Published>> {
     Some(out)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn millis_round_up() {
-        assert_eq!(millis_up(Duration::ZERO), 0);
-        assert_eq!(millis_up(Duration::from_micros(1)), 1);
-        assert_eq!(millis_up(Duration::from_millis(1500)), 1500);
-        assert_eq!(millis_up(Duration::from_micros(1_500_001)), 1501);
-    }
-}
-
 /// How many messages wait in the delayed set `key`, and when the next is due by the server's
 /// clock: one script call.
 pub(crate) async fn delayed_summary(
@@ -248,4 +235,17 @@ pub(crate) async fn delayed_summary(
         len,
         next_due: u64::try_from(due).ok().map(Duration::from_millis),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn millis_round_up() {
+        assert_eq!(millis_up(Duration::ZERO), 0);
+        assert_eq!(millis_up(Duration::from_micros(1)), 1);
+        assert_eq!(millis_up(Duration::from_millis(1500)), 1500);
+        assert_eq!(millis_up(Duration::from_micros(1_500_001)), 1501);
+    }
 }
