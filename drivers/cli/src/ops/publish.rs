@@ -8,7 +8,7 @@ use leasehold::redis::{PublisherConfig, RedisPublisher};
 use leasehold::{Producer, PublishOptions, Raw};
 use serde_json::json;
 
-use super::output::{table, Report};
+use super::output::Report;
 use super::{block_on, host_of, OpsError, RedisArgs};
 use crate::args::parse_duration;
 
@@ -106,19 +106,14 @@ fn failed(error: leasehold::PublishError) -> OpsError {
 
 /// The ids, one per line (a duplicate says so), or as JSON.
 fn report(published: &[(String, bool)]) -> Report {
-    let text = if published.len() == 1 {
-        match &published[0] {
-            (id, false) => id.clone(),
-            (id, true) => format!("{id} (duplicate: nothing enqueued)"),
-        }
-    } else {
-        table(
-            &["id", "duplicate"],
-            published
-                .iter()
-                .map(|(id, dup)| vec![id.clone(), if *dup { "yes" } else { "no" }.into()]),
-        )
-    };
+    let text = published
+        .iter()
+        .map(|(id, duplicate)| match duplicate {
+            false => id.clone(),
+            true => format!("{id} (duplicate: nothing enqueued)"),
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
     let json = json!(published
         .iter()
         .map(|(id, duplicate)| json!({ "id": id, "duplicate": duplicate }))
