@@ -1,4 +1,5 @@
-//! The flags of `--bench e2e-memory` and `--bench e2e-redis`, parsed with clap.
+//! The flags of `--bench e2e-memory`, `--bench e2e-redis` and `--bench producer`, parsed with
+//! clap.
 //!
 //! Out-of-range or malformed flags are reported by clap with a usage hint (exit code 2), never
 //! a panic. `cargo bench` adds `--bench` to the flags of a `harness = false` target: both accept
@@ -6,7 +7,10 @@
 
 use clap::{value_parser, Parser};
 
+use std::time::Duration;
+
 use super::memory::{self, BenchOptions, BenchReport};
+use super::producer::{self, ProducerBenchOptions, ProducerBenchReport};
 use super::redis::{self, RedisBenchOptions, RedisBenchReport};
 use super::{Bench, BenchError};
 
@@ -183,6 +187,157 @@ impl Bench for RedisArgs {
     }
 }
 
+/// The producer on Redis, each row against a baseline measured in the same run: publish_batch
+/// and publish against raw XADD, consuming due delayed messages against plain ones, and the
+/// due-time accuracy of an idle worker; on a throwaway redis-server started by the benchmark.
+#[derive(Debug, Parser)]
+#[command(
+    name = "producer",
+    bin_name = "cargo bench -p leasehold-benches --bench producer --"
+)]
+pub struct ProducerArgs {
+    /// Rows to run, comma-separated: 1 publish_batch, 2 single publish, 3 due delayed messages
+    /// consumed, 4 due-time accuracy.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1,2,3,4",
+        value_parser = value_parser!(u8).range(1..=4)
+    )]
+    pub rows: Vec<u8>,
+    /// Messages per round of rows 1 (each batch size) and 3.
+    #[arg(long, default_value_t = 100_000, value_parser = value_parser!(u32).range(1..=10_000_000))]
+    pub messages: u32,
+    /// Row 1's batch sizes, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "100,1000",
+        value_parser = value_parser!(u32).range(1..=100_000)
+    )]
+    pub batch: Vec<u32>,
+    /// Messages per round of row 2 (one await each).
+    #[arg(long, default_value_t = 10_000, value_parser = value_parser!(u32).range(1..=10_000_000))]
+    pub single: u32,
+    /// Row 3: the delay every message is published with (ms); the worker starts once all are
+    /// due.
+    #[arg(long, default_value_t = 100, value_parser = value_parser!(u32).range(1..=60_000))]
+    pub delay_ms: u32,
+    /// The worker's concurrency (rows 3 and 4).
+    #[arg(long, default_value_t = 100, value_parser = value_parser!(u32).range(1..=1_000_000))]
+    pub concurrency: u32,
+    /// The worker's prefetch (rows 3 and 4).
+    #[arg(long, default_value_t = 3000, value_parser = value_parser!(u32).range(0..=1_000_000))]
+    pub prefetch: u32,
+    /// Measured rounds of rows 1 to 3, interleaved (plus one warm-up round).
+    #[arg(long, default_value_t = 5, value_parser = value_parser!(u16).range(1..=1000))]
+    pub rounds: u16,
+    /// Row 4: messages per run.
+    #[arg(long, default_value_t = 1000, value_parser = value_parser!(u32).range(1..=1_000_000))]
+    pub due_messages: u32,
+    /// Row 4: the window (ms) their due times are spread over, evenly.
+    #[arg(long, default_value_t = 10_000, value_parser = value_parser!(u32).range(1..=3_600_000))]
+    pub due_spread_ms: u32,
+    /// Row 4: the worker's poll_interval settings (ms), comma-separated (1000 is the default).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1000,5000",
+        value_parser = value_parser!(u32).range(1..=3_600_000)
+    )]
+    pub due_poll_ms: Vec<u32>,
+    /// Row 4: rounds (each runs plain, then delayed, at every poll_interval).
+    #[arg(long, default_value_t = 3, value_parser = value_parser!(u16).range(1..=1000))]
+    pub due_rounds: u16,
+    /// Row 4's diagnostic: how many XREAD BLOCK calls (1, 2, … ms, on an empty stream) to time
+    /// against Redis's own wake-up (0: none).
+    #[arg(long, default_value_t = 50, value_parser = value_parser!(u16).range(0..=1000))]
+    pub block_probes: u16,
+    /// Start the redis-server with this `hz` (default: Redis's own, 10). Redis times out
+    /// blocked commands in its cron, `hz` times a second.
+    #[arg(long, value_parser = value_parser!(u32).range(1..=500))]
+    pub redis_hz: Option<u32>,
+    /// Worker threads of the tokio runtime (default: one per core).
+    #[arg(long, value_parser = value_parser!(u16).range(1..=1024))]
+    pub threads: Option<u16>,
+    /// No progress spinner.
+    #[arg(long)]
+    pub no_progress: bool,
+    /// Print the results as JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Added by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    pub bench: bool,
+}
+
+impl ProducerArgs {
+    /// The benchmark's options.
+    pub fn options(&self) -> ProducerBenchOptions {
+        let ms = |ms: u32| Duration::from_millis(ms.into());
+        let mut rows = self.rows.clone();
+        rows.sort_unstable();
+        rows.dedup();
+        ProducerBenchOptions {
+            rows,
+            messages: self.messages as usize,
+            batch: self.batch.iter().map(|&b| b as usize).collect(),
+            single: self.single as usize,
+            delay: ms(self.delay_ms),
+            concurrency: self.concurrency as usize,
+            prefetch: self.prefetch as usize,
+            rounds: self.rounds.into(),
+            due_messages: self.due_messages as usize,
+            due_spread: ms(self.due_spread_ms),
+            due_poll: self.due_poll_ms.iter().map(|&p| ms(p)).collect(),
+            due_rounds: self.due_rounds.into(),
+            block_probes: self.block_probes.into(),
+            threads: self.threads.map(usize::from),
+            progress: !self.no_progress,
+            redis_hz: self.redis_hz,
+        }
+    }
+}
+
+impl Bench for ProducerArgs {
+    type Report = ProducerBenchReport;
+
+    const SMOKE: &'static [&'static str] = &[
+        "producer",
+        "--messages",
+        "500",
+        "--batch",
+        "10,100",
+        "--single",
+        "100",
+        "--rounds",
+        "1",
+        "--due-messages",
+        "20",
+        "--due-spread-ms",
+        "200",
+        "--due-poll-ms",
+        "1000",
+        "--due-rounds",
+        "1",
+        "--block-probes",
+        "5",
+        "--no-progress",
+    ];
+
+    fn run(&self) -> Result<ProducerBenchReport, BenchError> {
+        producer::run(&self.options())
+    }
+
+    fn wants_json(&self) -> bool {
+        self.json
+    }
+
+    fn json(report: &ProducerBenchReport) -> serde_json::Value {
+        report.to_json()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory;
@@ -193,6 +348,7 @@ mod tests {
     fn clap_definitions_are_consistent() {
         MemoryArgs::command().debug_assert();
         RedisArgs::command().debug_assert();
+        ProducerArgs::command().debug_assert();
     }
 
     #[test]
@@ -260,6 +416,66 @@ mod tests {
         assert_eq!((memory.messages, memory.rounds), (2000, 1));
         let redis = RedisArgs::try_parse_from(RedisArgs::SMOKE).unwrap();
         assert_eq!((redis.messages, redis.rounds), (200, 1));
+    }
+
+    #[test]
+    fn producer_flags() {
+        let defaults = ProducerArgs::try_parse_from(["producer"])
+            .unwrap()
+            .options();
+        let expected = ProducerBenchOptions {
+            progress: true,
+            ..ProducerBenchOptions::default()
+        };
+        assert_eq!(format!("{defaults:?}"), format!("{expected:?}"));
+        assert_eq!(defaults.rows, [1, 2, 3, 4]);
+        assert_eq!(defaults.batch, [100, 1000]);
+        assert_eq!(
+            defaults.due_poll,
+            [Duration::from_secs(1), Duration::from_secs(5)]
+        );
+        assert_eq!(
+            (
+                defaults.messages,
+                defaults.due_messages,
+                defaults.due_spread
+            ),
+            (100_000, 1000, Duration::from_secs(10))
+        );
+        let quick = ProducerArgs::try_parse_from([
+            "producer",
+            "--rows",
+            "4,3,3",
+            "--messages",
+            "1000",
+            "--due-spread-ms",
+            "2000",
+            "--bench",
+        ])
+        .unwrap()
+        .options();
+        assert_eq!(quick.rows, [3, 4]);
+        assert_eq!(quick.messages, 1000);
+        assert_eq!(quick.due_spread, Duration::from_secs(2));
+        let smoke = ProducerArgs::try_parse_from(ProducerArgs::SMOKE).unwrap();
+        assert_eq!(
+            (smoke.messages, smoke.rounds, smoke.due_rounds),
+            (500, 1, 1)
+        );
+        for argv in [
+            &["producer", "--rows", "5"][..],
+            &["producer", "--rows", "0"],
+            &["producer", "--batch", "0"],
+            &["producer", "--messages", "0"],
+            &["producer", "--due-poll-ms", "0"],
+            &["producer", "--due-spread-ms", "lots"],
+            &["producer", "--frobnicate"],
+        ] {
+            assert!(
+                ProducerArgs::try_parse_from(argv).is_err(),
+                "{argv:?} parsed"
+            );
+        }
     }
 
     #[test]

@@ -49,6 +49,10 @@ impl<B: Backend<Payload = Bytes>> Backend for Counting<B> {
         self.inner.take_undeliverable()
     }
 
+    fn next_due(&self) -> Option<Duration> {
+        self.inner.next_due()
+    }
+
     async fn publish(&self, payload: Bytes) -> BackendResult<MessageId> {
         self.inner.publish(payload).await
     }

@@ -7,11 +7,15 @@
 //! - [`redis`](mod@redis): the Redis backend against a hand-written `XREADGROUP`/`XACK` loop on
 //!   a throwaway `redis-server` the benchmark starts itself, plus heartbeat cost and RSS. Run
 //!   with `cargo bench -p leasehold-benches --bench e2e-redis`.
+//! - [`producer`](mod@producer): the producer on Redis (`publish_batch`, `publish`, consuming
+//!   delayed messages, due-time accuracy) against the same work done by hand with the `redis`
+//!   crate, or against plain messages. Run with `cargo bench -p leasehold-benches --bench
+//!   producer`.
 //!
 //! Each bench target is a thin layer over [`main`]: the flags ([`args`]) are parsed with clap
 //! (a bad flag is a usage error, exit code 2), the benchmark runs, and its table, or with
-//! `--json` the same results as JSON, goes to stdout. Tests call [`memory::run`] and
-//! [`redis::run`] in-process.
+//! `--json` the same results as JSON, goes to stdout. Tests call [`memory::run`],
+//! [`redis::run`] and [`producer::run`] in-process.
 
 use std::fmt;
 use std::process::ExitCode;
@@ -19,6 +23,7 @@ use std::process::ExitCode;
 pub mod args;
 mod counting;
 pub mod memory;
+pub mod producer;
 pub mod redis;
 mod stats;
 

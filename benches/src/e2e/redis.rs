@@ -716,11 +716,11 @@ fn worker_config(concurrency: usize, prefetch: usize) -> Config {
         .poll_interval(Duration::from_millis(50))
 }
 
-fn redis_error(what: &str, e: redis::RedisError) -> BenchError {
+pub(super) fn redis_error(what: &str, e: redis::RedisError) -> BenchError {
     BenchError::Redis(format!("{what}: {e}"))
 }
 
-async fn connection(url: &str) -> Result<redis::aio::MultiplexedConnection, BenchError> {
+pub(super) async fn connection(url: &str) -> Result<redis::aio::MultiplexedConnection, BenchError> {
     let client = redis::Client::open(url).map_err(|e| redis_error("bad url", e))?;
     client
         .get_multiplexed_async_connection()
@@ -1130,7 +1130,7 @@ impl Probe {
 }
 
 /// The redis-server's `used_cpu_user + used_cpu_sys` in seconds (`INFO cpu`).
-fn server_cpu_secs(server: &RedisServer) -> Option<f64> {
+pub(super) fn server_cpu_secs(server: &RedisServer) -> Option<f64> {
     let reply = server.command(["INFO", "cpu"]).ok()?;
     let text = reply.as_str()?;
     let field = |name: &str| -> Option<f64> {
@@ -1141,9 +1141,9 @@ fn server_cpu_secs(server: &RedisServer) -> Option<f64> {
 }
 
 /// `cmdstat_<name>` → calls, from `INFO commandstats`.
-type CommandStats = Vec<(String, u64)>;
+pub(super) type CommandStats = Vec<(String, u64)>;
 
-fn commandstats(server: &RedisServer) -> Result<CommandStats, BenchError> {
+pub(super) fn commandstats(server: &RedisServer) -> Result<CommandStats, BenchError> {
     let reply = server
         .command(["INFO", "commandstats"])
         .map_err(|e| BenchError::Redis(format!("INFO commandstats: {e}")))?;
@@ -1185,7 +1185,7 @@ fn commands_delta(
     }
 }
 
-fn info_field(server: &RedisServer, section: &str, field: &str) -> Option<String> {
+pub(super) fn info_field(server: &RedisServer, section: &str, field: &str) -> Option<String> {
     let reply = server.command(["INFO", section]).ok()?;
     field_of(reply.as_str()?, field).map(str::to_owned)
 }
