@@ -42,9 +42,7 @@ use serde_json::{json, Value as Json};
 use tokio::sync::Notify;
 
 use super::counting::{AckCounter, CallCounts, Counting};
-use super::redis::{
-    commandstats, connection, info_field, redis_error, server_cpu_secs, Calls, CommandStats,
-};
+use super::redis::{connection, info_field, redis_error, server_cpu_secs, Calls};
 use super::stats::{cpu_time, grouped, median};
 use super::BenchError;
 
@@ -166,6 +164,9 @@ pub struct Side {
     pub client_cpu_us: Vec<f64>,
     /// The worker's backend calls, one per measured round (row 3 only).
     pub calls: Vec<Calls>,
+    /// The server's time in each command (`INFO commandstats` usec), µs per message, one list
+    /// per measured round. `evalsha` includes the commands its scripts ran.
+    pub server_usec: Vec<Vec<(String, f64)>>,
 }
 
 impl Side {
@@ -201,6 +202,37 @@ impl Side {
         self.server_cpu_us.extend(measured.server_cpu_us);
         self.client_cpu_us.extend(measured.client_cpu_us);
         self.calls.extend(measured.calls);
+        self.server_usec.push(measured.server_usec);
+    }
+
+    /// The median over rounds of the server's µs per message in each command, largest first.
+    pub fn server_usec_median(&self) -> Vec<(String, f64)> {
+        let mut names: Vec<&str> = self
+            .server_usec
+            .iter()
+            .flatten()
+            .map(|(name, _)| name.as_str())
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        let mut out: Vec<(String, f64)> = names
+            .into_iter()
+            .map(|name| {
+                let per_round: Vec<f64> = self
+                    .server_usec
+                    .iter()
+                    .map(|round| {
+                        round
+                            .iter()
+                            .find(|(n, _)| n == name)
+                            .map_or(0.0, |(_, us)| *us)
+                    })
+                    .collect();
+                (name.to_owned(), median(&per_round))
+            })
+            .collect();
+        out.sort_by(|a, b| b.1.total_cmp(&a.1));
+        out
     }
 
     /// The side as JSON: its medians, then every round.
@@ -216,6 +248,11 @@ impl Side {
             },
             "server_cpu_us_per_msg": self.server_cpu_median(),
             "client_cpu_us_per_msg": self.client_cpu_median(),
+            "server_us_per_msg_by_command": self
+                .server_usec_median()
+                .into_iter()
+                .map(|(name, us)| (name, json!(us)))
+                .collect::<serde_json::Map<String, Json>>(),
             "rounds": {
                 "msg_per_s": self.rates,
                 "server_cpu_us_per_msg": self.server_cpu_us,
@@ -608,6 +645,23 @@ impl fmt::Display for ProducerBenchReport {
             }
             for t in self.throughput.iter().filter(|t| t.kind == Kind::Delayed) {
                 writeln!(f)?;
+                writeln!(
+                    f,
+                    "row 3, where the server's time goes: µs per message in each command \
+                     (INFO commandstats usec, median of the rounds; evalsha includes the \
+                     commands its scripts run, listed too):"
+                )?;
+                for side in [&t.baseline, &t.subject] {
+                    let by_command = side
+                        .server_usec_median()
+                        .into_iter()
+                        .filter(|(_, us)| *us >= 0.01)
+                        .map(|(name, us)| format!("{name} {us:.2}"))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    writeln!(f, "  {:<36} {by_command}", side.name)?;
+                }
+                writeln!(f)?;
                 writeln!(f, "row 3 worker calls (mean of the rounds):")?;
                 for side in [&t.baseline, &t.subject] {
                     let n = side.calls.len().max(1) as f64;
@@ -921,6 +975,7 @@ struct Measured {
     server_cpu_us: Option<f64>,
     client_cpu_us: Option<f64>,
     calls: Option<Calls>,
+    server_usec: Vec<(String, f64)>,
 }
 
 /// One run of row 4.
@@ -1366,6 +1421,32 @@ fn calls_of(calls: &CallCounts) -> Calls {
     }
 }
 
+/// `INFO commandstats`: each command's calls and the server's µs in it.
+type CommandStats = Vec<(String, u64, u64)>;
+
+fn commandstats(server: &RedisServer) -> Result<CommandStats, BenchError> {
+    let reply = server
+        .command(["INFO", "commandstats"])
+        .map_err(|e| BenchError::Redis(format!("INFO commandstats: {e}")))?;
+    Ok(parse_commandstats(reply.as_str().unwrap_or_default()))
+}
+
+/// `cmdstat_<name>:calls=<n>,usec=<µs>,…` lines.
+fn parse_commandstats(text: &str) -> CommandStats {
+    text.lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let field = |key: &str| -> Option<u64> {
+                rest.split(',')
+                    .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))?
+                    .parse()
+                    .ok()
+            };
+            Some((name.to_owned(), field("calls")?, field("usec")?))
+        })
+        .collect()
+}
+
 /// The snapshots taken before a round: commandstats, server CPU, this process's CPU.
 struct Probe {
     commands: CommandStats,
@@ -1398,22 +1479,37 @@ impl Probe {
         let commands = commandstats(server)?;
         let server_cpu = server_cpu_secs(server);
         let per = messages.max(1) as f64;
-        let count = |stats: &CommandStats, name: &str| {
-            stats.iter().find(|(n, _)| n == name).map_or(0, |(_, c)| *c)
+        let before = |name: &str| {
+            self.commands
+                .iter()
+                .find(|(n, _, _)| n == name)
+                .map_or((0, 0), |(_, calls, usec)| (*calls, *usec))
         };
-        let delta =
-            |name: &str| count(&commands, name).saturating_sub(count(&self.commands, name)) as f64;
-        let sum = |stats: &CommandStats| stats.iter().map(|(_, c)| c).sum::<u64>();
         // The `before` snapshot's own INFO call is counted in `after`: leave it out.
-        let total = sum(&commands)
-            .saturating_sub(sum(&self.commands))
-            .saturating_sub(1);
+        let mut total = 0u64;
+        let mut xadd = 0u64;
+        let mut scripts = 0u64;
+        let mut server_usec = Vec::new();
+        for (name, calls, usec) in &commands {
+            let (calls_before, usec_before) = before(name);
+            let calls = calls.saturating_sub(calls_before);
+            let usec = usec.saturating_sub(usec_before);
+            total += calls;
+            match name.as_str() {
+                "xadd" => xadd += calls,
+                "evalsha" | "eval" => scripts += calls,
+                _ => {}
+            }
+            if name != "info" && usec > 0 {
+                server_usec.push((name.clone(), usec as f64 / per));
+            }
+        }
         Ok(Measured {
             rate: messages as f64 / took.as_secs_f64().max(1e-9),
             commands: Commands {
-                xadd: delta("xadd") / per,
-                scripts: (delta("evalsha") + delta("eval")) / per,
-                total: total as f64 / per,
+                xadd: xadd as f64 / per,
+                scripts: scripts as f64 / per,
+                total: total.saturating_sub(1) as f64 / per,
             },
             server_cpu_us: match (self.server_cpu, server_cpu) {
                 (Some(before), Some(after)) if after >= before => {
@@ -1428,6 +1524,7 @@ impl Probe {
                 _ => None,
             },
             calls,
+            server_usec,
         })
     }
 }
@@ -1445,6 +1542,17 @@ mod tests {
         assert_eq!(quantile(&values, 0.0), 1.0);
         assert_eq!(quantile(&[], 0.5), 0.0);
         assert_eq!(quantile(&[3.0], 0.99), 3.0);
+    }
+
+    #[test]
+    fn commandstats_lines_parse() {
+        let text = "# Commandstats\r\ncmdstat_xadd:calls=3,usec=12,usec_per_call=4.00,\
+                    rejected_calls=0,failed_calls=0\r\ncmdstat_evalsha:calls=1,usec=40,\
+                    usec_per_call=40.00,rejected_calls=0,failed_calls=0\r\n";
+        assert_eq!(
+            parse_commandstats(text),
+            [("xadd".to_owned(), 3, 12), ("evalsha".to_owned(), 1, 40)]
+        );
     }
 
     #[test]

@@ -1141,9 +1141,9 @@ pub(super) fn server_cpu_secs(server: &RedisServer) -> Option<f64> {
 }
 
 /// `cmdstat_<name>` → calls, from `INFO commandstats`.
-pub(super) type CommandStats = Vec<(String, u64)>;
+type CommandStats = Vec<(String, u64)>;
 
-pub(super) fn commandstats(server: &RedisServer) -> Result<CommandStats, BenchError> {
+fn commandstats(server: &RedisServer) -> Result<CommandStats, BenchError> {
     let reply = server
         .command(["INFO", "commandstats"])
         .map_err(|e| BenchError::Redis(format!("INFO commandstats: {e}")))?;
