@@ -354,7 +354,22 @@ impl RedisBackend {
     /// Waits (on the dedicated connection) until the stream has an entry after `last`, the
     /// wake stream one after `wake` (a publisher delayed a message due earlier than all
     /// others), or `wait` passes. It consumes nothing, so dropping it midway loses nothing.
+    ///
+    /// Redis ends a `BLOCK` only when it checks blocked clients' timeouts, `hz` times a second
+    /// (every 100 ms by default), so a local timer ends the wait on time: a delayed message
+    /// due then is promoted within a millisecond or two, not up to 100 ms late. The read left
+    /// blocked on the server ends at once when that promotion appends to the stream (its
+    /// `last` is older), or at the server's next check; until then a new wait queues behind it.
     async fn wait_for_new(&self, last: &str, wake: &str, wait: Duration) -> BackendResult<()> {
+        let timer = async {
+            async_io::Timer::after(wait).await;
+            Ok(())
+        };
+        futures_lite::future::or(self.read_blocking(last, wake, wait), timer).await
+    }
+
+    /// The blocking `XREAD` of [`wait_for_new`](Self::wait_for_new).
+    async fn read_blocking(&self, last: &str, wake: &str, wait: Duration) -> BackendResult<()> {
         let _: Value = redis::cmd("XREAD")
             .arg("COUNT")
             .arg(1)
