@@ -35,6 +35,8 @@ static FETCH: LazyLock<Script> = script!(
 pub(crate) static PUBLISH: LazyLock<Script> = script!("lua/delayed.lua", "lua/publish.lua");
 pub(crate) static DELAYED_SUMMARY: LazyLock<Script> =
     script!("lua/delayed.lua", "lua/delayed_summary.lua");
+/// The fast path's promotion, once its probe saw a delayed message due.
+static PROMOTE: LazyLock<Script> = script!("lua/delayed.lua", "lua/promote.lua");
 /// Batch scripts share the one-`XPENDING` fence check.
 static RENEW: LazyLock<Script> = script!("lua/fenced_batch.lua", "lua/renew.lua");
 static ACK: LazyLock<Script> = script!(
@@ -67,10 +69,11 @@ pub struct RedisBackend {
     cursor: Mutex<String>,
     /// Reclaims and new entries take turns going first.
     reclaim_turn: AtomicBool,
-    /// The last fetch saw entries idle long enough to be reclaimed, or delayed messages due:
-    /// the next one runs the fetch script, which shares the fetch between reclaims and new
-    /// entries, and promotes.
+    /// The last fetch saw entries idle long enough to be reclaimed: the next one runs the
+    /// fetch script, which shares the fetch between reclaims and new entries.
     reclaims_seen: AtomicBool,
+    /// The last fetch saw a delayed message due: the next one's pipeline promotes first.
+    due_seen: AtomicBool,
     /// What the last promotion of delayed messages learned.
     delayed: Mutex<DelayedState>,
     last_reap: Mutex<Option<Instant>>,
@@ -181,11 +184,17 @@ impl RedisBackend {
             cursor: Mutex::new("0-0".into()),
             reclaim_turn: AtomicBool::new(true),
             reclaims_seen: AtomicBool::new(true),
+            due_seen: AtomicBool::new(false),
             delayed: Mutex::new(DelayedState::default()),
             last_reap: Mutex::new(None),
             undeliverable: Mutex::new(Vec::new()),
         };
         backend.ensure_group().await?;
+        // The fast path sends the promote script by hash in a pipeline: known from the start.
+        PROMOTE
+            .load_async(&mut backend.commands.clone())
+            .await
+            .map_err(|e| error("load the promote script", e))?;
         Ok(backend)
     }
 
@@ -268,6 +277,8 @@ impl RedisBackend {
         *self.cursor.lock().unwrap_or_else(|e| e.into_inner()) =
             std::mem::take(&mut fetched.cursor);
         self.set_delayed(fetched.next_due, fetched.wake_id.take());
+        self.due_seen
+            .store(fetched.next_due == Some(Duration::ZERO), Ordering::Relaxed);
         // While anything is reclaimable the next fetch runs the script again, to share it.
         self.reclaims_seen
             .store(fetched.reclaimable, Ordering::Relaxed);
@@ -279,18 +290,36 @@ impl RedisBackend {
     /// finds nothing to do costs several times a plain command): `ZRANGE … 0 0 WITHSCORES` of
     /// the delayed set and `TIME` (when is the next delayed message due?), `XPENDING … IDLE`
     /// (is anything reclaimable?) and `XREADGROUP … >`, pipelined. Entries without the
-    /// payload field are dead-lettered and left out, as the fetch script does. The second
-    /// value says the next fetch must run the fetch script: something is reclaimable, or a
-    /// delayed message is due (only the script promotes, so each is promoted exactly once).
+    /// payload field are dead-lettered and left out, as the fetch script does. Once a fetch
+    /// saw a delayed message due, the probe's place goes to the promote script, so this read
+    /// takes the promoted messages (each promoted exactly once: the script moves and removes
+    /// them in one step). The second value says the next fetch must run the fetch script:
+    /// something is reclaimable.
     async fn read_new(&self, max: usize) -> BackendResult<(Vec<Fetched<Bytes>>, bool)> {
+        let promote = self.due_seen.load(Ordering::Relaxed);
         let mut pipe = redis::pipe();
-        pipe.cmd("ZRANGE")
-            .arg(&self.delayed_keys.delayed)
-            .arg(0)
-            .arg(0)
-            .arg("WITHSCORES")
-            .cmd("TIME")
-            .cmd("XPENDING")
+        if promote {
+            // EVALSHA built as one command, its error kept apart (`ignore_errors`): should the
+            // server not know the script, the read still counts and the next fetch loads it.
+            pipe.cmd("EVALSHA")
+                .arg(PROMOTE.get_hash())
+                .arg(2)
+                .arg(&self.config.target.stream)
+                .arg(&self.delayed_keys.delayed)
+                .arg(&self.config.target.field)
+                .arg(self.config.target.max_len_arg())
+                .arg(SCRIPT_BATCH)
+                .cmd("ECHO")
+                .arg("");
+        } else {
+            pipe.cmd("ZRANGE")
+                .arg(&self.delayed_keys.delayed)
+                .arg(0)
+                .arg(0)
+                .arg("WITHSCORES")
+                .cmd("TIME");
+        }
+        pipe.cmd("XPENDING")
             .arg(&self.config.target.stream)
             .arg(&self.config.group)
             .arg("IDLE")
@@ -307,15 +336,39 @@ impl RedisBackend {
             .arg("STREAMS")
             .arg(&self.config.target.stream)
             .arg(">");
-        let (earliest, time, idle, read): (Value, Value, Value, Value) = pipe
+        let replies: Vec<redis::RedisResult<Value>> = pipe
+            .ignore_errors()
             .query_async(&mut self.commands.clone())
             .await
             .map_err(|e| error("fetch", e))?;
-        let next_due = parse_probe(earliest, time)
-            .ok_or_else(|| BackendError::fatal("unexpected reply from ZRANGE or TIME"))?;
+        let [first, second, idle, read]: [redis::RedisResult<Value>; 4] = replies
+            .try_into()
+            .map_err(|_| BackendError::fatal("fetch: wrong number of replies"))?;
+        let idle = idle.map_err(|e| error("fetch", e))?;
+        let read = read.map_err(|e| error("fetch", e))?;
+        let next_due = match (promote, first) {
+            (true, Ok(Value::Int(ms))) => Some(u64::try_from(ms).ok().map(Duration::from_millis)),
+            // A restarted server forgot the script: load it; the next fetch promotes.
+            (true, Err(e)) if e.code() == Some("NOSCRIPT") => {
+                PROMOTE
+                    .load_async(&mut self.commands.clone())
+                    .await
+                    .map_err(|e| error("load the promote script", e))?;
+                Some(Some(Duration::ZERO))
+            }
+            (true, Err(e)) => return Err(error("promote", e)),
+            (true, Ok(_)) => None,
+            (false, first) => parse_probe(
+                first.map_err(|e| error("fetch", e))?,
+                second.map_err(|e| error("fetch", e))?,
+            ),
+        };
+        let next_due = next_due
+            .ok_or_else(|| BackendError::fatal("unexpected reply from the delayed-set probe"))?;
         self.set_delayed(next_due, None);
-        let due_now = next_due == Some(Duration::ZERO);
-        let script_next = due_now || matches!(&idle, Value::Array(rows) if !rows.is_empty());
+        self.due_seen
+            .store(next_due == Some(Duration::ZERO), Ordering::Relaxed);
+        let script_next = matches!(&idle, Value::Array(rows) if !rows.is_empty());
         let mut fetched = Vec::new();
         for (id, payload) in parse_read(read, self.config.target.field.as_bytes())
             .ok_or_else(|| BackendError::fatal("unexpected reply from XREADGROUP"))?
@@ -577,13 +630,14 @@ impl Backend for RedisBackend {
             return Ok(Vec::new());
         }
         self.reap_consumers().await;
-        // While nothing is reclaimable or due, new entries come without a script. When that
-        // read finds reclaimable entries or a due delayed message, the next fetch runs the
-        // script (the engine fetches again at once after a short fetch, and when something is
-        // due, as `next_due` is then zero: reclaims and promotions wait at most one fetch), and
-        // so does every fetch while the script sees reclaimable entries (it shares each fetch
-        // between reclaims and new entries) or to learn where to wait. Entries in hand are
-        // returned at once, never held across another call that could fail or be dropped.
+        // While nothing is reclaimable, new entries come without a script (due delayed
+        // messages are promoted in the same pipeline, once a fetch saw them due; the engine
+        // fetches again at once after a short fetch, and when something is due, as `next_due`
+        // is then zero). When that read finds reclaimable entries, the next fetch runs the
+        // script, and so does every fetch while the script sees reclaimable entries (it shares
+        // each fetch between reclaims and new entries) or to learn where to wait. Entries in
+        // hand are returned at once, never held across another call that could fail or be
+        // dropped.
         if !self.reclaims_seen.load(Ordering::Relaxed) {
             match self.read_new(max).await {
                 Ok((read, script_next)) => {
