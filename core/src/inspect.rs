@@ -237,7 +237,8 @@ pub struct Requeued {
     /// Each dead letter put back, and its new id in the stream (a fresh message: delivery
     /// count 1).
     pub moved: Vec<(MessageId, MessageId)>,
-    /// Selected ids that were gone by the time their turn came (a concurrent requeue or purge).
+    /// Selected ids that were no dead letters by the time their turn came (requeued or purged
+    /// before, or meanwhile).
     pub gone: Vec<MessageId>,
 }
 
@@ -281,15 +282,19 @@ pub trait Inspector: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<DeadLetterEntry>, InspectError>> + Send;
 
     /// Puts dead letters back into the stream as fresh messages, each atomically (moved once,
-    /// or not at all). Ids that are not dead letters of the stream are refused up front.
+    /// or not at all). Ids of live entries of the stream refuse the whole action up front
+    /// (naming every id that is no dead letter); ids that are no dead letters any more (moved or
+    /// purged before) are reported in [`Requeued::gone`], so repeating an interrupted requeue
+    /// finishes it and doubles nothing.
     fn requeue(
         &self,
         stream: &str,
         which: &Selection,
     ) -> impl Future<Output = Result<Requeued, InspectError>> + Send;
 
-    /// Deletes dead letters. Ids that are not dead letters of the stream (a live entry, say)
-    /// are refused up front.
+    /// Deletes dead letters. Ids of live entries of the stream (work that may still run)
+    /// refuse the whole action up front; ids that are no dead letters any more are reported in
+    /// [`Purged::gone`].
     fn purge_dead(
         &self,
         stream: &str,

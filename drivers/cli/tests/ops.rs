@@ -149,10 +149,13 @@ fn requeue_and_purge_need_yes_off_a_terminal_and_say_what_they_did() {
     let Reply::Integer(4) = cmd(&server, &["XLEN", "jobs"]) else {
         panic!("requeued into the stream")
     };
-    // The same id again: not a dead letter any more; nothing changes (exit 2).
+    // The same id again: not a dead letter any more; reported, nothing doubled (exit 1).
     let again = leasehold(&server, &["dead", "requeue", "jobs", &first, "--yes"]);
-    assert_eq!(again.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&again.stderr).contains("not dead letters"));
+    assert_eq!(again.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&again.stdout).contains("requeued 0; not dead letters"));
+    let Reply::Integer(4) = cmd(&server, &["XLEN", "jobs"]) else {
+        panic!("a repeat doubles nothing")
+    };
     // A live entry cannot be purged as a dead letter.
     let pending = json(&leasehold(&server, &["pending", "jobs", "--json"]));
     let live = pending["entries"][0]["id"].as_str().unwrap();

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use leasehold_core::{
-    DeadLetterEntry, InspectError, Inspector, Listing, MessageId, Overview, Page, PendingEntry,
-    PendingQuery, Purged, Requeued, Selection,
+    DeadLetterEntry, InspectError, Inspector, Listing, MessageId, NotDead, Overview, Page,
+    PendingEntry, PendingQuery, Purged, Requeued, Selection,
 };
 
 use crate::id;
@@ -89,8 +89,10 @@ impl MemoryInspector {
             .ok_or_else(|| InspectError::NoSuchStream(name.into()))
     }
 
-    /// The dead letters (sequence numbers) `which` selects, oldest first; explicit ids are
-    /// checked to be dead letters, or the whole action is refused.
+    /// The dead letters (sequence numbers) `which` selects, oldest first. Explicit ids that
+    /// name live entries, or no entry id at all, refuse the whole action; ids that are no dead
+    /// letters (any more) go on, to be reported gone, so repeating an interrupted action
+    /// finishes it.
     fn select(&self, name: &str, which: &Selection) -> Result<Vec<u64>, InspectError> {
         let stream = self.stream(name)?;
         let now = stream.now();
@@ -98,7 +100,10 @@ impl MemoryInspector {
         match which {
             Selection::Ids(ids) => {
                 let wrong = store.not_dead(ids);
-                if !wrong.is_empty() {
+                let refused = wrong
+                    .iter()
+                    .any(|(id, what)| *what == NotDead::Live || id::parse(id.as_str()).is_none());
+                if refused {
                     return Err(InspectError::NotDeadLetters {
                         stream: name.into(),
                         ids: wrong,

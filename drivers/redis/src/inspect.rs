@@ -221,8 +221,9 @@ impl RedisInspector {
         }
     }
 
-    /// The dead-letter ids `which` selects, oldest first; explicit ids are checked to be dead
-    /// letters (or the whole action is refused).
+    /// The dead-letter ids `which` selects, oldest first. An explicit id that names a live
+    /// entry of the stream, or is no entry id at all, refuses the whole action; ids that are no dead letters (any more) go
+    /// on, to be reported gone, so repeating an interrupted action finishes it.
     async fn select(
         &self,
         stream: &str,
@@ -243,7 +244,10 @@ impl RedisInspector {
                         wrong.push((id.clone(), what));
                     }
                 }
-                if !wrong.is_empty() {
+                let refused = wrong
+                    .iter()
+                    .any(|(id, what)| *what == NotDead::Live || !is_stream_id(id.as_str()));
+                if refused {
                     return Err(InspectError::NotDeadLetters {
                         stream: stream.into(),
                         ids: wrong,

@@ -319,7 +319,7 @@ pub fn run_dead(command: &DeadCommand) -> Result<Report, OpsError> {
                 );
                 text.push_str(&format!("\nrequeued {}", done.moved.len()));
                 if !done.gone.is_empty() {
-                    text.push_str(&format!(", {} were gone meanwhile", done.gone.len()));
+                    text.push_str(&gone(&done.gone));
                 }
                 let json = json!({
                     "requeued": done.moved.iter().map(|(from, to)| json!({
@@ -346,7 +346,7 @@ pub fn run_dead(command: &DeadCommand) -> Result<Report, OpsError> {
                 let done = inspector.purge_dead(stream, &which).await?;
                 let mut text = format!("deleted {}", done.deleted.len());
                 if !done.gone.is_empty() {
-                    text.push_str(&format!(", {} were gone meanwhile", done.gone.len()));
+                    text.push_str(&gone(&done.gone));
                 }
                 let json = json!({
                     "deleted": done.deleted.iter().map(MessageId::as_str).collect::<Vec<_>>(),
@@ -386,4 +386,14 @@ fn describe(which: &Selection) -> String {
         Selection::All => "every dead letter".into(),
         Selection::OlderThan(age) => format!("the dead letters older than {}", ago(*age)),
     }
+}
+
+/// The ids an action found no dead letters (any more): moved or purged before (a repeat of an
+/// interrupted action), or meanwhile.
+fn gone(ids: &[MessageId]) -> String {
+    let ids: Vec<&str> = ids.iter().map(MessageId::as_str).collect();
+    format!(
+        "; not dead letters (any more: requeued or purged before, or meanwhile): {}",
+        ids.join(", ")
+    )
 }
