@@ -35,9 +35,9 @@ use crate::stream::MemoryStream;
 ///   ages on it, and a listed entry's `at` is the system time now less its age there.
 /// - **Requeue** removes each dead letter and appends its payload as a fresh entry (the next
 ///   id; its first delivery has delivery count 1) in one critical section per dead letter, and
-///   wakes waiting fetches. **Purge** removes each in one too. Explicit ids that are not dead
-///   letters are refused up front, with nothing changed; one that a concurrent requeue or
-///   purge took meanwhile is reported `gone`.
+///   wakes waiting fetches. **Purge** removes each in one too. Explicit ids of live entries,
+///   or that are no entry ids at all, refuse the whole action with nothing changed; ids that
+///   are no dead letters (any more: moved or purged before, or meanwhile) are reported `gone`.
 #[derive(Clone, Debug)]
 pub struct MemoryInspector {
     streams: Arc<BTreeMap<String, MemoryStream>>,
