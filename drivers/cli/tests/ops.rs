@@ -63,13 +63,18 @@ fn seed(server: &RedisServer) {
             ">",
         ],
     );
-    for reason in ["rejected: bad input", "failed on its last delivery"] {
+    // Dead-letter ids of their own time: one made with `*` in the same millisecond as a stream
+    // entry's could spell the same id, and a repeated requeue of it would then name a live entry.
+    for (id, reason) in [
+        ("1000-1", "rejected: bad input"),
+        ("1000-2", "failed on its last delivery"),
+    ] {
         cmd(
             server,
             &[
                 "XADD",
                 "{jobs}:dead",
-                "*",
+                id,
                 "id",
                 "1-1",
                 "reason",
