@@ -17,8 +17,8 @@
 //!
 //! A fetch reads new entries with `XREADGROUP … >`, pipelined with an `XPENDING … IDLE` that
 //! tells whether any entry has lapsed and a look at when the next delayed message is due
-//! (below). While some entry has lapsed or a delayed message is due, the fetch is one script:
-//! it promotes the due delayed messages, then `XAUTOCLAIM` (min-idle = claim timeout, cursor
+//! (below). While some entry has lapsed, the fetch is one script: it promotes the due delayed
+//! messages, then `XAUTOCLAIM` (min-idle = claim timeout, cursor
 //! carried between calls, moved up to the first lapsed entry that the script's
 //! `XPENDING … IDLE` finds, so its bounded scan is not spent on live entries ahead of it) and
 //! `XREADGROUP … >`, taking turns going first with at most half of `max`, the other kind
@@ -60,10 +60,12 @@
 //! due (zero while more are due), which [`Backend::next_due`](leasehold_core::Backend::next_due)
 //! reports so the worker fetches again then, and, when it took nothing, the wake stream's last
 //! id: the wait blocks on the wake stream after it too, so an idle consumer learns of a message
-//! delayed after it began waiting and due sooner than its wait. The scriptless read promotes
-//! nothing: it pipelines a `ZRANGE … 0 0 WITHSCORES` of the delayed set and `TIME` (a fraction
-//! of what even an idle script costs), and when a message is due it hands the next fetch to
-//! the script, or runs it at once when it read nothing.
+//! delayed after it began waiting and due sooner than its wait. The scriptless read pipelines
+//! a `ZRANGE … 0 0 WITHSCORES` of the delayed set and `TIME` (a fraction of what even an idle
+//! script costs); once that shows a message due, the next read pipelines a small promote
+//! script in their place, before its `XREADGROUP`, which then takes the promoted entries
+//! natively (a read inside a script pays for Lua tables twice). The wait for the due time is
+//! raced with a local timer: Redis times a `BLOCK` out only `hz` times a second.
 //!
 //! [`Outgoing::check`]: leasehold_core::Outgoing::check
 #![forbid(unsafe_code)]
