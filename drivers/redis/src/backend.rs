@@ -368,7 +368,7 @@ impl RedisBackend {
         self.set_delayed(next_due, None);
         self.due_seen
             .store(next_due == Some(Duration::ZERO), Ordering::Relaxed);
-        let script_next = matches!(&idle, Value::Array(rows) if !rows.is_empty());
+        let reclaimable = matches!(&idle, Value::Array(rows) if !rows.is_empty());
         let mut fetched = Vec::new();
         for (id, payload) in parse_read(read, self.config.target.field.as_bytes())
             .ok_or_else(|| BackendError::fatal("unexpected reply from XREADGROUP"))?
@@ -401,7 +401,7 @@ impl RedisBackend {
                 }
             }
         }
-        Ok((fetched, script_next))
+        Ok((fetched, reclaimable))
     }
 
     /// Waits (on the dedicated connection) until the stream has an entry after `last`, the
@@ -610,15 +610,10 @@ impl Backend for RedisBackend {
     }
 
     async fn publish(&self, payload: Bytes) -> BackendResult<MessageId> {
-        let mut cmd = redis::cmd("XADD");
-        cmd.arg(&self.config.target.stream);
-        if let Some(len) = self.config.target.max_len {
-            cmd.arg("MAXLEN").arg("~").arg(len);
-        }
-        let id: String = cmd
-            .arg("*")
-            .arg(&self.config.target.field)
-            .arg(payload.as_ref())
+        let id: String = self
+            .config
+            .target
+            .xadd(&payload)
             .query_async(&mut self.commands.clone())
             .await
             .map_err(|e| error("publish", e))?;
@@ -640,8 +635,8 @@ impl Backend for RedisBackend {
         // dropped.
         if !self.reclaims_seen.load(Ordering::Relaxed) {
             match self.read_new(max).await {
-                Ok((read, script_next)) => {
-                    self.reclaims_seen.store(script_next, Ordering::Relaxed);
+                Ok((read, reclaimable)) => {
+                    self.reclaims_seen.store(reclaimable, Ordering::Relaxed);
                     if !read.is_empty() {
                         return Ok(read);
                     }

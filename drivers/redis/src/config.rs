@@ -266,6 +266,18 @@ impl PublisherConfig {
     pub(crate) fn max_len_arg(&self) -> String {
         self.max_len.map(|n| n.to_string()).unwrap_or_default()
     }
+
+    /// The `XADD` that appends `payload` to the stream, trimmed to about `max_len` entries:
+    /// what the publisher pipelines and what a consumer's own publish sends.
+    pub(crate) fn xadd(&self, payload: &[u8]) -> redis::Cmd {
+        let mut cmd = redis::cmd("XADD");
+        cmd.arg(&self.stream);
+        if let Some(len) = self.max_len {
+            cmd.arg("MAXLEN").arg("~").arg(len);
+        }
+        cmd.arg("*").arg(&self.field).arg(payload);
+        cmd
+    }
 }
 
 /// The prefix of every key that belongs to `stream`, in the stream's Redis Cluster hash slot:

@@ -98,13 +98,7 @@ impl RedisPublisher {
         let config = &self.inner.config;
         let mut pipe = redis::pipe();
         for message in &batch {
-            pipe.cmd("XADD").arg(&config.stream);
-            if let Some(len) = config.max_len {
-                pipe.arg("MAXLEN").arg("~").arg(len);
-            }
-            pipe.arg("*")
-                .arg(&config.field)
-                .arg(message.payload.as_ref());
+            pipe.add_command(config.xadd(&message.payload));
         }
         let ids: Vec<String> = pipe
             .query_async(&mut self.inner.commands.clone())
