@@ -2,7 +2,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 use leasehold::commands::{
     CommandQueue, CommandState, Cursor, Page, QueueError, RedisCommandStore, RedisStoreConfig,
     Status,
@@ -44,31 +44,24 @@ pub enum CommandsOp {
         redis: RedisArgs,
     },
     /// Cancels a command that has not ended (its running handler is told to stop).
-    Cancel {
-        /// The queue.
-        queue: String,
-        /// The command's id.
-        id: String,
-        /// Do it without asking.
-        #[arg(long)]
-        yes: bool,
-        /// Where it is.
-        #[command(flatten)]
-        redis: RedisArgs,
-    },
+    Cancel(OneCommand),
     /// Runs a FAILED command again, with a fresh attempt budget.
-    Retry {
-        /// The queue.
-        queue: String,
-        /// The command's id.
-        id: String,
-        /// Do it without asking.
-        #[arg(long)]
-        yes: bool,
-        /// Where it is.
-        #[command(flatten)]
-        redis: RedisArgs,
-    },
+    Retry(OneCommand),
+}
+
+/// The command an action is for, and whether to act without asking.
+#[derive(Debug, Args)]
+pub struct OneCommand {
+    /// The queue.
+    queue: String,
+    /// The command's id.
+    id: String,
+    /// Do it without asking.
+    #[arg(long)]
+    yes: bool,
+    /// Where it is.
+    #[command(flatten)]
+    redis: RedisArgs,
 }
 
 impl CommandsOp {
@@ -77,8 +70,8 @@ impl CommandsOp {
         match self {
             Self::List { redis, .. }
             | Self::Show { redis, .. }
-            | Self::Cancel { redis, .. }
-            | Self::Retry { redis, .. } => redis,
+            | Self::Cancel(OneCommand { redis, .. })
+            | Self::Retry(OneCommand { redis, .. }) => redis,
         }
     }
 }
@@ -139,28 +132,24 @@ pub fn run_commands(op: &CommandsOp) -> Result<Report, OpsError> {
                     Err(error) => refused(error),
                 }
             }
-            CommandsOp::Cancel {
-                queue,
-                id,
-                yes,
-                redis,
-            } => {
-                confirm(&format!("cancel command {id:?} of queue {queue:?}"), *yes)?;
-                let q = open(redis, queue).await?;
-                match q.cancel_command(id).await {
+            CommandsOp::Cancel(c) => {
+                confirm(
+                    &format!("cancel command {:?} of queue {:?}", c.id, c.queue),
+                    c.yes,
+                )?;
+                let q = open(&c.redis, &c.queue).await?;
+                match q.cancel_command(&c.id).await {
                     Ok(state) => Ok(done_report("cancelled", &state)),
                     Err(error) => refused(error),
                 }
             }
-            CommandsOp::Retry {
-                queue,
-                id,
-                yes,
-                redis,
-            } => {
-                confirm(&format!("retry command {id:?} of queue {queue:?}"), *yes)?;
-                let q = open(redis, queue).await?;
-                match q.retry(id).await {
+            CommandsOp::Retry(c) => {
+                confirm(
+                    &format!("retry command {:?} of queue {:?}", c.id, c.queue),
+                    c.yes,
+                )?;
+                let q = open(&c.redis, &c.queue).await?;
+                match q.retry(&c.id).await {
                     Ok(state) => Ok(done_report("retried", &state)),
                     Err(error) => refused(error),
                 }
