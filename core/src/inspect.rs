@@ -151,6 +151,10 @@ pub struct GroupOverview {
     pub lag: Option<u64>,
     /// Entries delivered and not yet acknowledged.
     pub pending: u64,
+    /// Entries the group has read since the stream began (`None` when the backend cannot
+    /// tell). A counter: its growth minus the growth of `pending` is what the group settled
+    /// meanwhile, and its growth plus the growth of `lag` is what was appended.
+    pub delivered: Option<u64>,
     /// Age (since it was appended) of the oldest pending entry.
     pub oldest_pending_age: Option<Duration>,
     /// Its consumers.

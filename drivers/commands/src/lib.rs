@@ -195,7 +195,9 @@ pub use state::{
     Attempt, AttemptOutcome, Command, CommandError, CommandState, Status, StatusError,
     MAX_ATTEMPTS_KEPT,
 };
-pub use store::{CancelFeed, CommandStore, Cursor, CursorError, Listing, Page, StoreError, Submit};
+pub use store::{
+    CancelFeed, CommandStore, Cursor, CursorError, Listing, Page, StatusCounts, StoreError, Submit,
+};
 pub use worker::{CommandWorker, CommandWorkerBuilder, CommandWorkerError};
 
 /// How long a command's state is kept after its last write, unless configured: 7 days.

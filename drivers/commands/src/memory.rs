@@ -11,7 +11,10 @@ use futures::channel::mpsc;
 use leasehold_memory::{MemoryBackend, MemoryStream};
 
 use crate::state::{CommandState, Status};
-use crate::store::{CancelFeed, CommandStore, Cursor, Listing, Page, StoreError, Submit};
+use crate::store::{
+    status_slot as slot, CancelFeed, CommandStore, Cursor, Listing, Page, StatusCounts, StoreError,
+    Submit,
+};
 use crate::DEFAULT_TTL;
 
 /// Expired states are swept out after this many submits (reads skip them anyway).
@@ -36,16 +39,6 @@ struct Inner {
     index: [BTreeSet<(u64, String)>; 5],
     cancel_feeds: Vec<mpsc::UnboundedSender<String>>,
     submits: u64,
-}
-
-fn slot(status: Status) -> usize {
-    match status {
-        Status::Submitted => 0,
-        Status::Running => 1,
-        Status::Succeeded => 2,
-        Status::Failed => 3,
-        Status::Cancelled => 4,
-    }
 }
 
 fn index_key(state: &CommandState) -> (u64, String) {
@@ -177,6 +170,13 @@ impl CommandStore for MemoryCommandStore {
             self.stream.publish(bytes::Bytes::copy_from_slice(entry));
         }
         Ok(written)
+    }
+
+    async fn counts(&self) -> Result<StatusCounts, StoreError> {
+        let inner = self.lock();
+        Ok(StatusCounts::new(
+            Status::ALL.map(|s| inner.index[slot(s)].len() as u64),
+        ))
     }
 
     async fn list(&self, status: Status, page: &Page) -> Result<Listing, StoreError> {

@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use crate::dispatch::Entry;
 use crate::meters;
 use crate::state::{AttemptOutcome, Command, CommandState, Status};
-use crate::store::{CommandStore, Listing, Page, StoreError, Submit};
+use crate::store::{CommandStore, Listing, Page, StatusCounts, StoreError, Submit};
 
 /// Compare-and-set rounds a cancel tries before giving up (each loses only to another write).
 const CANCEL_ROUNDS: usize = 64;
@@ -202,6 +202,13 @@ impl<S: CommandStore, R: Runtime> CommandQueue<S, R> {
     /// does: it entered last).
     pub async fn commands(&self, status: Status, page: Page) -> Result<Listing, QueueError> {
         Ok(self.store.list(status, &page).await?)
+    }
+
+    /// How many commands each status holds, for a dashboard: read from the status indexes,
+    /// so it costs the same for ten commands or a million. An upper bound: expired states
+    /// count until a listing meets them.
+    pub async fn counts(&self) -> Result<StatusCounts, QueueError> {
+        Ok(self.store.counts().await?)
     }
 
     /// The result of command `id` as `T`: `Some` only once it SUCCEEDED.

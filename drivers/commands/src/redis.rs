@@ -25,7 +25,9 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Script;
 
 use crate::state::{CommandState, Status};
-use crate::store::{CancelFeed, CommandStore, Cursor, Listing, Page, StoreError, Submit};
+use crate::store::{
+    CancelFeed, CommandStore, Cursor, Listing, Page, StatusCounts, StoreError, Submit,
+};
 use crate::DEFAULT_TTL;
 
 const SUBMIT: &str = concat!(
@@ -292,6 +294,22 @@ impl CommandStore for RedisCommandStore {
 
     async fn requeue(&self, state: &CommandState, entry: &[u8]) -> Result<bool, StoreError> {
         self.cas(state, Some(entry)).await
+    }
+
+    async fn counts(&self) -> Result<StatusCounts, StoreError> {
+        let mut pipe = redis::pipe();
+        for status in Status::ALL {
+            pipe.zcard(self.status_key(status));
+        }
+        let counts: Vec<u64> = pipe
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| redis_error("counts", e))?;
+        let mut all = [0; 5];
+        for (slot, count) in all.iter_mut().zip(counts) {
+            *slot = count;
+        }
+        Ok(StatusCounts::new(all))
     }
 
     async fn list(&self, status: Status, page: &Page) -> Result<Listing, StoreError> {

@@ -123,6 +123,43 @@ impl Default for Page {
     }
 }
 
+/// How many commands each status holds (see [`CommandStore::counts`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusCounts([u64; 5]);
+
+impl StatusCounts {
+    /// The counts, in the order of [`Status::ALL`].
+    pub fn new(counts: [u64; 5]) -> Self {
+        Self(counts)
+    }
+
+    /// Commands in `status`.
+    pub fn get(&self, status: Status) -> u64 {
+        self.0[status_slot(status)]
+    }
+
+    /// Every status with its count, in life order.
+    pub fn iter(&self) -> impl Iterator<Item = (Status, u64)> + '_ {
+        Status::ALL.into_iter().zip(self.0)
+    }
+
+    /// Commands in all statuses.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+}
+
+/// The position of `status` in [`Status::ALL`].
+pub(crate) fn status_slot(status: Status) -> usize {
+    match status {
+        Status::Submitted => 0,
+        Status::Running => 1,
+        Status::Succeeded => 2,
+        Status::Failed => 3,
+        Status::Cancelled => 4,
+    }
+}
+
 /// One page of the commands in a status.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Listing {
@@ -203,6 +240,17 @@ pub trait CommandStore: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Listing, StoreError>> + Send {
         let _ = (status, page);
         async { Err(StoreError::fatal("this command store cannot list commands")) }
+    }
+
+    /// How many commands each status holds, from the status indexes (one cheap read each, no
+    /// scan). An upper bound: a command whose state expired counts until a listing of its
+    /// status meets it.
+    fn counts(&self) -> impl Future<Output = Result<StatusCounts, StoreError>> + Send {
+        async {
+            Err(StoreError::fatal(
+                "this command store cannot count commands",
+            ))
+        }
     }
 
     /// [`compare_and_set`](Self::compare_and_set) that also enqueues `entry` if it writes:

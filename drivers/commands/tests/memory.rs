@@ -96,6 +96,10 @@ async fn expired_states_drop_out_of_listings() {
     assert!(queue.cancel("b").await.unwrap());
     clock.advance(Duration::from_secs(6));
     assert!(queue.cancel("c").await.unwrap(), "written at 6 s");
+    let counts = queue.counts().await.unwrap();
+    assert_eq!(counts.get(Status::Submitted), 2);
+    assert_eq!(counts.get(Status::Cancelled), 3);
+    assert_eq!(counts.total(), 5);
     assert_eq!(ids(Status::Submitted).await, ["d", "e"]);
     clock.advance(Duration::from_secs(5));
     assert_eq!(
@@ -104,6 +108,11 @@ async fn expired_states_drop_out_of_listings() {
         "expired"
     );
     assert_eq!(ids(Status::Cancelled).await, ["c"], "a, b expired");
+    assert_eq!(
+        queue.counts().await.unwrap().get(Status::Cancelled),
+        1,
+        "a listing drops the expired it meets from the counts"
+    );
     assert_eq!(queue.command("a").await.unwrap(), None);
     // The id is free again: listed once, as SUBMITTED.
     queue

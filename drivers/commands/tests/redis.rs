@@ -374,6 +374,14 @@ async fn expired_states_drop_out_of_listings() {
         }
     }
     assert_eq!(card(Status::Submitted), EXPIRING as i64, "not met yet");
+    let counts = queue.counts().await.unwrap();
+    for status in Status::ALL {
+        assert_eq!(
+            counts.get(status) as i64,
+            card(status),
+            "{status}: the index's size"
+        );
+    }
 
     submit(&queue, "new-1".into()).await;
     submit(&queue, "new-2".into()).await;
@@ -403,6 +411,7 @@ async fn expired_states_drop_out_of_listings() {
         2,
         "the expired entries were removed"
     );
+    assert_eq!(queue.counts().await.unwrap().get(Status::Submitted), 2);
     let listing = queue
         .commands(Status::Cancelled, Page::default())
         .await

@@ -312,6 +312,7 @@ impl Inspector for RedisInspector {
                 name: group.name,
                 lag: group.lag.map(|n| n as u64),
                 pending: group.pending as u64,
+                delivered: group.entries_read.map(|n| n as u64),
                 oldest_pending_age,
                 consumers: consumers
                     .consumers

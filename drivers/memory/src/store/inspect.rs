@@ -40,6 +40,7 @@ impl Store {
                 name: group.into(),
                 lag: Some(self.last_seq - self.last_delivered),
                 pending: self.pending as u64,
+                delivered: Some(self.last_delivered),
                 oldest_pending_age,
                 consumers,
             }],
