@@ -110,7 +110,18 @@ async fn the_overview_and_listings_show_what_is_held_and_what_died() {
         (group.name.as_str(), group.pending, group.lag),
         ("workers", 4, Some(1))
     );
+    assert_eq!(group.delivered, Some(7), "3 dead-lettered, then 4 held");
     assert!(group.oldest_pending_age.is_some());
+    // Discovery: the stream, not its dead letters; other keys and types left out.
+    cmd(&server, &["XADD", "{app}:audit", "*", "data", "x"]);
+    cmd(&server, &["XADD", "{app}:audit:dead", "*", "data", "x"]);
+    cmd(&server, &["SET", "plain", "x"]);
+    assert_eq!(
+        inspector.streams(100).await.unwrap(),
+        ["jobs", "{app}:audit"],
+        "sorted by name, dead-letter streams left out"
+    );
+    assert_eq!(inspector.streams(1).await.unwrap(), ["jobs"]);
     let mut consumers: Vec<(String, u64)> = group
         .consumers
         .iter()
