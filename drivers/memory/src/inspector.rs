@@ -76,6 +76,11 @@ impl MemoryInspector {
         self
     }
 
+    /// The names of the streams it knows, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.streams.keys().map(String::as_str)
+    }
+
     /// Names the streams' consumer group (default [`DEFAULT_GROUP`](Self::DEFAULT_GROUP)).
     #[must_use]
     pub fn group(mut self, name: impl Into<String>) -> Self {
