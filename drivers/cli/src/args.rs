@@ -44,6 +44,9 @@ pub enum Command {
     /// midway; prints a status summary and exits non-zero if a command did not end or a VM
     /// was requested twice.
     Commands(CommandsArgs),
+    /// A web dashboard of the streams and command queues on a Redis: lease health, dead
+    /// letters (requeue, purge), commands (cancel, retry), updated live. Serves until Ctrl-C.
+    Dashboard(crate::dashboard::DashboardArgs),
 }
 
 /// Flags of `leasehold demo`.
@@ -82,6 +85,10 @@ pub struct DemoArgs {
     /// No live progress bar (it is hidden anyway when stderr is not a terminal).
     #[arg(long)]
     pub no_progress: bool,
+    /// Serve the web dashboard over the demo's stream at http://ADDR while it runs (e.g.
+    /// 127.0.0.1:8080; a slow --rate and many --messages keep it running longer).
+    #[arg(long, value_name = "ADDR")]
+    pub dashboard: Option<std::net::SocketAddr>,
     /// Serving the workers' metrics while it runs.
     #[command(flatten)]
     pub metrics: MetricsArgs,
@@ -102,6 +109,7 @@ impl DemoArgs {
             claim_timeout: self.claim_timeout,
             timeout: self.timeout,
             progress: !self.no_progress,
+            dashboard: self.dashboard,
         }
     }
 }
@@ -213,6 +221,23 @@ mod tests {
             &["leasehold", "demo", "--metrics-addr", "nowhere"],
             &["leasehold", "demo", "--metrics-linger", "5s"],
             &["leasehold", "frobnicate"],
+            &["leasehold", "dashboard"],
+            &[
+                "leasehold",
+                "dashboard",
+                "--redis",
+                "redis://x",
+                "--bind",
+                "nowhere",
+            ],
+            &[
+                "leasehold",
+                "dashboard",
+                "--redis",
+                "redis://x",
+                "--refresh",
+                "soon",
+            ],
         ] {
             assert!(Cli::try_parse_from(argv).is_err(), "{argv:?} parsed");
         }

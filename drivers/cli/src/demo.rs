@@ -56,6 +56,8 @@ pub struct DemoOptions {
     pub timeout: Duration,
     /// Show a live progress bar (on stderr, only when it is a terminal).
     pub progress: bool,
+    /// Serve the web dashboard over the stream here while the demo runs.
+    pub dashboard: Option<std::net::SocketAddr>,
 }
 
 impl Default for DemoOptions {
@@ -72,6 +74,7 @@ impl Default for DemoOptions {
             claim_timeout: Duration::from_secs(3),
             timeout: Duration::from_secs(120),
             progress: false,
+            dashboard: None,
         }
     }
 }
@@ -566,6 +569,12 @@ async fn demo_on<R: Runtime>(rt: R, options: &DemoOptions) -> Result<DemoReport,
         })
         .collect::<Result<Vec<_>, _>>()?;
     let stream = MemoryStream::new(StreamConfig::new(options.claim_timeout))?;
+    // Stops when the demo returns.
+    let _dashboard = options
+        .dashboard
+        .map(|addr| crate::dashboard::DemoDashboard::start(addr, "jobs", &stream))
+        .transpose()
+        .map_err(CliError::Invalid)?;
     let tracker = Arc::new(Tracker::new(plan.len()));
 
     let config = options.engine_config();

@@ -9,6 +9,9 @@
 //! - [`commands_demo`]: the command queue provisioning simulated VMs on several replicas, with
 //!   cancels mid-flight and a replica replaced midway; ends with a status summary.
 //!
+//! On a Redis, operator commands ([`ops`]: inspect, pending, dead letters, publish, command
+//! queues) and a web dashboard ([`dashboard`]).
+//!
 //! The binary is a thin layer over [`demo::run`] and [`commands_demo::run`], so tests call them
 //! in-process. The benchmarks live in the `leasehold-benches` crate (`benches/`), run with
 //! `cargo bench`.
@@ -16,6 +19,7 @@
 
 pub mod args;
 pub mod commands_demo;
+pub mod dashboard;
 pub mod demo;
 mod exec;
 pub mod exporter;

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use leasehold_cli::args::{Cli, Command};
 use leasehold_cli::exporter::MetricsArgs;
-use leasehold_cli::{commands_demo, demo, ops, CliError};
+use leasehold_cli::{commands_demo, dashboard, demo, ops, CliError};
 
 fn main() -> ExitCode {
     match Cli::parse().command {
@@ -24,6 +24,13 @@ fn main() -> ExitCode {
         Command::Pending(args) => operate(ops::run_pending(&args), args.redis.json),
         Command::Dead(args) => operate(ops::run_dead(&args.command), args.command.redis().json),
         Command::Publish(args) => operate(ops::run_publish(&args), args.redis.json),
+        Command::Dashboard(args) => match dashboard::run(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("error: {error}");
+                ExitCode::from(2)
+            }
+        },
     }
 }
 

@@ -19,7 +19,11 @@
         url.searchParams.delete("notice");
         const answer = await fetch(url, { headers: { "X-Leasehold-Live": "1" }, credentials: "same-origin" });
         if (answer.ok) {
-          live.innerHTML = await answer.text();
+          const html = await answer.text();
+          // Unchanged: leave the page (and what is under the pointer) alone.
+          if (html === live.dataset.last) return;
+          live.dataset.last = html;
+          live.innerHTML = html;
           for (const box of live.querySelectorAll("input[name=id]")) box.checked = ticked.has(box.value);
           live.dataset.stale = "false";
           live.dataset.updated = String(Date.now());

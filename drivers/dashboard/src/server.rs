@@ -104,7 +104,9 @@ async fn guard<S: Source>(State(shared): AppState<S>, request: Request, next: Ne
              connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
         ),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-        (header::REFERRER_POLICY, "no-referrer"),
+        // Not `no-referrer`: with it a browser sends `Origin: null` on the dashboard's own
+        // forms, and the origin check below needs the real one.
+        (header::REFERRER_POLICY, "same-origin"),
         (header::X_FRAME_OPTIONS, "DENY"),
     ] {
         headers.insert(name, HeaderValue::from_static(value));

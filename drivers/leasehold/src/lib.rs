@@ -126,6 +126,13 @@ pub mod commands {
     pub use leasehold_commands::*;
 }
 
+/// The web dashboard: streams, lease health, dead letters and command queues, live, with
+/// requeue, purge, cancel and retry.
+#[cfg(feature = "dashboard")]
+pub mod dashboard {
+    pub use leasehold_dashboard::*;
+}
+
 /// The README's code blocks, compiled as doc tests so they cannot drift from the API.
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]

@@ -69,7 +69,7 @@ pub(crate) async fn connect(redis: &RedisArgs) -> Result<RedisInspector, OpsErro
 }
 
 /// `host:port` of a Redis URL, without user or password.
-pub(crate) fn host_of(url: &str) -> String {
+pub fn host_of(url: &str) -> String {
     let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
     let authority = rest.split('/').next().unwrap_or(rest);
     authority

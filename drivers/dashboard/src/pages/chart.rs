@@ -40,9 +40,9 @@ fn points(values: &[f64], max: f64) -> String {
     out.trim_end().to_owned()
 }
 
-/// A figure for a chart's label: whole above 10, one decimal below.
+/// A figure for a chart's label: whole when it is whole or above 10, one decimal otherwise.
 fn figure(value: f64) -> String {
-    if value >= 10.0 {
+    if value >= 10.0 || value.fract() == 0.0 {
         format!("{value:.0}")
     } else {
         format!("{value:.1}")
@@ -70,6 +70,6 @@ mod tests {
     fn a_single_sample_draws_no_line() {
         let svg = sparkline("depth", &[3.0], "").into_string();
         assert!(!svg.contains("polyline"), "{svg}");
-        assert!(svg.contains(">3.0<"), "{svg}");
+        assert!(svg.contains(">3<"), "{svg}");
     }
 }

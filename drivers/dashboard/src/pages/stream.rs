@@ -108,7 +108,7 @@ pub(crate) fn stream(
                         td { (e.owner) }
                         td.n data-field="idle" { (ago(e.idle)) }
                         td {
-                            meter min="0" max="1" low="0.34" high="0.66" optimum="0"
+                            meter min="0" max="1" low="0.666" high="0.999" optimum="0"
                                 value=(format!("{used:.3}")) title={(ago(e.idle)) " of " (ago(claim_timeout))} {}
                         }
                         td.n { (e.delivery_count) }
