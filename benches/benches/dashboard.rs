@@ -1,7 +1,7 @@
-//! What the dashboard costs Redis and how fast it answers, at 1 000 and at 100 000 pending
-//! entries (100 and 10 000 dead letters): every read is one page, so both must stay flat.
+//! What the dashboard costs Redis and how fast it answers, at 2 000 and at 100 000 pending
+//! entries (200 and 10 000 dead letters): every read is one page, so both must stay flat.
 //!
-//! Run: `cargo bench -p leasehold-benches --bench dashboard -- [--rounds 5] [--small 1000]
+//! Run: `cargo bench -p leasehold-benches --bench dashboard -- [--rounds 5] [--small 2000]
 //! [--large 100000] [--samples 20] [--json]`. Two throwaway redis-servers, one per size, each
 //! behind a dashboard on a loopback port; rounds interleave the sizes. Per size it prints the
 //! median over rounds (and the range of the rounds' medians) of:
@@ -9,7 +9,7 @@
 //!   looking): its time, Redis commands and Redis CPU (`INFO commandstats` deltas);
 //! - a GET of the overview page (rendered from the snapshot: no Redis);
 //! - a GET of the stream page (consumers + 50 leases) and of the dead-letter page (50), each at
-//!   a random position of its listing (so no page comes from the page cache).
+//!   a position of its listing no sample used before (so no page comes from the page cache).
 #![forbid(unsafe_code)]
 
 use std::io::{Read, Write};
@@ -33,7 +33,7 @@ struct Args {
 fn parse() -> Result<Args, String> {
     let mut args = Args {
         rounds: 5,
-        small: 1_000,
+        small: 2_000,
         large: 100_000,
         samples: 20,
         json: false,
@@ -241,12 +241,16 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
-/// A cheap deterministic position generator (no dependency for a shuffle).
-fn position(seed: &mut u64, len: usize) -> usize {
-    *seed ^= *seed << 13;
-    *seed ^= *seed >> 7;
-    *seed ^= *seed << 17;
-    (*seed % len as u64) as usize
+/// `ids` in a deterministic random order (xorshift, Fisher-Yates): pages start at distinct
+/// positions, so none comes from the page cache (until the ids run out).
+fn shuffled(mut ids: Vec<String>, seed: &mut u64) -> Vec<String> {
+    for i in (1..ids.len()).rev() {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        ids.swap(i, (*seed % (i as u64 + 1)) as usize);
+    }
+    ids
 }
 
 /// Times `f` on a blocking thread, with the Redis work it caused.
@@ -259,7 +263,7 @@ async fn measured(server: &RedisServer, f: impl FnOnce() + Send + 'static) -> (f
     (ms, (after.0 - before.0) as f64, (after.1 - before.1) as f64)
 }
 
-async fn round(s: &Setup, samples: usize, seed: &mut u64) -> Figures {
+async fn round(s: &Setup, samples: usize, next: &mut usize) -> Figures {
     let (mut rt, mut rc, mut ru) = (Vec::new(), Vec::new(), Vec::new());
     let (mut ov, mut st, mut sc, mut su, mut dt, mut dc, mut du) = (
         Vec::new(),
@@ -281,13 +285,14 @@ async fn round(s: &Setup, samples: usize, seed: &mut u64) -> Figures {
 
         let addr = s.addr;
         ov.push(measured(&s.server, move || get(addr, "/")).await.0);
-        let after = s.pending_ids[position(seed, s.pending_ids.len())].clone();
+        let after = s.pending_ids[*next % s.pending_ids.len()].clone();
         let (ms, calls, usec) = measured(&s.server, move || {
             get(addr, &format!("/streams/jobs?after={after}"))
         })
         .await;
         (st.push(ms), sc.push(calls), su.push(usec));
-        let after = s.dead_ids[position(seed, s.dead_ids.len())].clone();
+        let after = s.dead_ids[*next % s.dead_ids.len()].clone();
+        *next += 1;
         let (ms, calls, usec) = measured(&s.server, move || {
             get(addr, &format!("/streams/jobs/dead?after={after}"))
         })
@@ -327,10 +332,10 @@ async fn run(args: &Args) -> Result<(), String> {
     let small = setup(args.small).await?;
     let large = setup(args.large).await?;
     let (mut by_small, mut by_large) = (Vec::new(), Vec::new());
-    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let (mut next_small, mut next_large) = (0, 0);
     for _ in 0..args.rounds {
-        by_small.push(round(&small, args.samples, &mut seed).await);
-        by_large.push(round(&large, args.samples, &mut seed).await);
+        by_small.push(round(&small, args.samples, &mut next_small).await);
+        by_large.push(round(&large, args.samples, &mut next_large).await);
     }
     let summary = |rounds: &[Figures], pick: Pick| {
         let values: Vec<f64> = rounds.iter().map(pick).collect();
