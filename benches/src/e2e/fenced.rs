@@ -14,7 +14,7 @@
 //! - **renew**: `RedisBackend::renew` of 10 000 held leases (one call; the backend splits it
 //!   into script calls of 1000), against `XCLAIM s g c 0 <1000 ids> JUSTID` over the same ids.
 //! - **release**: `RedisBackend::release` (delay 0) of 1000 held leases, one call each, against
-//!   `XCLAIM s g c 0 <id> IDLE <ms> JUSTID` for each.
+//!   `XCLAIM s g c 0 <id> IDLE <ms> JUSTID` for each, also one at a time.
 //!
 //! Each round sets up fresh streams off the clock, then measures every row's raw side and its
 //! fenced side back to back; one warm-up round goes first. The table gives the medians over the
@@ -538,10 +538,11 @@ pub fn run(options: &FencedOptions) -> Result<FencedReport, BenchError> {
 
             let some = &leases[..options.releases.min(leases.len())];
             let idle = CLAIM_TIMEOUT.as_millis().to_string();
+            // One command at a time, as the backend's release is one call per lease.
             let probe = Probe::start(&server)?;
-            let mut pipe = redis::pipe();
+            let mut claimed = Vec::with_capacity(some.len());
             for lease in some {
-                pipe.cmd("XCLAIM")
+                let ids: Vec<String> = redis::cmd("XCLAIM")
                     .arg(&stream)
                     .arg(GROUP)
                     .arg(CONSUMER)
@@ -549,12 +550,12 @@ pub fn run(options: &FencedOptions) -> Result<FencedReport, BenchError> {
                     .arg(lease.id.as_str())
                     .arg("IDLE")
                     .arg(&idle)
-                    .arg("JUSTID");
+                    .arg("JUSTID")
+                    .query_async(&mut con)
+                    .await
+                    .map_err(|e| redis_error("XCLAIM", e))?;
+                claimed.push(ids);
             }
-            let claimed: Vec<Vec<String>> = pipe
-                .query_async(&mut con)
-                .await
-                .map_err(|e| redis_error("XCLAIM", e))?;
             check(
                 claimed.iter().map(Vec::len).sum(),
                 some.len(),
