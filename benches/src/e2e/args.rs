@@ -1,5 +1,5 @@
-//! The flags of `--bench e2e-memory`, `--bench e2e-redis` and `--bench producer`, parsed with
-//! clap.
+//! The flags of `--bench e2e-memory`, `--bench e2e-redis`, `--bench producer` and `--bench
+//! fenced-cost`, parsed with clap.
 //!
 //! Out-of-range or malformed flags are reported by clap with a usage hint (exit code 2), never
 //! a panic. `cargo bench` adds `--bench` to the flags of a `harness = false` target: both accept
@@ -9,6 +9,7 @@ use clap::{value_parser, Parser};
 
 use std::time::Duration;
 
+use super::fenced::{self, FencedOptions, FencedReport};
 use super::memory::{self, BenchOptions, BenchReport};
 use super::producer::{self, ProducerBenchOptions, ProducerBenchReport};
 use super::redis::{self, RedisBenchOptions, RedisBenchReport};
@@ -338,6 +339,84 @@ impl Bench for ProducerArgs {
     }
 }
 
+/// The Redis backend's fenced ack, renew and release against the plain commands they guard:
+/// Redis µs per id (INFO commandstats usec), on a throwaway redis-server.
+#[derive(Debug, Parser)]
+#[command(
+    name = "fenced-cost",
+    bin_name = "cargo bench -p leasehold-benches --bench fenced-cost --"
+)]
+pub struct FencedArgs {
+    /// Measured rounds, interleaved (plus one warm-up round).
+    #[arg(long, default_value_t = 7, value_parser = value_parser!(u16).range(1..=1000))]
+    pub rounds: u16,
+    /// Messages drained per round (drain row).
+    #[arg(long, default_value_t = 20_000, value_parser = value_parser!(u32).range(1..=10_000_000))]
+    pub drain: u32,
+    /// Leases acked per round (ack row).
+    #[arg(long, default_value_t = 10_000, value_parser = value_parser!(u32).range(1..=10_000_000))]
+    pub acks: u32,
+    /// Leases per ack call, and ids per raw XACK (ack row).
+    #[arg(long, default_value_t = 100, value_parser = value_parser!(u32).range(1..=100_000))]
+    pub ack_batch: u32,
+    /// Leases held and renewed in one call (renew row).
+    #[arg(long, default_value_t = 10_000, value_parser = value_parser!(u32).range(1..=10_000_000))]
+    pub renews: u32,
+    /// Leases released per round, one call each (release row; at most --renews).
+    #[arg(long, default_value_t = 1000, value_parser = value_parser!(u32).range(1..=10_000_000))]
+    pub releases: u32,
+    /// Print the results as JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Added by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    pub bench: bool,
+}
+
+impl FencedArgs {
+    /// The benchmark's options.
+    pub fn options(&self) -> FencedOptions {
+        FencedOptions {
+            rounds: self.rounds.into(),
+            drain: self.drain as usize,
+            acks: self.acks as usize,
+            ack_batch: self.ack_batch as usize,
+            renews: self.renews as usize,
+            releases: self.releases.min(self.renews) as usize,
+        }
+    }
+}
+
+impl Bench for FencedArgs {
+    type Report = FencedReport;
+
+    const SMOKE: &'static [&'static str] = &[
+        "fenced-cost",
+        "--rounds",
+        "1",
+        "--drain",
+        "300",
+        "--acks",
+        "300",
+        "--renews",
+        "300",
+        "--releases",
+        "50",
+    ];
+
+    fn run(&self) -> Result<FencedReport, BenchError> {
+        fenced::run(&self.options())
+    }
+
+    fn wants_json(&self) -> bool {
+        self.json
+    }
+
+    fn json(report: &FencedReport) -> serde_json::Value {
+        report.to_json()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory;
@@ -349,6 +428,7 @@ mod tests {
         MemoryArgs::command().debug_assert();
         RedisArgs::command().debug_assert();
         ProducerArgs::command().debug_assert();
+        FencedArgs::command().debug_assert();
     }
 
     #[test]

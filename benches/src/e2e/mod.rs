@@ -11,17 +11,21 @@
 //!   delayed messages, due-time accuracy) against the same work done by hand with the `redis`
 //!   crate, or against plain messages. Run with `cargo bench -p leasehold-benches --bench
 //!   producer`.
+//! - [`fenced`](mod@fenced): what the Redis backend's fenced ack, renew and release cost the
+//!   server per id (`INFO commandstats`), against the plain commands they guard. Run with
+//!   `cargo bench -p leasehold-benches --bench fenced-cost`.
 //!
 //! Each bench target is a thin layer over [`main`]: the flags ([`args`]) are parsed with clap
 //! (a bad flag is a usage error, exit code 2), the benchmark runs, and its table, or with
 //! `--json` the same results as JSON, goes to stdout. Tests call [`memory::run`],
-//! [`redis::run`] and [`producer::run`] in-process.
+//! [`redis::run`], [`producer::run`] and [`fenced::run`] in-process.
 
 use std::fmt;
 use std::process::ExitCode;
 
 pub mod args;
 mod counting;
+pub mod fenced;
 pub mod memory;
 pub mod producer;
 pub mod redis;

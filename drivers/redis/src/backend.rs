@@ -505,6 +505,10 @@ impl RedisBackend {
     /// Runs a fenced per-id script over `leases` in batches of ids sorted ascending, each with
     /// its id span (the script's one ranged `XPENDING`); a vanished group means every lease is
     /// lost, and so is a lease whose id is no stream id.
+    ///
+    /// The fences go as runs (fence, how many leases in a row have it), the ids one argument
+    /// each; the script answers with the positions of the leases it found lost (usually none),
+    /// so neither side makes a value per lease that only says "kept".
     async fn fenced(
         &self,
         script: &Script,
@@ -522,8 +526,9 @@ impl RedisBackend {
             let (Some((low, _)), Some((high, _))) = (chunk.first(), chunk.last()) else {
                 continue;
             };
+            let runs = fence_runs(chunk.iter().map(|&(_, i)| leases[i].fence.0));
             // EVALSHA built as one command: its arguments go into one buffer (a script
-            // invocation would allocate each of them, two per lease, then copy them).
+            // invocation would allocate each of them, then copy them).
             let mut cmd = redis::cmd("EVALSHA");
             cmd.arg(script.get_hash())
                 .arg(1)
@@ -531,20 +536,31 @@ impl RedisBackend {
                 .arg(&self.config.group)
                 .arg(&self.consumer)
                 .arg(low.to_string())
-                .arg(high.to_string());
-            for &(_, i) in chunk {
-                cmd.arg(leases[i].id.as_str()).arg(leases[i].fence.0);
+                .arg(high.to_string())
+                .arg(runs.len());
+            for &(fence, len) in &runs {
+                cmd.arg(fence).arg(len);
             }
-            match evalsha::<Vec<i64>>(&self.commands, script, &cmd).await {
-                Ok(flags) if flags.len() == chunk.len() => {
-                    for (&(_, i), flag) in chunk.iter().zip(flags) {
-                        results[i] = flag == 1;
+            for &(_, i) in chunk {
+                cmd.arg(leases[i].id.as_str());
+            }
+            match evalsha::<Vec<usize>>(&self.commands, script, &cmd).await {
+                Ok(lost) => {
+                    let mut kept = vec![true; chunk.len()];
+                    for position in lost {
+                        // 1-based positions in the batch as sent.
+                        let Some(slot) = position.checked_sub(1).and_then(|p| kept.get_mut(p))
+                        else {
+                            return Err(BackendError::fatal(format!(
+                                "{what}: the script named lease {position} of {}",
+                                chunk.len()
+                            )));
+                        };
+                        *slot = false;
                     }
-                }
-                Ok(_) => {
-                    return Err(BackendError::fatal(format!(
-                        "{what}: wrong number of results"
-                    )))
+                    for (&(_, i), kept) in chunk.iter().zip(kept) {
+                        results[i] = kept;
+                    }
                 }
                 Err(e) if is_nogroup(&e) => {}
                 Err(e) => return Err(error(what, e)),
@@ -774,6 +790,18 @@ impl std::fmt::Display for StreamId {
     }
 }
 
+/// Consecutive equal fences as (fence, how many), in order.
+fn fence_runs(fences: impl IntoIterator<Item = u64>) -> Vec<(u64, usize)> {
+    let mut runs: Vec<(u64, usize)> = Vec::new();
+    for fence in fences {
+        match runs.last_mut() {
+            Some((last, len)) if *last == fence => *len += 1,
+            _ => runs.push((fence, 1)),
+        }
+    }
+    runs
+}
+
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
@@ -981,7 +1009,7 @@ mod tests {
 
     use redis::Value;
 
-    use super::{parse_probe, StreamId};
+    use super::{fence_runs, parse_probe, StreamId};
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
@@ -1005,6 +1033,16 @@ mod tests {
         assert_eq!(
             parse_probe(Value::Array(vec![bulk("m"), bulk("1")]), Value::Nil),
             None
+        );
+    }
+
+    #[test]
+    fn fences_go_as_runs_in_order() {
+        assert_eq!(fence_runs([]), []);
+        assert_eq!(fence_runs([1, 1, 1]), [(1, 3)]);
+        assert_eq!(
+            fence_runs([1, 1, 3, 1, 2, 2]),
+            [(1, 2), (3, 1), (1, 1), (2, 2)]
         );
     }
 

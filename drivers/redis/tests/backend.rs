@@ -178,6 +178,94 @@ async fn mixed_batches_answer_per_lease() {
     assert_eq!(b.pending().await.unwrap(), 1);
 }
 
+/// One batch mixing every case, out of order, with fences that differ within it: leases owned
+/// with their fence (fence 1, and fence 2 after this consumer's own reclaim), the same entry
+/// with its old fence, an entry another consumer holds, one never delivered and an id that is
+/// no stream id. Renew and ack answer each lease on its own, act on exactly the held ones, and
+/// leave the others as they were.
+#[tokio::test]
+async fn a_batch_of_owned_foreign_stale_and_unknown_leases_is_answered_per_lease() {
+    let server = server();
+    let (a, b) = (consumer(&server, "a").await, consumer(&server, "b").await);
+    for _ in 0..5 {
+        a.publish(Bytes::from_static(b"x")).await.unwrap();
+    }
+    let m = a.fetch(3, Duration::ZERO).await.unwrap();
+    let theirs = b.fetch(1, Duration::ZERO).await.unwrap().remove(0);
+    let undelivered = stream_ids(&server).await[4].clone();
+    // a takes m[1] again (as its own reclaim would): its delivery count, the fence, goes to 2.
+    let _: redis::Value = redis::cmd("XCLAIM")
+        .arg("jobs")
+        .arg("workers")
+        .arg("a")
+        .arg(0)
+        .arg(m[1].id.as_str())
+        .query_async(&mut redis(&server).await)
+        .await
+        .unwrap();
+    assert_eq!(
+        pending_of(&server, m[1].id.as_str()).await,
+        Some(("a".into(), 2))
+    );
+    let reclaimed = LeaseRef {
+        id: m[1].id.clone(),
+        fence: Fence(2),
+    };
+    let batch = [
+        lease(&m[2]),
+        lease(&theirs),
+        lease(&m[1]), // the fence before the reclaim: stale
+        LeaseRef {
+            id: undelivered.clone().into(),
+            fence: Fence(1),
+        },
+        lease(&m[0]),
+        LeaseRef {
+            id: "not-an-id".into(),
+            fence: Fence(1),
+        },
+        reclaimed,
+    ];
+    use RenewResult::{Kept, Lost};
+    assert_eq!(
+        a.renew(&batch).await.unwrap(),
+        [Kept, Lost, Lost, Lost, Kept, Lost, Kept]
+    );
+    assert_eq!(
+        pending_of(&server, theirs.id.as_str()).await,
+        Some(("b".into(), 1))
+    );
+    assert_eq!(
+        pending_of(&server, m[1].id.as_str()).await,
+        Some(("a".into(), 2))
+    );
+    assert_eq!(pending_of(&server, &undelivered).await, None);
+    // b's own lease, in a batch of a's, is lost to b as a's are.
+    assert_eq!(
+        b.renew(&[lease(&m[0]), lease(&theirs)]).await.unwrap(),
+        [Lost, Kept]
+    );
+    use SettleResult::{Lost as Gone, Ok as Acked};
+    assert_eq!(
+        a.ack(&batch).await.unwrap(),
+        [Acked, Gone, Gone, Gone, Acked, Gone, Acked]
+    );
+    for message in &m {
+        assert_eq!(pending_of(&server, message.id.as_str()).await, None);
+    }
+    assert_eq!(
+        pending_of(&server, theirs.id.as_str()).await,
+        Some(("b".into(), 1))
+    );
+    assert_eq!(
+        stream_ids(&server).await,
+        [theirs.id.to_string(), undelivered]
+    );
+    // Acked once, gone: the same batch again has nothing left to ack.
+    assert_eq!(a.ack(&batch).await.unwrap(), [Gone; 7]);
+    assert_eq!(b.ack(&[lease(&theirs)]).await.unwrap(), [SettleResult::Ok]);
+}
+
 /// Ids of the entries left in the stream, in order.
 async fn stream_ids(server: &RedisServer) -> Vec<String> {
     type Entry = (String, Vec<(String, Vec<u8>)>);

@@ -1,7 +1,7 @@
 -- Ack: XACK + XDEL the entries this consumer owns with the given fence, in one step each.
 -- XACK alone checks no owner: a stale worker's ack would delete the new owner's delivery.
--- KEYS: stream. ARGV: group, consumer, lowest id, highest id, then id, fence pairs ascending
--- by id. Returns 1 (acked) / 0 (lost) per id.
+-- KEYS: stream. ARGV: as fenced_batch.lua reads them.
+-- Returns the batch positions of the leases lost (none: all acked).
 --
 -- Deleting: XDEL finds each id by walking its stream node from the node's start, about a
 -- node's length (100 entries) of work per id. But every entry this group was given (all up to
@@ -11,9 +11,9 @@
 -- go by XDEL. (Like XDEL itself, this assumes the stream is consumed by this one group.)
 local stream, group, consumer = KEYS[1], ARGV[1], ARGV[2]
 
-local ids, flags = held(stream, group, consumer)
-if #ids > 0 then
-  redis.call('XACK', stream, group, unpack(ids))
+local ids, kept, lost = held(stream, group, consumer)
+if kept > 0 then
+  redis.call('XACK', stream, group, unpack(ids, 1, kept))
   local summary = redis.call('XPENDING', stream, group)
   local below
   if summary[1] > 0 then
@@ -27,11 +27,17 @@ if #ids > 0 then
     end
   end
   if below then redis.call('XTRIM', stream, 'MINID', '=', below) end
-  -- ids ascend: those at or above `below` are a suffix.
-  local first = #ids + 1
-  while first > 1 and not (below and before(ids[first - 1], below)) do
-    first = first - 1
+  -- ids ascend: those at or above `below` are a suffix, found by bisection (each comparison
+  -- parses two ids).
+  local first = 1
+  if below then
+    local lo, hi = 1, kept + 1
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      if before(ids[mid], below) then lo = mid + 1 else hi = mid end
+    end
+    first = lo
   end
-  if first <= #ids then redis.call('XDEL', stream, unpack(ids, first)) end
+  if first <= kept then redis.call('XDEL', stream, unpack(ids, first, kept)) end
 end
-return flags
+return lost
