@@ -23,7 +23,9 @@ use crate::types::{
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect<P> {
     /// Fetch up to `max` messages from `stream`, new or reclaimable ones. The backend may block
-    /// up to `wait` for new entries (zero: return at once). Answer with
+    /// up to `wait` for new entries (zero: return at once), and must not take entries later:
+    /// their leases count from the fetch's send time, and `wait` (never more than
+    /// [`Settings::max_fetch_wait`](crate::Settings::max_fetch_wait)) leaves them most of it. Answer with
     /// [`handle_fetched`](crate::LeaseEngine::handle_fetched) or
     /// [`handle_fetch_failed`](crate::LeaseEngine::handle_fetch_failed).
     Fetch {
@@ -32,7 +34,8 @@ pub enum Effect<P> {
         /// The most messages the engine can take: free slots, plus `prefetch` room, at most
         /// `fetch_batch_size`.
         max: usize,
-        /// How long the backend may wait for new entries.
+        /// How long the backend may wait for new entries: at most `poll_interval` and
+        /// `heartbeat_interval`, and never past a delayed message's due time or a re-poll.
         wait: Duration,
     },
     /// Start a handler invocation. Answer with

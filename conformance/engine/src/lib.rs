@@ -56,7 +56,9 @@
 //!    lease is dropped in that very input: its running invocation gets a `Cancel` with
 //!    `LeaseExpired` / `LeaseLost`, `valid_until` is `None`, and no `Run`, `Renew`, `Ack`,
 //!    `Release` or `DeadLetter` names it again; its late outcome settles nothing. A fetch
-//!    answered TTL after it was sent delivers nothing. For held leases, `valid_until` equals
+//!    answered TTL after it was sent delivers nothing, and no `Fetch` lets the backend block
+//!    longer than `heartbeat_interval` (nor `poll_interval`), so an honest backend's latest
+//!    delivery arrives with its lease intact. For held leases, `valid_until` equals
 //!    confirmation + TTL exactly, and `poll_timeout` is no later than the earliest of them; a
 //!    `LeaseValid` later than the model's is reported here too.
 //! 6. **Drain** ([`Rule::Drain`]). `Drained` only after shutdown, once, with nothing held,

@@ -29,7 +29,7 @@ struct Pacing {
     outstanding: Option<Outstanding>,
     /// No fetch before this instant.
     next_at: Tick,
-    /// How long the next fetch may block in the backend.
+    /// How long the next fetch may block in the backend (at most `fetch_wait`).
     wait: Tick,
     /// When the stream's next delayed message is due, as its last fetch learned
     /// (`Tick::MAX`: none known): the next fetch comes no later, and blocks no longer.
@@ -112,6 +112,12 @@ struct Durations {
     /// A quarter heartbeat: how soon a round follows a failed one.
     heartbeat_quarter: Tick,
     poll: Tick,
+    /// The longest a fetch may block in the backend: `poll_interval`, but never more than
+    /// `heartbeat_interval`. A fetch's deliveries are dated from its send time, so one taken at
+    /// the end of a longer wait would arrive with little or none of its lease left; within a
+    /// heartbeat it arrives when its first renew is due, as a renewed lease would, and that
+    /// renew has the slack every heartbeat has (`claim_timeout - margin - heartbeat`).
+    fetch_wait: Tick,
     max_processing_time: Tick,
 }
 
@@ -409,12 +415,13 @@ impl<P: Clone> LeaseEngine<P> {
             heartbeat: ticks(cfg.heartbeat_interval),
             heartbeat_quarter: ticks(cfg.heartbeat_interval / 4),
             poll: ticks(cfg.poll_interval),
+            fetch_wait: ticks(cfg.max_fetch_wait()),
             max_processing_time: ticks(cfg.max_processing_time),
         };
         let stream = || Pacing {
             outstanding: None,
             next_at: 0,
-            wait: durations.poll,
+            wait: durations.fetch_wait,
             due: Tick::MAX,
             failures: 0,
             halted: false,
