@@ -203,6 +203,9 @@ pub struct Stats {
     pub failures: u64,
     /// Messages acked.
     pub acked: u64,
+    /// Of `acked`: acks the backend confirmed after the lease had expired locally (it was
+    /// unreachable past the claim timeout, but nobody took the message over): work not redone.
+    pub acked_late: u64,
     /// Leases released back to the backend.
     pub released: u64,
     /// Messages dead-lettered.
@@ -217,6 +220,10 @@ pub struct Stats {
     /// once when a call for them failed fatally. They lapse on the backend after the claim
     /// timeout.
     pub abandoned: u64,
+    /// Of `abandoned`: leases whose handler returned `Done` but whose ack the backend never
+    /// confirmed (the shutdown deadline passed while it failed, or it failed fatally). The
+    /// message runs again after the claim timeout, unless the last ack did land unanswered.
+    pub abandoned_acks: u64,
     /// Streams whose intake a fatal backend error stopped.
     pub halted: u64,
     /// Answers about leases the engine let go of meanwhile, or sent with a fence that a

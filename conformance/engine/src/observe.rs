@@ -577,7 +577,10 @@ impl Model {
                     );
                 }
             }
-            if !lease.state.is_held() {
+            // A late ack (its `Done` came before the lease expired locally) is the one ack of a
+            // lease no longer held: nobody is known to have taken it over.
+            let late = lease.state.is_late();
+            if !lease.state.is_held() && !late {
                 problem(
                     out,
                     Rule::AckAfterDone,
@@ -590,11 +593,11 @@ impl Model {
                     format!("{what} not expected: lease is {:?}", lease.state),
                 );
             }
-            if lease.confirmed + ttl <= now {
+            if !late && lease.confirmed + ttl <= now {
                 problem(
                     out,
                     Rule::AckAfterDone,
-                    format!("{what} for a lease expired locally"),
+                    format!("{what} for a lease expired locally, not as a late ack"),
                 );
             }
             if tags.contains(&tag) {
@@ -624,6 +627,12 @@ impl Model {
             let gen = lease.gen;
             if let MState::Settling {
                 op: Op::Ack,
+                in_flight: true,
+                batch: sent @ None,
+                sent_gen,
+                ..
+            }
+            | MState::Late {
                 in_flight: true,
                 batch: sent @ None,
                 sent_gen,
