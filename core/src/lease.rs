@@ -108,6 +108,11 @@ impl State {
     pub(crate) fn is_running(self) -> bool {
         matches!(self, State::Running { .. } | State::Orphaned)
     }
+    /// A late ack (see [`State::Late`]).
+    #[inline]
+    pub(crate) fn is_late(self) -> bool {
+        matches!(self, State::Late { .. })
+    }
     /// An ack awaiting its answer or its stream's next batch, held or late.
     #[inline]
     pub(crate) fn is_acking(self) -> bool {

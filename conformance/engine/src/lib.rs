@@ -49,9 +49,9 @@
 //!    exception is a *late ack*: a `Done` whose ack was unconfirmed when the lease expired
 //!    locally is no longer held, but its ack (fenced) is sent until the backend answers:
 //!    retried after `poll_interval` doubled per consecutive failed `Ack` call of its stream
-//!    beyond the first (capped at `fetch_backoff_max`), re-sent at once with the new fence
-//!    after a redelivery to this consumer, announced `Lost` and discarded when refused; at
-//!    most `max_leases` of them, beyond which the lease expires as any other.
+//!    beyond the first (capped at `fetch_backoff_max`), announced `Lost` and discarded when
+//!    refused or when its message is delivered again (a takeover: the delivery is a new
+//!    lease); at most `max_leases` of them, beyond which the lease expires as any other.
 //! 4. **Heartbeat** ([`Rule::Heartbeat`]). A lease's *baseline* is the send time of the last
 //!    `Renew` naming it, or of the last fetch that (re)delivered it. After every drain with no
 //!    renew chunk outstanding, every renewable lease (held, no release in flight) has baseline +

@@ -863,19 +863,18 @@ impl Model {
                 continue;
             }
             if let Some(tag) = self.late_of(stream, &message.id) {
-                // The message came back to this consumer: its late ack goes with the new fence.
-                self.counts.redelivered += 1;
-                let lease = self.lease(tag);
-                lease.gen += 1;
-                lease.fence = message.fence;
-                lease.delivery_count = message.delivery_count;
-                if let MState::Late {
-                    in_flight: false, ..
-                } = lease.state
-                {
-                    self.send_late(tag);
-                }
-                continue;
+                // Delivered again since its ack went late: taken over (by whom, no fence tells),
+                // its result discarded; the delivery is a new lease.
+                self.counts.lost += 1;
+                let lease = &self.leases[&tag];
+                self.expected.push(Expect::Lost {
+                    stream: lease.stream,
+                    msg: lease.msg.clone(),
+                    fence: lease.fence,
+                    reason: LossReason::TakenOver,
+                    margin: Duration::ZERO,
+                });
+                self.lease(tag).state = MState::Gone(End::Lost);
             }
             if let Some(tag) = self.held_of(stream, &message.id) {
                 self.counts.redelivered += 1;
@@ -1216,8 +1215,8 @@ impl Model {
         let now = self.now;
         let deadline_over = self.shutdown.is_some_and(|s| s.deadline <= now);
         let lease = &self.leases[&tag];
-        if let MState::Late { sent_gen, .. } = lease.state {
-            return self.late_settled(tag, result, lease.gen > sent_gen, deadline_over);
+        if lease.state.is_late() {
+            return self.late_settled(tag, result, deadline_over);
         }
         let MState::Settling { sent_gen, .. } = lease.state else {
             unreachable!("settled while {:?}", lease.state);
@@ -1260,19 +1259,14 @@ impl Model {
     }
 
     /// The backend answered the late ack of `tag`: confirmed (the work is not redone), refused
-    /// for a fence replaced by a redelivery to this consumer (sent again), refused (taken over:
-    /// announced, discarded), or failed (retried after the backoff, given up past the
-    /// shutdown deadline).
-    fn late_settled(&mut self, tag: Tag, result: SettleResult, refenced: bool, over: bool) {
+    /// (taken over: announced, discarded), or failed (retried after the backoff, given up past
+    /// the shutdown deadline).
+    fn late_settled(&mut self, tag: Tag, result: SettleResult, over: bool) {
         match result {
             SettleResult::Ok => {
                 self.counts.acked += 1;
                 self.counts.acked_late += 1;
                 self.lease(tag).state = MState::Gone(End::Settled(Op::Ack));
-            }
-            SettleResult::Lost if refenced => {
-                self.counts.stale += 1;
-                self.send_late(tag);
             }
             SettleResult::Lost => {
                 self.counts.lost += 1;

@@ -72,8 +72,14 @@ impl<P: Clone> LeaseEngine<P> {
             }
             let hash = self.leases.hash(stream, &message.id);
             if let Some(id) = self.leases.find(hash, stream, &message.id) {
-                self.adopt(id, message, epoch);
-                continue;
+                if !self.leases.get(id).is_some_and(|l| l.state.is_late()) {
+                    self.adopt(id, message, epoch);
+                    continue;
+                }
+                // Delivered again since its ack went late: taken over, maybe by another
+                // consumer first (a fence only has to grow with each takeover, so nothing here
+                // tells), so its result is discarded and the message runs again.
+                self.late_superseded(id);
             }
             let take = budget > 0 && self.shutdown.is_none();
             if !take && self.shutdown.is_none() {
@@ -289,8 +295,7 @@ impl<P: Clone> LeaseEngine<P> {
         self.create(hash, stream, message, epoch, State::Ready);
     }
 
-    /// A held message (or one whose ack is late) was delivered again: adopt the newer
-    /// delivery, start nothing.
+    /// A held message was delivered again: adopt the newer delivery, start nothing.
     fn adopt(&mut self, id: LeaseId, message: Fetched<P>, epoch: u64) {
         self.stats.redelivered += 1;
         let fence_seq = self.next_seq();
@@ -298,14 +303,6 @@ impl<P: Clone> LeaseEngine<P> {
         lease.fence = message.fence;
         lease.delivery_count = message.delivery_count;
         lease.fence_seq = fence_seq;
-        match lease.state {
-            // A late ack: the message came back to this consumer, so nobody took it over since;
-            // ack it under the new fence, at once. One in flight learns the fence from its
-            // answer (`Lost` for the replaced fence sends it again).
-            State::Late { in_flight: false } => return self.send_late(id),
-            State::Late { in_flight: true } => return,
-            _ => {}
-        }
         if lease.epoch < epoch {
             let old = std::mem::replace(&mut lease.epoch, epoch);
             self.epochs.remove(old);

@@ -470,20 +470,12 @@ impl<P: Clone> LeaseEngine<P> {
 
     /// The backend answered the late ack of `id`, which is in flight.
     fn late_settled(&mut self, id: LeaseId, result: SettleResult) {
-        let lease = self.leases.get(id).expect("late");
-        let refenced = lease.fence_seq > lease.sent_seq;
         match result {
             // The work is done and stays done.
             SettleResult::Ok => {
                 self.stats.acked += 1;
                 self.stats.acked_late += 1;
                 self.remove(id);
-            }
-            // Sent with a fence that a redelivery to this consumer replaced meanwhile: nobody
-            // else holds it, so the ack goes again with the new fence.
-            SettleResult::Lost if refenced => {
-                self.stats.stale += 1;
-                self.send_late(id);
             }
             // Taken over: the message is someone else's now, and its result is discarded.
             SettleResult::Lost => {
@@ -498,6 +490,14 @@ impl<P: Clone> LeaseEngine<P> {
             }
             SettleResult::Failed => self.set_state(id, State::Late { in_flight: false }),
         }
+    }
+
+    /// A late ack's message was delivered again: the late ack is given up as taken over (an
+    /// answer still to come for it is stale).
+    pub(super) fn late_superseded(&mut self, id: LeaseId) {
+        self.stats.lost += 1;
+        self.report_loss(id, LossReason::TakenOver);
+        self.remove(id);
     }
 
     /// Whether `id` is a lease of the ack batch sent at `seq` still waiting for its answer.
@@ -575,7 +575,7 @@ impl<P: Clone> LeaseEngine<P> {
     ///
     /// Except a lease that expired after its handler returned `Done`, before the backend
     /// confirmed the ack: it becomes a late ack, no longer held, whose fenced ack is retried
-    /// until the backend answers. At most `max_leases` late acks are kept (the most leases the
+    /// until the backend answers (a redelivery of its message ends it as a takeover). At most `max_leases` late acks are kept (the most leases the
     /// engine ever holds, so memory stays within twice the lease budget however long the
     /// backend is away); past that, a lease expiring after its `Done` is let go of as before,
     /// and its message runs again after the claim timeout.
