@@ -142,7 +142,9 @@ impl Config {
         /// Safety margin: a lease is considered lost locally once `claim_timeout - margin` has
         /// passed since the send time of its last successful renew (default `claim_timeout / 10`).
         expiry_margin: Duration => expiry_margin = Some;
-        /// How long an empty fetch waits before the next; a backend may block that long (default 1 s).
+        /// How long an empty fetch waits before the next; a backend may block that long, but
+        /// never longer than `heartbeat_interval`, so a delivery taken at the end of the wait
+        /// still has most of its lease (default 1 s).
         poll_interval: Duration => poll_interval = std::convert::identity;
         /// Delay before re-invoking a `Pending` message (default: `poll_interval`).
         repoll_interval: Duration => repoll_interval = Some;
@@ -364,6 +366,15 @@ impl Settings {
     /// How long a lease stays valid locally after the send time of its last successful renew.
     pub fn lease_ttl(&self) -> Duration {
         self.claim_timeout - self.expiry_margin
+    }
+
+    /// The longest a `Fetch` lets the backend block: `poll_interval`, capped at
+    /// `heartbeat_interval`. A fetch's deliveries are leased from its *send* time, so an entry
+    /// taken at the end of a longer wait would arrive with its lease (`lease_ttl`) nearly or
+    /// wholly spent, and be handed back unrun; capped, it arrives by the time its first renew
+    /// is due, with the slack any renewed lease has (`lease_ttl - heartbeat_interval`).
+    pub fn max_fetch_wait(&self) -> Duration {
+        self.poll_interval.min(self.heartbeat_interval)
     }
 }
 

@@ -23,7 +23,9 @@ use crate::types::{
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect<P> {
     /// Fetch up to `max` messages from `stream`, new or reclaimable ones. The backend may block
-    /// up to `wait` for new entries (zero: return at once). Answer with
+    /// up to `wait` for new entries (zero: return at once), and must not take entries later:
+    /// their leases count from the fetch's send time, and `wait` (never more than
+    /// [`Settings::max_fetch_wait`](crate::Settings::max_fetch_wait)) leaves them most of it. Answer with
     /// [`handle_fetched`](crate::LeaseEngine::handle_fetched) or
     /// [`handle_fetch_failed`](crate::LeaseEngine::handle_fetch_failed).
     Fetch {
@@ -32,7 +34,8 @@ pub enum Effect<P> {
         /// The most messages the engine can take: free slots, plus `prefetch` room, at most
         /// `fetch_batch_size`.
         max: usize,
-        /// How long the backend may wait for new entries.
+        /// How long the backend may wait for new entries: at most `poll_interval` and
+        /// `heartbeat_interval`, and never past a delayed message's due time or a re-poll.
         wait: Duration,
     },
     /// Start a handler invocation. Answer with
@@ -200,6 +203,9 @@ pub struct Stats {
     pub failures: u64,
     /// Messages acked.
     pub acked: u64,
+    /// Of `acked`: acks the backend confirmed after the lease had expired locally (it was
+    /// unreachable past the claim timeout, but nobody took the message over): work not redone.
+    pub acked_late: u64,
     /// Leases released back to the backend.
     pub released: u64,
     /// Messages dead-lettered.
@@ -214,6 +220,10 @@ pub struct Stats {
     /// once when a call for them failed fatally. They lapse on the backend after the claim
     /// timeout.
     pub abandoned: u64,
+    /// Of `abandoned`: leases whose handler returned `Done` but whose ack the backend never
+    /// confirmed (the shutdown deadline passed while it failed, or it failed fatally). The
+    /// message runs again after the claim timeout, unless the last ack did land unanswered.
+    pub abandoned_acks: u64,
     /// Streams whose intake a fatal backend error stopped.
     pub halted: u64,
     /// Answers about leases the engine let go of meanwhile, or sent with a fence that a

@@ -81,6 +81,12 @@ pub(crate) enum State {
     /// still occupies an invocation slot. A newer lease of the same message waiting for it is
     /// its successor.
     Orphaned,
+    /// Returned `Done`, but the lease expired locally before the backend confirmed the ack
+    /// (it was unreachable): no longer held (not renewed, not counted against `max_leases`),
+    /// its fenced ack is still sent, `in_flight` while it awaits an answer (or its stream's
+    /// next batch), otherwise waiting to be retried. The backend refuses it if anyone took the
+    /// message over; otherwise the work is not redone.
+    Late { in_flight: bool },
 }
 
 /// Which settle operation a settling lease is in.
@@ -95,12 +101,28 @@ impl State {
     /// Held leases count against `max_leases` and are renewed unless a release is in flight.
     #[inline]
     pub(crate) fn is_held(self) -> bool {
-        !matches!(self, State::Orphaned)
+        !matches!(self, State::Orphaned | State::Late { .. })
     }
     /// Running invocations count against `concurrency`.
     #[inline]
     pub(crate) fn is_running(self) -> bool {
         matches!(self, State::Running { .. } | State::Orphaned)
+    }
+    /// A late ack (see [`State::Late`]).
+    #[inline]
+    pub(crate) fn is_late(self) -> bool {
+        matches!(self, State::Late { .. })
+    }
+    /// An ack awaiting its answer or its stream's next batch, held or late.
+    #[inline]
+    pub(crate) fn is_acking(self) -> bool {
+        matches!(
+            self,
+            State::Settling {
+                op: Op::Ack,
+                in_flight: true,
+            } | State::Late { in_flight: true }
+        )
     }
     /// Settling with its effect awaiting a result.
     #[inline]

@@ -20,12 +20,20 @@
 //! 1. running invocations ≤ `concurrency`, held leases ≤ `max_leases`, and no fetch while full
 //!    (slots and `prefetch` room);
 //! 2. at most one invocation per message at a time, also when a held message is delivered again;
-//! 3. an ack only after `Done`, never for a lease lost or expired locally (fencing);
+//! 3. an ack only after `Done`, never for a lease known lost (a renew or a settle answered
+//!    `Lost`: a takeover); a `Done` reported before its lease expired locally (the backend was
+//!    unreachable) keeps its fenced ack as a *late ack*, no longer held, retried with backoff
+//!    until the backend confirms it (the work is not redone) or refuses it (taken over: the
+//!    result is discarded), at most `max_leases` of them (beyond, it is let go of as expired);
 //! 4. every held lease is in a renew at least every `heartbeat_interval`, one round at a time (an
 //!    unanswered round delays the next), except while its release is in flight;
 //! 5. a lease without a successful renew for `claim_timeout - margin` (from the renew's *send*
-//!    time) is dropped: its invocation is cancelled and its result discarded;
-//! 6. after [`Effect::Drained`] no lease is held;
+//!    time) is dropped: its invocation is cancelled and its result discarded (only a `Done`
+//!    already reported stays, as a late ack); no fetch lets the backend block longer than
+//!    `heartbeat_interval`, so no delivery expires on its way;
+//! 6. after [`Effect::Drained`] no lease is held and no late ack is pending: each was
+//!    confirmed, refused (reported lost) or given up after the shutdown deadline (counted in
+//!    [`Stats::abandoned`] and [`Stats::abandoned_acks`]);
 //! 7. `poll_timeout` is in the future whenever nothing can happen now;
 //! 8. every event costs O(1) amortized (O(log n) at worst), a heartbeat O(n) once.
 //!

@@ -186,7 +186,8 @@ pub enum LossReason {
     /// No renew confirmed it within `claim_timeout - margin` (or its fetch answered that
     /// late): it may have lapsed on the backend.
     Expired,
-    /// A renew found it owned elsewhere: another consumer took it over.
+    /// A renew found it owned elsewhere: another consumer took it over. Also a late ack (a
+    /// `Done` whose lease expired locally) whose message was delivered again meanwhile.
     TakenOver,
     /// Its ack, release or dead-letter found it owned elsewhere: it was taken over before it
     /// could be settled.

@@ -10,7 +10,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use leasehold_core::Outcome;
+use leasehold_core::{Config, Effect, Outcome};
 
 /// An empty fetch → the next `Fetch` not before its send time + `poll_interval` (`poll_timeout()`
 /// names it); an empty answer that took that long already → fetch at once.
@@ -91,4 +91,54 @@ fn failed_fetches_back_off_exponentially_capped_and_reset() {
     assert_eq!(drain(&mut e), vec![fetch(1, ms(1000))]);
     e.handle_fetch_failed(now + ms(10), S0);
     assert_eq!(e.poll_timeout(), Some(now + ms(1010)));
+}
+
+/// A fetch's deliveries are leased from its send time, so the backend may block no longer than
+/// the lease leaves room for: at most `heartbeat_interval`, even when `poll_interval` is longer.
+/// With a claim timeout of 1 s (lease valid 900 ms, heartbeat 333 ms) and a poll interval of
+/// 1 s, a fetch allowed to block 1 s and answered at its end would bring a delivery already
+/// expired: handed back unrun, delivered again after a reclaim. Capped, the backend's latest
+/// honest answer runs it, and its first renew goes out with it.
+#[test]
+fn a_fetch_blocks_no_longer_than_its_deliveries_lease_allows() {
+    let t0 = Instant::now();
+    let config = Config::default()
+        .claim_timeout(secs(1))
+        .poll_interval(secs(1));
+    let settings = config.validate().unwrap();
+    let heartbeat = settings.heartbeat_interval;
+    assert_eq!(settings.max_fetch_wait(), heartbeat);
+    let mut e = engine(&config, t0);
+    let [(_, 1, wait)] = fetches(&drain(&mut e))[..] else {
+        panic!("one fetch for one slot");
+    };
+    // The backend blocked the whole wait and took an entry at its very end.
+    e.handle_fetched(t0 + wait, S0, vec![msg(1)]);
+    let fx = drain_all(&mut e);
+    assert!(
+        !fx.iter().any(|f| matches!(f, Effect::Lost { .. })),
+        "a delivery taken within the fetch's wait expired on arrival: {fx:?}"
+    );
+    let Some(Effect::Run(run)) = fx.iter().find(|f| matches!(f, Effect::Run(_))) else {
+        panic!("the delivery runs: {fx:?}");
+    };
+    assert_eq!(run.valid_until, t0 + settings.lease_ttl());
+    assert!(
+        wait <= heartbeat && t0 + wait < run.valid_until,
+        "the wait ({wait:?}) must fit inside the lease, within a heartbeat ({heartbeat:?})"
+    );
+    // Its heartbeat is due as it arrives: the renew goes out with the run.
+    assert!(
+        fx.iter().any(|f| matches!(f, Effect::Renew { .. })),
+        "{fx:?}"
+    );
+    // The last fetch was full: the next asks without blocking; after it came back empty, the
+    // one a poll interval later may block again, capped again.
+    let freed = t0 + wait + ms(10);
+    e.handle_outcome(freed, run.invocation, Outcome::Done);
+    assert_eq!(fetches(&drain(&mut e)), vec![(S0, 1, Duration::ZERO)]);
+    e.handle_fetched(freed, S0, vec![]);
+    drain(&mut e);
+    e.handle_timeout(freed + secs(1));
+    assert_eq!(fetches(&drain(&mut e)), vec![(S0, 1, heartbeat)]);
 }

@@ -220,6 +220,33 @@ impl Model {
                         );
                     }
                 }
+                MState::Late { .. } => match lease {
+                    None => problem(
+                        out,
+                        Rule::Model,
+                        format!("{who}: its ack is late, but the engine forgot it"),
+                    ),
+                    Some(lease) => {
+                        if (lease.fence(), lease.delivery_count()) != (l.fence, l.delivery_count) {
+                            problem(
+                                out,
+                                Rule::Model,
+                                format!(
+                                    "{who}: engine has (fence, count) {:?}, model {:?}",
+                                    (lease.fence(), lease.delivery_count()),
+                                    (l.fence, l.delivery_count)
+                                ),
+                            );
+                        }
+                        if valid.is_some() {
+                            problem(
+                                out,
+                                Rule::Expiry,
+                                format!("{who} expired (its ack is late), but still valid"),
+                            );
+                        }
+                    }
+                },
                 MState::Gone(end) => {
                     if lease.is_some() {
                         let rule = match end {
@@ -233,7 +260,7 @@ impl Model {
                         );
                     }
                 }
-                _ => unreachable!("every state is held, orphaned or gone"),
+                _ => unreachable!("every state is held, late, orphaned or gone"),
             }
         }
     }
@@ -363,6 +390,11 @@ impl Model {
                     retry_at: Some(at),
                     ..
                 } => due.push((at, Rule::Model, "settle retry", tag)),
+                MState::Late {
+                    in_flight: false,
+                    retry_at: Some(at),
+                    ..
+                } => due.push((at, Rule::Model, "late ack retry", tag)),
                 _ => {}
             }
         }
@@ -410,11 +442,22 @@ impl Model {
                 ),
             );
         }
-        if self.drained && (self.held() > 0 || self.running() > 0) {
+        if self.drained && (self.held() > 0 || self.running() > 0 || self.late() > 0) {
             problem(
                 out,
                 Rule::Drain,
-                "a lease is held or an invocation runs after Drained".into(),
+                "a lease is held, an invocation runs or a late ack is pending after Drained".into(),
+            );
+        }
+        if engine.late_acks() != self.late() {
+            problem(
+                out,
+                Rule::Model,
+                format!(
+                    "engine has {} late acks, model {}",
+                    engine.late_acks(),
+                    self.late()
+                ),
             );
         }
     }

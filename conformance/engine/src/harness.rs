@@ -483,7 +483,10 @@ impl Harness {
                         .model
                         .leases
                         .values()
-                        .filter(|l| l.state.is_held() && usize::from(l.stream.0) == stream)
+                        .filter(|l| {
+                            (l.state.is_held() || l.state.is_late())
+                                && usize::from(l.stream.0) == stream
+                        })
                         .map(|l| (l.msg.clone(), l.delivery_count))
                         .collect();
                     match choose(&held, pick) {

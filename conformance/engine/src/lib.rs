@@ -43,8 +43,15 @@
 //!    invocation of a lost or expired lease that has not reported yet; a redelivery of a held
 //!    message starts nothing. After every drain, at most one running invocation per message.
 //! 3. **Ack after Done** ([`Rule::AckAfterDone`]). Every lease of an `Ack` is held, its latest
-//!    invocation returned `Done` without being cancelled, and it is not expired (confirmation
-//!    + TTL > now); never one reported lost.
+//!    invocation returned `Done` without being cancelled, and it is not expired (its
+//!    confirmation plus TTL is after now); never one reported lost (taken over at a renew or a
+//!    settle). The one
+//!    exception is a *late ack*: a `Done` whose ack was unconfirmed when the lease expired
+//!    locally is no longer held, but its ack (fenced) is sent until the backend answers:
+//!    retried after `poll_interval` doubled per consecutive failed `Ack` call of its stream
+//!    beyond the first (capped at `fetch_backoff_max`), announced `Lost` and discarded when
+//!    refused or when its message is delivered again (a takeover: the delivery is a new
+//!    lease); at most `max_leases` of them, beyond which the lease expires as any other.
 //! 4. **Heartbeat** ([`Rule::Heartbeat`]). A lease's *baseline* is the send time of the last
 //!    `Renew` naming it, or of the last fetch that (re)delivered it. After every drain with no
 //!    renew chunk outstanding, every renewable lease (held, no release in flight) has baseline +
@@ -53,14 +60,17 @@
 //!    exactly the leases renewable at the end of one of the drained inputs, each once.
 //! 5. **Expiry** ([`Rule::Expiry`]). When confirmation + TTL ≤ now, or a renew answers `Lost`
 //!    (for a lease not redelivered since the renew was sent and with no settle in flight), the
-//!    lease is dropped in that very input: its running invocation gets a `Cancel` with
+//!    lease is dropped in that very input (an expiring `Done` with its ack unconfirmed becomes a
+//!    late ack instead, see 3): its running invocation gets a `Cancel` with
 //!    `LeaseExpired` / `LeaseLost`, `valid_until` is `None`, and no `Run`, `Renew`, `Ack`,
 //!    `Release` or `DeadLetter` names it again; its late outcome settles nothing. A fetch
-//!    answered TTL after it was sent delivers nothing. For held leases, `valid_until` equals
+//!    answered TTL after it was sent delivers nothing, and no `Fetch` lets the backend block
+//!    longer than `heartbeat_interval` (nor `poll_interval`), so an honest backend's latest
+//!    delivery arrives with its lease intact. For held leases, `valid_until` equals
 //!    confirmation + TTL exactly, and `poll_timeout` is no later than the earliest of them; a
 //!    `LeaseValid` later than the model's is reported here too.
 //! 6. **Drain** ([`Rule::Drain`]). `Drained` only after shutdown, once, with nothing held,
-//!    running or being fetched, and no effect after it (not even a `Halt`); it must come in the
+//!    running, being fetched or acked late, and no effect after it (not even a `Halt`); it must come in the
 //!    input at which that first holds.
 //! 7. **No busy loop** ([`Rule::NoBusyLoop`]). After every drain, each `handle_timeout`
 //!    included, `poll_timeout` is `None` or after now.

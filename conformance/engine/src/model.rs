@@ -97,6 +97,16 @@ pub(crate) enum MState {
         batch: Option<AckId>,
         retry_at: Option<Instant>,
     },
+    /// Returned `Done`, then expired locally before the backend confirmed the ack: not held
+    /// (not renewed, not counted), its fenced ack still sent until the backend answers.
+    Late {
+        /// The ack is out (or waiting for its stream's batch).
+        in_flight: bool,
+        /// `gen` when it was sent: a later adoption makes a `Lost` answer stale.
+        sent_gen: u32,
+        batch: Option<AckId>,
+        retry_at: Option<Instant>,
+    },
     /// Lost or expired while running: not held, its cancelled invocation still occupies a slot.
     Orphan {
         attempt: u32,
@@ -107,7 +117,14 @@ pub(crate) enum MState {
 
 impl MState {
     pub(crate) fn is_held(&self) -> bool {
-        !matches!(self, MState::Orphan { .. } | MState::Gone(_))
+        !matches!(
+            self,
+            MState::Orphan { .. } | MState::Gone(_) | MState::Late { .. }
+        )
+    }
+    /// A late ack (see [`MState::Late`]).
+    pub(crate) fn is_late(&self) -> bool {
+        matches!(self, MState::Late { .. })
     }
     /// Held and not being released: a renew landing after a release would undo its delay,
     /// while acks and dead-letters in flight stay in the heartbeat.
@@ -141,6 +158,10 @@ impl MState {
             self,
             MState::Settling {
                 op: Op::Ack,
+                in_flight: true,
+                batch: None,
+                ..
+            } | MState::Late {
                 in_flight: true,
                 batch: None,
                 ..
@@ -321,6 +342,8 @@ pub(crate) struct Model {
     pub halted: Vec<bool>,
     /// Per stream, the `Ack` in flight.
     pub acking: Vec<Option<AckOut>>,
+    /// Per stream, consecutive `Ack` calls that failed as a whole (the late acks' backoff).
+    pub ack_failures: Vec<u32>,
     pub round: Option<Round>,
     pub releases: Vec<LeaseId>,
     pub dead_letters: Vec<LeaseId>,
@@ -364,6 +387,7 @@ impl Model {
             fetches: vec![None; streams],
             halted: vec![false; streams],
             acking: vec![None; streams],
+            ack_failures: vec![0; streams],
             round: None,
             releases: Vec::new(),
             dead_letters: Vec::new(),
@@ -398,6 +422,14 @@ impl Model {
         self.leases
             .iter()
             .find(|(_, l)| l.state.is_held() && l.stream == stream && l.msg == *msg)
+            .map(|(tag, _)| *tag)
+    }
+
+    /// The late ack of a message, if any.
+    fn late_of(&self, stream: StreamId, msg: &MessageId) -> Option<Tag> {
+        self.leases
+            .iter()
+            .find(|(_, l)| l.state.is_late() && l.stream == stream && l.msg == *msg)
             .map(|(tag, _)| *tag)
     }
 
@@ -481,6 +513,11 @@ impl Model {
         }) {
             self.resend(tag);
         }
+        for tag in self.tags(|l| {
+            matches!(l.state, MState::Late { in_flight: false, retry_at: Some(at), .. } if at <= now)
+        }) {
+            self.send_late(tag);
+        }
     }
 
     /// Ends every input, as the engine's `finish`: ready leases start while a slot is free, in
@@ -502,6 +539,7 @@ impl Model {
             && !self.drained_expected
             && self.held() == 0
             && self.running() == 0
+            && self.late() == 0
             && self.fetches.iter().all(Option::is_none)
         {
             self.drained_expected = true;
@@ -581,6 +619,31 @@ impl Model {
     fn drop_lease(&mut self, tag: Tag, reason: CancelReason) {
         if !self.lease(tag).state.is_held() {
             return;
+        }
+        // A `Done` whose ack is unconfirmed keeps it, as a late ack (at most `max_leases`).
+        if let (
+            CancelReason::LeaseExpired,
+            MState::Settling {
+                op: Op::Ack,
+                in_flight,
+                sent_gen,
+                batch,
+                ..
+            },
+        ) = (reason, &self.leases[&tag].state)
+        {
+            if self.late() < self.cfg.max_leases {
+                let (in_flight, sent_gen, batch) = (*in_flight, *sent_gen, *batch);
+                let stream = self.leases[&tag].stream;
+                let retry_at = (!in_flight).then(|| self.now + self.late_backoff(stream));
+                self.lease(tag).state = MState::Late {
+                    in_flight,
+                    sent_gen,
+                    batch,
+                    retry_at,
+                };
+                return;
+            }
         }
         let loss = match reason {
             CancelReason::LeaseExpired => {
@@ -666,6 +729,30 @@ impl Model {
                 carry,
             });
         }
+    }
+
+    /// Sends a late ack (again): it goes out with its stream's next `Ack`.
+    fn send_late(&mut self, tag: Tag) {
+        let lease = self.lease(tag);
+        lease.state = MState::Late {
+            in_flight: true,
+            sent_gen: lease.gen,
+            batch: None,
+            retry_at: None,
+        };
+    }
+
+    /// How long a late ack waits to be sent again: `poll_interval`, doubled per consecutive
+    /// failed `Ack` call of its stream beyond the first, up to `fetch_backoff_max`;
+    /// `poll_interval` during shutdown.
+    fn late_backoff(&self, stream: StreamId) -> Duration {
+        let poll = self.cfg.poll_interval;
+        let failures = self.ack_failures[usize::from(stream.0)];
+        if self.shutdown.is_some() || failures <= 1 {
+            return poll;
+        }
+        poll.saturating_mul(1u32 << (failures - 1).min(20))
+            .min(self.cfg.fetch_backoff_max)
     }
 
     /// Sends a settle operation again (after a transient failure, a stale `Lost`, or shutdown).
@@ -774,6 +861,20 @@ impl Model {
                     margin: Duration::ZERO,
                 });
                 continue;
+            }
+            if let Some(tag) = self.late_of(stream, &message.id) {
+                // Delivered again since its ack went late: taken over (by whom, no fence tells),
+                // its result discarded; the delivery is a new lease.
+                self.counts.lost += 1;
+                let lease = &self.leases[&tag];
+                self.expected.push(Expect::Lost {
+                    stream: lease.stream,
+                    msg: lease.msg.clone(),
+                    fence: lease.fence,
+                    reason: LossReason::TakenOver,
+                    margin: Duration::ZERO,
+                });
+                self.lease(tag).state = MState::Gone(End::Lost);
             }
             if let Some(tag) = self.held_of(stream, &message.id) {
                 self.counts.redelivered += 1;
@@ -978,18 +1079,26 @@ impl Model {
     }
 
     /// The stream whose `Ack` `batch` is in flight, and its leases; no longer in flight.
-    fn take_ack(&mut self, batch: AckId) -> Option<Vec<LeaseId>> {
-        let slot = self
+    /// Counts the call's failure as a whole (`failed`), or resets the count.
+    fn take_ack(&mut self, batch: AckId, failed: bool) -> Option<Vec<LeaseId>> {
+        let s = self
             .acking
-            .iter_mut()
-            .find(|a| a.as_ref().is_some_and(|a| a.batch == batch))?;
-        slot.take().map(|a| a.leases)
+            .iter()
+            .position(|a| a.as_ref().is_some_and(|a| a.batch == batch))?;
+        let failures = &mut self.ack_failures[s];
+        *failures = if failed {
+            failures.saturating_add(1)
+        } else {
+            0
+        };
+        self.acking[s].take().map(|a| a.leases)
     }
 
     fn in_ack(&self, tag: Tag, batch: AckId) -> bool {
         matches!(
             self.leases[&tag].state,
-            MState::Settling { op: Op::Ack, in_flight: true, batch: Some(b), .. } if b == batch
+            MState::Settling { op: Op::Ack, in_flight: true, batch: Some(b), .. }
+            | MState::Late { in_flight: true, batch: Some(b), .. } if b == batch
         )
     }
 
@@ -1013,7 +1122,7 @@ impl Model {
             self.old_settles.push(OldSettle::Ack(batch, *id));
             trim(&mut self.old_settles);
         }
-        match self.take_ack(batch) {
+        match self.take_ack(batch, false) {
             None => self.counts.unexpected += 1,
             Some(leases) => {
                 for (id, result) in results {
@@ -1038,7 +1147,7 @@ impl Model {
     /// `handle_ack_failed`.
     pub(crate) fn ack_failed(&mut self, now: Instant, batch: AckId, kind: ErrorKind) {
         self.start(now);
-        match self.take_ack(batch) {
+        match self.take_ack(batch, true) {
             None => self.counts.unexpected += 1,
             Some(leases) => {
                 for id in &leases {
@@ -1090,6 +1199,9 @@ impl Model {
             ErrorKind::Transient => self.settled(tag, SettleResult::Failed, op),
             ErrorKind::Fatal => {
                 self.counts.abandoned += 1;
+                if op == Op::Ack {
+                    self.counts.abandoned_acks += 1;
+                }
                 let lease = self.lease(tag);
                 lease.state = MState::Gone(End::Abandoned);
                 let stream = lease.stream;
@@ -1103,6 +1215,9 @@ impl Model {
         let now = self.now;
         let deadline_over = self.shutdown.is_some_and(|s| s.deadline <= now);
         let lease = &self.leases[&tag];
+        if lease.state.is_late() {
+            return self.late_settled(tag, result, deadline_over);
+        }
         let MState::Settling { sent_gen, .. } = lease.state else {
             unreachable!("settled while {:?}", lease.state);
         };
@@ -1134,9 +1249,52 @@ impl Model {
             }
             SettleResult::Failed if deadline_over => {
                 self.counts.abandoned += 1;
+                if op == Op::Ack {
+                    self.counts.abandoned_acks += 1;
+                }
                 self.lease(tag).state = MState::Gone(End::Abandoned);
             }
             SettleResult::Failed => self.retry_later(tag),
+        }
+    }
+
+    /// The backend answered the late ack of `tag`: confirmed (the work is not redone), refused
+    /// (taken over: announced, discarded), or failed (retried after the backoff, given up past
+    /// the shutdown deadline).
+    fn late_settled(&mut self, tag: Tag, result: SettleResult, over: bool) {
+        match result {
+            SettleResult::Ok => {
+                self.counts.acked += 1;
+                self.counts.acked_late += 1;
+                self.lease(tag).state = MState::Gone(End::Settled(Op::Ack));
+            }
+            SettleResult::Lost => {
+                self.counts.lost += 1;
+                let lease = &self.leases[&tag];
+                self.expected.push(Expect::Lost {
+                    stream: lease.stream,
+                    msg: lease.msg.clone(),
+                    fence: lease.fence,
+                    reason: LossReason::LostAtSettle,
+                    margin: Duration::ZERO,
+                });
+                self.lease(tag).state = MState::Gone(End::Lost);
+            }
+            SettleResult::Failed if over => {
+                self.counts.abandoned += 1;
+                self.counts.abandoned_acks += 1;
+                self.lease(tag).state = MState::Gone(End::Abandoned);
+            }
+            SettleResult::Failed => {
+                let stream = self.leases[&tag].stream;
+                let at = self.now + self.late_backoff(stream);
+                self.lease(tag).state = MState::Late {
+                    in_flight: false,
+                    sent_gen: 0,
+                    batch: None,
+                    retry_at: Some(at),
+                };
+            }
         }
     }
 
@@ -1189,6 +1347,17 @@ impl Model {
                 }) {
                     self.resend(tag);
                 }
+                for tag in self.tags(|l| {
+                    matches!(
+                        l.state,
+                        MState::Late {
+                            in_flight: false,
+                            ..
+                        }
+                    )
+                }) {
+                    self.send_late(tag);
+                }
             }
         }
         self.advance();
@@ -1210,6 +1379,11 @@ impl Model {
 
     pub(crate) fn held(&self) -> usize {
         self.leases.values().filter(|l| l.state.is_held()).count()
+    }
+
+    /// Late acks pending.
+    pub(crate) fn late(&self) -> usize {
+        self.leases.values().filter(|l| l.state.is_late()).count()
     }
 
     /// Invocations occupying a slot (running, cancelled or orphaned, seen or not).

@@ -40,7 +40,7 @@ impl Model {
             );
         }
         match effect {
-            Effect::Fetch { stream, max, .. } => self.on_fetch(*stream, *max, out),
+            Effect::Fetch { stream, max, wait } => self.on_fetch(*stream, *max, *wait, out),
             Effect::Run(run) => self.on_run(run, out),
             Effect::Cancel { invocation, reason } => self.on_cancel(*invocation, *reason, out),
             Effect::LeaseValid { invocation, until } => self.on_valid(*invocation, *until, out),
@@ -172,7 +172,7 @@ impl Model {
         None
     }
 
-    fn on_fetch(&mut self, stream: StreamId, max: usize, out: &mut Problems) {
+    fn on_fetch(&mut self, stream: StreamId, max: usize, wait: Duration, out: &mut Problems) {
         let s = usize::from(stream.0);
         if self.shutdown.is_some() {
             problem(
@@ -218,6 +218,20 @@ impl Model {
             sent_at: now,
             seq,
         });
+        // Its deliveries are leased from its send time: a backend that blocks the whole wait
+        // and takes an entry at its end must hand it over within a heartbeat.
+        if wait > self.cfg.max_fetch_wait() {
+            problem(
+                out,
+                Rule::Expiry,
+                format!(
+                    "Fetch {{ stream {s}, max {max} }} may block {wait:?}, beyond \
+                     heartbeat_interval {:?} (or poll_interval {:?}): a delivery taken at \
+                     the end of the wait would arrive with its lease spent",
+                    self.cfg.heartbeat_interval, self.cfg.poll_interval
+                ),
+            );
+        }
         if max > self.cfg.fetch_batch_size {
             problem(
                 out,
@@ -563,7 +577,10 @@ impl Model {
                     );
                 }
             }
-            if !lease.state.is_held() {
+            // A late ack (its `Done` came before the lease expired locally) is the one ack of a
+            // lease no longer held: nobody is known to have taken it over.
+            let late = lease.state.is_late();
+            if !lease.state.is_held() && !late {
                 problem(
                     out,
                     Rule::AckAfterDone,
@@ -576,11 +593,11 @@ impl Model {
                     format!("{what} not expected: lease is {:?}", lease.state),
                 );
             }
-            if lease.confirmed + ttl <= now {
+            if !late && lease.confirmed + ttl <= now {
                 problem(
                     out,
                     Rule::AckAfterDone,
-                    format!("{what} for a lease expired locally"),
+                    format!("{what} for a lease expired locally, not as a late ack"),
                 );
             }
             if tags.contains(&tag) {
@@ -610,6 +627,12 @@ impl Model {
             let gen = lease.gen;
             if let MState::Settling {
                 op: Op::Ack,
+                in_flight: true,
+                batch: sent @ None,
+                sent_gen,
+                ..
+            }
+            | MState::Late {
                 in_flight: true,
                 batch: sent @ None,
                 sent_gen,

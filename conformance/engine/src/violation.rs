@@ -10,7 +10,8 @@ pub enum Rule {
     Capacity,
     /// Guarantee 2: at most one running invocation per message.
     Serial,
-    /// Guarantee 3: an ack only after `Done`, never for a lost or expired lease.
+    /// Guarantee 3: an ack only after `Done`, never for a lost lease, nor for an expired one
+    /// unless its `Done` came first (a late ack).
     AckAfterDone,
     /// Guarantee 4: every held, renewable lease is renewed at least every heartbeat interval.
     Heartbeat,

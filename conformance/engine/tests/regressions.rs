@@ -272,3 +272,57 @@ fn no_halt_after_drained() {
         panic!("{violation}");
     }
 }
+
+/// A handler returned `Done`, the backend then failed the ack and answered no renew until the
+/// lease expired locally, and came back: the engine used to drop the lease at its local expiry
+/// (reporting it expired) and never ack it, so the finished work ran again after a reclaim.
+/// Its ack is now kept as a late ack and confirmed when the backend answers (invariant 3);
+/// the model predicts every step of it.
+#[test]
+fn a_done_outliving_its_lease_in_an_outage_is_acked_late() {
+    let scenario = Scenario {
+        setup: Setup {
+            concurrency: 1,
+            max_leases: 1,
+            streams: 1,
+            ..Setup::default()
+        },
+        steps: vec![
+            Step::Fetched {
+                pick: 0,
+                items: vec![Item::Fresh { count: 0 }],
+            },
+            Step::Finish {
+                pick: 0,
+                outcome: Finish::Done,
+            },
+            Step::Acked {
+                pick: 0,
+                answers: vec![SettleAnswer::CallFailed],
+            },
+            // Two claim timeouts with every renew unanswered: the lease expires locally, and
+            // the late ack goes out again (its retry timer fires on the way).
+            Step::Wait(Jump::Long(255)),
+            Step::Acked {
+                pick: 0,
+                answers: vec![SettleAnswer::Ok],
+            },
+            Step::Wait(Jump::Long(255)),
+        ],
+    };
+    let effects = run(&scenario).unwrap_or_else(|v| panic!("{v}"));
+    let count = |f: fn(&Effect<u64>) -> bool| effects.iter().filter(|e| f(e)).count();
+    assert_eq!(count(|e| matches!(e, Effect::Run(_))), 1, "{effects:?}");
+    assert_eq!(
+        count(|e| matches!(e, Effect::Lost { .. })),
+        0,
+        "{effects:?}"
+    );
+    assert!(
+        count(|e| matches!(e, Effect::Ack { .. })) >= 2,
+        "{effects:?}"
+    );
+    if let Err(violation) = check(&scenario) {
+        panic!("{violation}");
+    }
+}

@@ -32,7 +32,7 @@ impl<P: Clone> LeaseEngine<P> {
                 self.reserved -= max;
                 let sent_at = self.epochs.sent_at(epoch);
                 let now = self.now;
-                let poll = self.durations.poll;
+                let (poll, block) = (self.durations.poll, self.durations.fetch_wait);
                 let src = &mut self.streams[usize::from(stream.0)];
                 src.failures = 0;
                 // Empty: the next fetch comes a poll interval after this one was sent — at once
@@ -41,9 +41,9 @@ impl<P: Clone> LeaseEngine<P> {
                 // block for new entries. Full: there is probably more, fetch at once, no blocking.
                 let waited_out = wait != 0 && now >= sent_at.saturating_add(wait);
                 (src.next_at, src.wait) = match messages.len() {
-                    0 if waited_out => (now, poll),
-                    0 => (sent_at.saturating_add(poll), poll),
-                    n if n < max => (now, poll),
+                    0 if waited_out => (now, block),
+                    0 => (sent_at.saturating_add(poll), block),
+                    n if n < max => (now, block),
                     _ => (now, 0),
                 };
                 (max, epoch)
@@ -72,8 +72,14 @@ impl<P: Clone> LeaseEngine<P> {
             }
             let hash = self.leases.hash(stream, &message.id);
             if let Some(id) = self.leases.find(hash, stream, &message.id) {
-                self.adopt(id, message, epoch);
-                continue;
+                if !self.leases.get(id).is_some_and(|l| l.state.is_late()) {
+                    self.adopt(id, message, epoch);
+                    continue;
+                }
+                // Delivered again since its ack went late: taken over, maybe by another
+                // consumer first (a fence only has to grow with each takeover, so nothing here
+                // tells), so its result is discarded and the message runs again.
+                self.late_superseded(id);
             }
             let take = budget > 0 && self.shutdown.is_none();
             if !take && self.shutdown.is_none() {
@@ -152,7 +158,7 @@ impl<P: Clone> LeaseEngine<P> {
                     .saturating_mul(factor)
                     .min(self.cfg.fetch_backoff_max);
                 src.next_at = self.now.saturating_add(ticks(backoff));
-                src.wait = self.durations.poll;
+                src.wait = self.durations.fetch_wait;
                 self.reserved -= max;
                 self.epochs.unpin(epoch);
                 if kind == ErrorKind::Fatal {

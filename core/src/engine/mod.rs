@@ -29,7 +29,7 @@ struct Pacing {
     outstanding: Option<Outstanding>,
     /// No fetch before this instant.
     next_at: Tick,
-    /// How long the next fetch may block in the backend.
+    /// How long the next fetch may block in the backend (at most `fetch_wait`).
     wait: Tick,
     /// When the stream's next delayed message is due, as its last fetch learned
     /// (`Tick::MAX`: none known): the next fetch comes no later, and blocks no longer.
@@ -43,6 +43,8 @@ struct Pacing {
     /// The stream's `Ack` in flight: one at a time, so a backend whose calls take a round trip
     /// gets batches, not one call per message.
     acking: Option<AckInFlight>,
+    /// Consecutive `Ack` calls that failed as a whole: the backoff of late acks.
+    ack_failures: u32,
     /// Its leases by class: held, running (orphans included), orphaned.
     held: usize,
     running: usize,
@@ -112,6 +114,12 @@ struct Durations {
     /// A quarter heartbeat: how soon a round follows a failed one.
     heartbeat_quarter: Tick,
     poll: Tick,
+    /// The longest a fetch may block in the backend: `poll_interval`, but never more than
+    /// `heartbeat_interval`. A fetch's deliveries are dated from its send time, so one taken at
+    /// the end of a longer wait would arrive with little or none of its lease left; within a
+    /// heartbeat it arrives when its first renew is due, as a renewed lease would, and that
+    /// renew has the slack every heartbeat has (`claim_timeout - margin - heartbeat`).
+    fetch_wait: Tick,
     max_processing_time: Tick,
 }
 
@@ -152,9 +160,14 @@ pub struct LeaseEngine<P> {
     releasing: usize,
     /// Held leases waiting for an orphaned invocation of their message: they need a slot soon.
     blocked: usize,
+    /// Late acks: `Done`s whose lease expired locally before the backend confirmed their ack
+    /// (at most `max_leases`).
+    late: usize,
     deadlines: Timers<Fifo>,
     repolls: Timers<Heap>,
     retries: Timers<Fifo>,
+    /// Retries of late acks, after a backoff that grows while the stream's acks keep failing.
+    late_retries: Timers<Heap>,
     ready: Timers<Fifo>,
     epochs: Epochs,
     round: Option<Round>,
@@ -214,6 +227,11 @@ impl<P> LeaseEngine<P> {
         }
         if self.retries.live > 0 {
             if let Some(entry) = self.retries.front() {
+                consider(entry.due);
+            }
+        }
+        if self.late_retries.live > 0 {
+            if let Some(entry) = self.late_retries.front() {
                 consider(entry.due);
             }
         }
@@ -320,6 +338,13 @@ impl<P> LeaseEngine<P> {
         self.running
     }
 
+    /// Late acks now: `Done`s whose lease expired locally (the backend was unreachable) before
+    /// the backend confirmed their ack. They are not held; their fenced ack is retried until
+    /// the backend answers, and only a takeover (it refuses the ack) lets the work run again.
+    pub fn late_acks(&self) -> usize {
+        self.late
+    }
+
     /// What `stream` occupies now (all zero for a stream the engine does not have).
     pub fn load(&self, stream: StreamId) -> StreamLoad {
         self.streams
@@ -409,17 +434,19 @@ impl<P: Clone> LeaseEngine<P> {
             heartbeat: ticks(cfg.heartbeat_interval),
             heartbeat_quarter: ticks(cfg.heartbeat_interval / 4),
             poll: ticks(cfg.poll_interval),
+            fetch_wait: ticks(cfg.max_fetch_wait()),
             max_processing_time: ticks(cfg.max_processing_time),
         };
         let stream = || Pacing {
             outstanding: None,
             next_at: 0,
-            wait: durations.poll,
+            wait: durations.fetch_wait,
             due: Tick::MAX,
             failures: 0,
             halted: false,
             acks: Vec::new(),
             acking: None,
+            ack_failures: 0,
             held: 0,
             running: 0,
             orphaned: 0,
@@ -441,9 +468,11 @@ impl<P: Clone> LeaseEngine<P> {
             running: 0,
             releasing: 0,
             blocked: 0,
+            late: 0,
             deadlines: Timers::default(),
             repolls: Timers::default(),
             retries: Timers::default(),
+            late_retries: Timers::default(),
             ready: Timers::default(),
             epochs: Epochs::default(),
             round: None,
@@ -545,6 +574,7 @@ impl<P: Clone> LeaseEngine<P> {
                 .is_some_and(|s| !s.cancelled_running && s.deadline_at <= now)
             || due(self.repolls.front())
             || due(self.retries.front())
+            || due(self.late_retries.front())
         {
             self.run_due_timers();
         }
@@ -578,6 +608,11 @@ impl<P: Clone> LeaseEngine<P> {
                 }
             }
         }
+        while let Some(entry) = self.late_retries.pop_due(now) {
+            if let Some(id) = self.leases.current(entry.slot, entry.stamp) {
+                self.send_late(id);
+            }
+        }
     }
 
     /// Ends every input: starts an overdue heartbeat and due re-runs, tidies timers, and
@@ -591,6 +626,7 @@ impl<P: Clone> LeaseEngine<P> {
             || self.deadlines.has_stale()
             || self.repolls.has_stale()
             || self.retries.has_stale()
+            || self.late_retries.has_stale()
             || self.epochs.has_dead_front()
             || self.shutdown.is_some()
         {
@@ -611,12 +647,14 @@ impl<P: Clone> LeaseEngine<P> {
         self.deadlines.prune(is_live);
         self.repolls.prune(is_live);
         self.retries.prune(is_live);
+        self.late_retries.prune(is_live);
         self.ready.prune(is_live);
         self.epochs.prune();
         if self.shutdown.is_some()
             && !self.drained
             && self.held == 0
             && self.running == 0
+            && self.late == 0
             && self.streams.iter().all(|s| s.outstanding.is_none())
         {
             self.drained = true;
@@ -731,6 +769,12 @@ impl<P: Clone> LeaseEngine<P> {
             State::Settling {
                 in_flight: false, ..
             } => self.retries.forget(slot, stamp),
+            State::Late { in_flight } => {
+                self.late -= 1;
+                if !in_flight {
+                    self.late_retries.forget(slot, stamp);
+                }
+            }
             _ if state.is_releasing() => self.releasing -= 1,
             _ => {}
         }
@@ -754,9 +798,36 @@ impl<P: Clone> LeaseEngine<P> {
                 let due = now.saturating_add(self.durations.poll);
                 self.retries.push(due, id.slot, stamp);
             }
+            State::Late { in_flight } => {
+                self.late += 1;
+                if !in_flight {
+                    let due = now.saturating_add(self.late_backoff(id));
+                    self.late_retries.push(due, id.slot, stamp);
+                }
+            }
             _ if state.is_releasing() => self.releasing += 1,
             _ => {}
         }
+    }
+
+    /// How long a late ack waits before it is sent again: `poll_interval` after its stream's
+    /// `Ack` calls were answered (the backend refused nothing; it failed this one), doubling
+    /// with every consecutive `Ack` call that failed as a whole, up to `fetch_backoff_max`, so
+    /// an unreachable backend is not hammered; `poll_interval` during shutdown, which waits
+    /// for them.
+    #[inline(never)]
+    fn late_backoff(&self, id: LeaseId) -> Tick {
+        let poll = self.durations.poll;
+        let Some(lease) = self.leases.get(id) else {
+            return poll;
+        };
+        let failures = self.streams[usize::from(lease.stream.0)].ack_failures;
+        if self.shutdown.is_some() || failures <= 1 {
+            return poll;
+        }
+        let factor = 1u64 << (failures - 1).min(20);
+        poll.saturating_mul(factor)
+            .min(ticks(self.cfg.fetch_backoff_max))
     }
 
     #[inline(never)]

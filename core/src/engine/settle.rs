@@ -81,7 +81,7 @@ impl<P: Clone> LeaseEngine<P> {
     ) {
         // Answers are about sends already made: apply them before timers re-send anything.
         self.set_now(now);
-        match self.take_ack(batch) {
+        match self.take_ack(batch, false) {
             None => self.stats.unexpected += 1,
             Some(acked) => {
                 for (id, result) in results {
@@ -103,11 +103,12 @@ impl<P: Clone> LeaseEngine<P> {
     }
 
     /// The `Ack` effect `batch` failed as a whole. Its leases are acked again after a transient
-    /// error; after a fatal one they are given up (they lapse on the backend and are delivered
-    /// again) and the stream's intake stops.
+    /// error (late acks after a backoff that grows while the stream's `Ack` calls keep
+    /// failing); after a fatal one they are given up (they lapse on the backend and are
+    /// delivered again) and the stream's intake stops.
     pub fn handle_ack_failed(&mut self, now: Instant, batch: AckId, kind: ErrorKind) {
         self.set_now(now);
-        match self.take_ack(batch) {
+        match self.take_ack(batch, true) {
             None => self.stats.unexpected += 1,
             Some(acked) => {
                 for &id in &acked.leases {
@@ -147,9 +148,12 @@ impl<P: Clone> LeaseEngine<P> {
         self.finish();
     }
 
-    /// Begin shutdown: fetch nothing more; release waiting leases at once (delay 0); let running
-    /// invocations finish until `deadline`, then cancel and release them. `Effect::Drained`
-    /// follows once no lease is held. A second call can only bring the deadline forward.
+    /// Begin shutdown: fetch nothing more; release waiting leases at once (delay 0); send acks
+    /// waiting for a retry (late ones included) at once; let running invocations finish until
+    /// `deadline`, then cancel and release them. `Effect::Drained` follows once no lease is
+    /// held and no late ack awaits an answer; a settle (late ack included) that fails after
+    /// the deadline is given up and counted ([`Stats::abandoned`](crate::Stats::abandoned),
+    /// and [`Stats::abandoned_acks`](crate::Stats::abandoned_acks) for finished work). A second call can only bring the deadline forward.
     pub fn handle_shutdown(&mut self, now: Instant, deadline: Instant) {
         self.begin(now);
         let deadline_at = self.tick(deadline);
@@ -177,6 +181,7 @@ impl<P: Clone> LeaseEngine<P> {
                                 in_flight: false,
                                 ..
                             }
+                            | State::Late { in_flight: false }
                     )
                 })
                 .map(|(id, l)| (id, l.state))
@@ -184,6 +189,7 @@ impl<P: Clone> LeaseEngine<P> {
             for (id, state) in waiting {
                 match state {
                     State::Settling { op, .. } => self.send_settle(id, op),
+                    State::Late { .. } => self.send_late(id),
                     _ => self.settle(id, Settle::Release(Duration::ZERO)),
                 }
             }
@@ -320,6 +326,17 @@ impl<P: Clone> LeaseEngine<P> {
         );
     }
 
+    /// Sends (or re-sends) a late ack: like an ack, it goes out with its stream's next batch.
+    pub(super) fn send_late(&mut self, id: LeaseId) {
+        let lease = self.leases.get_mut(id).expect("late");
+        lease.sent_seq = 0;
+        let stream = lease.stream;
+        let pacing = &mut self.streams[usize::from(stream.0)];
+        pacing.acks.push(id);
+        self.ack_due |= pacing.acking.is_none();
+        self.set_state(id, State::Late { in_flight: true });
+    }
+
     /// The `Release` or `DeadLetter` effect for a lease, from what it carries beside the slab.
     #[inline(never)]
     fn settle_effect(&self, id: LeaseId, op: Op) -> Effect<P> {
@@ -378,6 +395,9 @@ impl<P: Clone> LeaseEngine<P> {
             ErrorKind::Fatal => {
                 let stream = self.leases.get(id).expect("settling").stream;
                 self.stats.abandoned += 1;
+                if op == Op::Ack {
+                    self.stats.abandoned_acks += 1;
+                }
                 self.remove(id);
                 self.halt(stream);
             }
@@ -387,6 +407,9 @@ impl<P: Clone> LeaseEngine<P> {
     /// The backend answered the settle operation `op` for `id`, which is in flight.
     fn settled(&mut self, id: LeaseId, result: SettleResult, op: Op) {
         let lease = self.leases.get(id).expect("settling");
+        if let State::Late { .. } = lease.state {
+            return self.late_settled(id, result);
+        }
         let refenced = lease.fence_seq > lease.sent_seq;
         let epoch = lease.epoch;
         match result {
@@ -423,6 +446,9 @@ impl<P: Clone> LeaseEngine<P> {
             }
             SettleResult::Failed if self.shutdown.is_some_and(|s| s.deadline_at <= self.now) => {
                 self.stats.abandoned += 1;
+                if op == Op::Ack {
+                    self.stats.abandoned_acks += 1;
+                }
                 self.remove(id);
             }
             SettleResult::Failed => {
@@ -442,25 +468,58 @@ impl<P: Clone> LeaseEngine<P> {
         }
     }
 
-    /// Whether `id` is a lease of the ack batch sent at `seq` still waiting for its answer.
-    fn in_ack(&self, id: LeaseId, seq: u64) -> bool {
-        self.leases.get(id).is_some_and(|l| {
-            l.sent_seq == seq
-                && l.state
-                    == State::Settling {
-                        op: Op::Ack,
-                        in_flight: true,
-                    }
-        })
+    /// The backend answered the late ack of `id`, which is in flight.
+    fn late_settled(&mut self, id: LeaseId, result: SettleResult) {
+        match result {
+            // The work is done and stays done.
+            SettleResult::Ok => {
+                self.stats.acked += 1;
+                self.stats.acked_late += 1;
+                self.remove(id);
+            }
+            // Taken over: the message is someone else's now, and its result is discarded.
+            SettleResult::Lost => {
+                self.stats.lost += 1;
+                self.report_loss(id, LossReason::LostAtSettle);
+                self.remove(id);
+            }
+            SettleResult::Failed if self.shutdown.is_some_and(|s| s.deadline_at <= self.now) => {
+                self.stats.abandoned += 1;
+                self.stats.abandoned_acks += 1;
+                self.remove(id);
+            }
+            SettleResult::Failed => self.set_state(id, State::Late { in_flight: false }),
+        }
     }
 
-    /// The stream's ack batch `batch`, no longer in flight.
-    fn take_ack(&mut self, batch: AckId) -> Option<AckInFlight> {
+    /// A late ack's message was delivered again: the late ack is given up as taken over (an
+    /// answer still to come for it is stale).
+    pub(super) fn late_superseded(&mut self, id: LeaseId) {
+        self.stats.lost += 1;
+        self.report_loss(id, LossReason::TakenOver);
+        self.remove(id);
+    }
+
+    /// Whether `id` is a lease of the ack batch sent at `seq` still waiting for its answer.
+    fn in_ack(&self, id: LeaseId, seq: u64) -> bool {
+        self.leases
+            .get(id)
+            .is_some_and(|l| l.sent_seq == seq && l.state.is_acking())
+    }
+
+    /// The stream's ack batch `batch`, no longer in flight; `failed` if the call failed as a
+    /// whole (late acks back off while that keeps happening).
+    fn take_ack(&mut self, batch: AckId, failed: bool) -> Option<AckInFlight> {
         let stream = self.streams.iter_mut().find(|s| {
             s.acking
                 .as_ref()
                 .is_some_and(|acking| acking.batch == batch.0)
         })?;
+        stream.ack_failures = if failed {
+            stream.ack_failures.saturating_add(1)
+        } else {
+            0
+        };
         let acked = stream.acking.take();
         self.ack_due |= !stream.acks.is_empty();
         acked
@@ -474,19 +533,15 @@ impl<P: Clone> LeaseEngine<P> {
             if pacing.acking.is_some() || pacing.acks.is_empty() {
                 continue;
             }
-            // A lease dropped after its Done (lost, expired) is not acked. The collecting
-            // vector keeps its capacity; the effect gets vectors of its own.
+            // A lease dropped after its Done (lost, or expired past the cap of late acks) is not
+            // acked. The collecting vector keeps its capacity; the effect gets vectors of its own.
             let seq = self.next_seq();
             let mut due = std::mem::take(&mut self.streams[i].acks);
             let mut leases = Vec::with_capacity(due.len());
             let mut refs = Vec::with_capacity(due.len());
-            let acking = State::Settling {
-                op: Op::Ack,
-                in_flight: true,
-            };
             for &id in &due {
                 match self.leases.get_mut(id) {
-                    Some(lease) if lease.state == acking && lease.sent_seq != seq => {
+                    Some(lease) if lease.state.is_acking() && lease.sent_seq != seq => {
                         lease.sent_seq = seq;
                         leases.push(id);
                         refs.push(lease.lease_ref());
@@ -517,12 +572,33 @@ impl<P: Clone> LeaseEngine<P> {
 
     /// The lease is no longer ours (lost or expired): never act on it again. A running
     /// invocation is cancelled and keeps its slot as an orphan until it reports.
+    ///
+    /// Except a lease that expired after its handler returned `Done`, before the backend
+    /// confirmed the ack: it becomes a late ack, no longer held, whose fenced ack is retried
+    /// until the backend answers (a redelivery of its message ends it as a takeover). At most `max_leases` late acks are kept (the most leases the
+    /// engine ever holds, so memory stays within twice the lease budget however long the
+    /// backend is away); past that, a lease expiring after its `Done` is let go of as before,
+    /// and its message runs again after the claim timeout.
     pub(super) fn drop_lease(&mut self, id: LeaseId, reason: CancelReason) {
         let Some(lease) = self.leases.get(id) else {
             return;
         };
         if !lease.state.is_held() {
             return;
+        }
+        // A `Done` whose ack the backend has not confirmed yet keeps it, fenced: expired
+        // locally (the backend did not answer), nobody is known to have taken it over.
+        if let (
+            CancelReason::LeaseExpired,
+            State::Settling {
+                op: Op::Ack,
+                in_flight,
+            },
+        ) = (reason, lease.state)
+        {
+            if self.late < self.cfg.max_leases {
+                return self.set_state(id, State::Late { in_flight });
+            }
         }
         let loss = match reason {
             CancelReason::LeaseExpired => {

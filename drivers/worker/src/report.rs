@@ -19,6 +19,10 @@ pub struct ShutdownReport {
     /// Leases given up because the backend kept failing past the deadline, or failed fatally
     /// (they lapse on the backend after the claim timeout and are delivered again).
     pub abandoned: u64,
+    /// Of `abandoned`: messages whose handler returned `Done` but whose ack the backend never
+    /// confirmed before the deadline (it was unreachable, or refused the call fatally). Their
+    /// work may run again after the claim timeout.
+    pub unconfirmed_acks: u64,
     /// Streams whose intake a fatal backend error stopped, in the order they stopped.
     pub halted: Vec<HaltedStream>,
 }
@@ -42,6 +46,7 @@ impl ShutdownReport {
             dead_lettered: stats.dead_lettered,
             lost: stats.lost + stats.expired,
             abandoned: stats.abandoned,
+            unconfirmed_acks: stats.abandoned_acks,
             halted,
         }
     }
@@ -56,6 +61,7 @@ impl ShutdownReport {
             dead_lettered,
             lost,
             abandoned,
+            unconfirmed_acks,
             halted,
         } = self;
         let halted = halted.len();
@@ -67,6 +73,7 @@ impl ShutdownReport {
                 dead_lettered,
                 lost,
                 abandoned,
+                unconfirmed_acks,
                 halted,
                 "worker shut down; leases it gave up lapse after the claim timeout"
             );
