@@ -210,6 +210,9 @@ async fn setup(entries: usize) -> Result<Setup, String> {
     tokio::spawn(dashboard.serve(async {
         let _ = stopped.await;
     }));
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let pending_ids = shuffled(pending_ids, &mut seed);
+    let dead_ids = shuffled(dead_ids, &mut seed);
     Ok(Setup {
         entries,
         server,
@@ -290,14 +293,18 @@ async fn round(s: &Setup, samples: usize, next: &mut usize) -> Figures {
             get(addr, &format!("/streams/jobs?after={after}"))
         })
         .await;
-        (st.push(ms), sc.push(calls), su.push(usec));
+        st.push(ms);
+        sc.push(calls);
+        su.push(usec);
         let after = s.dead_ids[*next % s.dead_ids.len()].clone();
         *next += 1;
         let (ms, calls, usec) = measured(&s.server, move || {
             get(addr, &format!("/streams/jobs/dead?after={after}"))
         })
         .await;
-        (dt.push(ms), dc.push(calls), du.push(usec));
+        dt.push(ms);
+        dc.push(calls);
+        du.push(usec);
     }
     Figures {
         round_ms: median(rt),
