@@ -6,11 +6,14 @@ use std::process::Command;
 
 use serde_json::Value;
 
-/// `major.minor[.patch]` as numbers, for comparing.
+/// `major.minor[.patch]` as numbers, for comparing (`1.88` is `1.88.0`).
 fn version(text: &str) -> Vec<u64> {
-    text.split('.')
+    let mut parts: Vec<u64> = text
+        .split('.')
         .map(|part| part.parse().unwrap_or(0))
-        .collect()
+        .collect();
+    parts.resize(3, 0);
+    parts
 }
 
 #[test]
