@@ -101,7 +101,8 @@ pub struct DemoDashboard {
 }
 
 impl DemoDashboard {
-    /// Serves the dashboard over `stream` (shown as `name`) on `addr`.
+    /// Serves the dashboard over `stream` (shown as `name`) on `addr`, from a thread with a
+    /// tokio runtime of its own (the demo may run on smol, and never blocks on this one).
     pub fn start(addr: SocketAddr, name: &str, stream: &MemoryStream) -> Result<Self, String> {
         let source = MemorySource::new(MemoryInspector::new().with_stream(name, stream));
         let options = Options {
@@ -110,23 +111,42 @@ impl DemoDashboard {
             refresh: Duration::from_secs(1),
             ..Options::default()
         };
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| format!("cannot start the dashboard's runtime: {e}"))?;
-        let dashboard = runtime
-            .block_on(Dashboard::bind(source, options))
-            .map_err(|e| e.to_string())?;
-        eprintln!("dashboard on http://{}", dashboard.local_addr());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (bound, bound_rx) = std::sync::mpsc::channel();
         let thread = std::thread::spawn(move || {
-            let served = runtime.block_on(dashboard.serve(async {
-                let _ = stopped.await;
-            }));
-            if let Err(error) = served {
-                eprintln!("dashboard: {error}");
-            }
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(e) => {
+                    let _ = bound.send(Err(format!("cannot start the dashboard's runtime: {e}")));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                let dashboard = match Dashboard::bind(source, options).await {
+                    Ok(dashboard) => dashboard,
+                    Err(e) => {
+                        let _ = bound.send(Err(e.to_string()));
+                        return;
+                    }
+                };
+                let _ = bound.send(Ok(dashboard.local_addr()));
+                let served = dashboard
+                    .serve(async {
+                        let _ = stopped.await;
+                    })
+                    .await;
+                if let Err(error) = served {
+                    eprintln!("dashboard: {error}");
+                }
+            });
         });
+        let addr = bound_rx
+            .recv()
+            .map_err(|_| "the dashboard's thread ended before it listened".to_owned())??;
+        eprintln!("dashboard on http://{addr}");
         Ok(Self {
             stop: Some(stop),
             thread: Some(thread),

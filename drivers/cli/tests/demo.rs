@@ -57,6 +57,31 @@ fn demo_on_smol_loses_nothing_and_runs_nothing_twice() {
     check(&small(RuntimeKind::Smol));
 }
 
+/// With the dashboard served over its stream, on either runtime (it runs on a thread of its
+/// own, so it never blocks theirs).
+#[test]
+fn demo_with_its_dashboard_on_both_runtimes() {
+    for runtime in [RuntimeKind::Tokio, RuntimeKind::Smol] {
+        check(&DemoOptions {
+            dashboard: Some("127.0.0.1:0".parse().unwrap()),
+            ..small(runtime)
+        });
+    }
+}
+
+#[test]
+fn a_dashboard_that_cannot_bind_is_an_error_not_a_panic() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let options = DemoOptions {
+        dashboard: Some(taken.local_addr().unwrap()),
+        ..small(RuntimeKind::Tokio)
+    };
+    match demo::run(&options) {
+        Err(CliError::Invalid(message)) => assert!(message.contains("cannot serve"), "{message}"),
+        other => panic!("expected an error: {other:?}"),
+    }
+}
+
 #[test]
 fn demo_paced_publishing_with_one_worker() {
     check(&DemoOptions {
