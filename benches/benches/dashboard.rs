@@ -38,6 +38,10 @@ fn parse() -> Result<Args, String> {
         samples: 20,
         json: false,
     };
+    // `cargo test --benches` runs this without `--bench`: one small round, as a smoke test.
+    if !std::env::args().any(|a| a == "--bench") {
+        (args.rounds, args.small, args.large, args.samples) = (1, 200, 2_000, 2);
+    }
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = |name: &str| -> Result<usize, String> {
