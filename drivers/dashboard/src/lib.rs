@@ -55,13 +55,13 @@ mod sampler;
 mod server;
 mod source;
 mod state;
+pub mod text;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub use options::{Options, OptionsError};
-pub use pages::PayloadText;
 #[cfg(feature = "memory")]
 pub use source::MemorySource;
 #[cfg(feature = "redis")]

@@ -5,12 +5,12 @@ use std::collections::HashMap;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, Uri};
+use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Redirect, Response};
 use leasehold_core::{Inspector, MessageId, Selection};
 
 use super::guard::may_act;
-use super::{known_queue, known_stream, AppState};
+use super::{known_queue, known_stream, AppState, Failure};
 use crate::pages;
 use crate::source::Source;
 use crate::state::{Notice, Shared};
@@ -39,6 +39,19 @@ impl Form {
     }
 }
 
+/// The action's form, if the dashboard may act (see [`may_act`]) on what it names (`known`).
+fn admit(
+    shared: &Shared<impl Source>,
+    headers: &HeaderMap,
+    body: &[u8],
+    known: Result<(), Failure>,
+) -> Result<Form, (StatusCode, String)> {
+    let form = Form::parse(body);
+    may_act(shared, headers, &form).map_err(|(status, why)| (status, why.to_owned()))?;
+    known.map_err(|failure| (failure.status, failure.message))?;
+    Ok(form)
+}
+
 /// Keeps `notice` and sends the browser to `url` to show it.
 async fn done(shared: &Shared<impl Source>, url: &str, notice: Notice) -> Response {
     shared.pages.clear().await;
@@ -54,13 +67,10 @@ pub(super) async fn dead_action<S: Source>(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let form = Form::parse(&body);
-    if let Err(refused) = may_act(&shared, &headers, &form) {
-        return refused.into_response();
-    }
-    if let Err(failure) = known_stream(&shared, &name) {
-        return (failure.status, failure.message).into_response();
-    }
+    let form = match admit(&shared, &headers, &body, known_stream(&shared, &name)) {
+        Ok(form) => form,
+        Err(refused) => return refused.into_response(),
+    };
     let purge = uri.path().ends_with("/purge");
     let which = if let Some(one) = form.one("one") {
         Selection::Ids(vec![MessageId::from(one)])
@@ -125,12 +135,8 @@ pub(super) async fn command_action<S: Source>(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let form = Form::parse(&body);
-    if let Err(refused) = may_act(&shared, &headers, &form) {
+    if let Err(refused) = admit(&shared, &headers, &body, known_queue(&shared, &name)) {
         return refused.into_response();
-    }
-    if let Err(failure) = known_queue(&shared, &name) {
-        return (failure.status, failure.message).into_response();
     }
     let retry = uri.path().ends_with("/retry");
     let result = match shared.queues.get(&shared.source, &name).await {
