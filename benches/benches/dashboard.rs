@@ -103,51 +103,6 @@ fn get(addr: SocketAddr, path: &str) {
     );
 }
 
-/// `n` pending entries over three consumers and `n / 10` dead letters in stream `jobs`.
-async fn fill(server: &RedisServer, n: usize) -> redis::RedisResult<()> {
-    let client = redis::Client::open(server.url())?;
-    let mut con = client.get_multiplexed_async_connection().await?;
-    redis::cmd("XGROUP")
-        .arg(&["CREATE", "jobs", "workers", "0", "MKSTREAM"][..])
-        .query_async::<()>(&mut con)
-        .await?;
-    for chunk in (0..n).collect::<Vec<_>>().chunks(5_000) {
-        let mut pipe = redis::pipe();
-        for i in chunk {
-            pipe.cmd("XADD")
-                .arg(&["jobs", "*", "data"][..])
-                .arg(format!("{{\"n\":{i}}}"))
-                .ignore();
-            if i % 10 == 0 {
-                pipe.cmd("XADD")
-                    .arg(
-                        &[
-                            "{jobs}:dead",
-                            "*",
-                            "id",
-                            "1-1",
-                            "reason",
-                            "rejected: bad input",
-                        ][..],
-                    )
-                    .arg(&["deliveries", "3", "data"][..])
-                    .arg(format!("{{\"n\":{i}}}"))
-                    .ignore();
-            }
-        }
-        pipe.query_async::<()>(&mut con).await?;
-    }
-    for consumer in ["a", "b", "c"] {
-        redis::cmd("XREADGROUP")
-            .arg(&["GROUP", "workers", consumer, "COUNT"][..])
-            .arg(n.div_ceil(3))
-            .arg(&["STREAMS", "jobs", ">"][..])
-            .query_async::<redis::Value>(&mut con)
-            .await?;
-    }
-    Ok(())
-}
-
 /// One size: its server, inspector, dashboard, and the ids to start pages after.
 struct Setup {
     entries: usize,
@@ -161,7 +116,7 @@ struct Setup {
 
 async fn setup(entries: usize) -> Result<Setup, String> {
     let server = RedisServer::start().map_err(|e| format!("redis-server: {e}"))?;
-    fill(&server, entries)
+    leasehold_benches::seed::pending_and_dead(&server.url(), entries, 10)
         .await
         .map_err(|e| format!("filling Redis: {e}"))?;
     let inspector = RedisInspector::connect(&server.url())

@@ -118,49 +118,6 @@ fn row(name: &str, rounds: &[Vec<Duration>]) {
     println!("| {name} | {} | {ratio:.2} |", cells.join(" | "));
 }
 
-async fn fill_redis(server: &RedisServer, n: usize) -> redis::RedisResult<()> {
-    let client = redis::Client::open(server.url())?;
-    let mut con = client.get_multiplexed_async_connection().await?;
-    redis::cmd("XGROUP")
-        .arg(&["CREATE", "jobs", "workers", "0", "MKSTREAM"][..])
-        .query_async::<()>(&mut con)
-        .await?;
-    for chunk in (0..n).collect::<Vec<_>>().chunks(5_000) {
-        let mut pipe = redis::pipe();
-        for i in chunk {
-            pipe.cmd("XADD")
-                .arg(&["jobs", "*", "data"][..])
-                .arg(format!("{{\"n\":{i}}}"))
-                .ignore();
-            pipe.cmd("XADD")
-                .arg(
-                    &[
-                        "{jobs}:dead",
-                        "*",
-                        "id",
-                        "1-1",
-                        "reason",
-                        "rejected: bad input",
-                    ][..],
-                )
-                .arg(&["deliveries", "3", "data"][..])
-                .arg(format!("{{\"n\":{i}}}"))
-                .ignore();
-        }
-        pipe.query_async::<()>(&mut con).await?;
-    }
-    // Three consumers take everything: n pending entries.
-    for consumer in ["a", "b", "c"] {
-        redis::cmd("XREADGROUP")
-            .arg(&["GROUP", "workers", consumer, "COUNT"][..])
-            .arg(n.div_ceil(3))
-            .arg(&["STREAMS", "jobs", ">"][..])
-            .query_async::<redis::Value>(&mut con)
-            .await?;
-    }
-    Ok(())
-}
-
 fn fill_memory(n: usize) -> (MemoryStream, Vec<leasehold_memory::MemoryBackend>) {
     let stream = MemoryStream::new(StreamConfig::new(Duration::from_secs(3600))).expect("config");
     let consumers: Vec<_> = ["a", "b", "c"]
@@ -178,7 +135,7 @@ fn fill_memory(n: usize) -> (MemoryStream, Vec<leasehold_memory::MemoryBackend>)
 
 async fn run(args: &Args) -> Result<(), String> {
     let server = RedisServer::start().map_err(|e| format!("redis-server: {e}"))?;
-    fill_redis(&server, args.entries)
+    leasehold_benches::seed::pending_and_dead(&server.url(), args.entries, 1)
         .await
         .map_err(|e| format!("filling Redis: {e}"))?;
     let redis = RedisInspector::connect(&server.url())

@@ -9,3 +9,4 @@
 pub mod e2e;
 pub mod fixture;
 pub mod report;
+pub mod seed;
