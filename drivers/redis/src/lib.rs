@@ -76,9 +76,11 @@ mod config;
 mod error;
 mod inspect;
 mod publisher;
+mod slot;
 
 pub use backend::{check_credentials, client, RedisBackend};
 pub use config::{ConnectError, PublisherConfig, RedisConfig, RedisConfigError};
 pub use error::{classify, error as backend_error};
 pub use inspect::RedisInspector;
 pub use publisher::RedisPublisher;
+pub use slot::{hash_tag, key_slot, SLOTS};
