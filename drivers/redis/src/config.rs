@@ -203,7 +203,16 @@ impl RedisConfig {
         self.target.clone()
     }
 
-    pub(crate) fn validate(&self) -> Result<(), RedisConfigError> {
+    /// Checks the configuration without connecting, as [`RedisBackend::connect`] does first:
+    /// names, durations, and that every key a script touches with the stream (dead letters,
+    /// delayed messages) is in the stream's cluster slot.
+    ///
+    /// [`RedisBackend::connect`]: crate::RedisBackend::connect
+    ///
+    /// # Errors
+    ///
+    /// The first thing that cannot work.
+    pub fn validate(&self) -> Result<(), RedisConfigError> {
         self.target.validate()?;
         if self.group.is_empty() {
             return Err(RedisConfigError::Empty("group"));
@@ -285,7 +294,16 @@ impl PublisherConfig {
         self
     }
 
-    pub(crate) fn validate(&self) -> Result<(), RedisConfigError> {
+    /// Checks the configuration without connecting, as [`RedisPublisher::connect`] does
+    /// first: names, durations, and that the delayed and deduplication keys can be placed in
+    /// the stream's cluster slot.
+    ///
+    /// [`RedisPublisher::connect`]: crate::RedisPublisher::connect
+    ///
+    /// # Errors
+    ///
+    /// The first thing that cannot work.
+    pub fn validate(&self) -> Result<(), RedisConfigError> {
         if self.command_timeout.is_zero() {
             return Err(RedisConfigError::ZeroCommandTimeout);
         }
