@@ -13,7 +13,8 @@ pub enum Error {
     /// The `redis-server` binary could not be found or executed.
     #[error(
         "`{}` could not be run ({source}). The Redis tests need redis-server: install it with \
-         `apt-get install -y redis-server` (Debian/Ubuntu; `brew install redis` on macOS), or run \
+         `apt-get install -y redis-server redis-tools` (Debian/Ubuntu; `brew install redis` on \
+         macOS), or run \
          `.ci/run`, which installs it where missing. To use a binary outside PATH, set {env}.",
         binary.display(),
         env = crate::BINARY_ENV
@@ -24,6 +25,36 @@ pub enum Error {
         /// The error from spawning it.
         #[source]
         source: io::Error,
+    },
+    /// The `redis-cli` binary a [`RedisCluster`](crate::RedisCluster) joins its nodes with
+    /// could not be run.
+    #[error(
+        "`{}` could not be run ({source}). Joining a Redis Cluster with it needs redis-cli: \
+         install it with `apt-get install -y redis-server redis-tools` (Debian/Ubuntu; `brew \
+         install redis` on macOS), or run `.ci/run`, which installs it where missing; or join \
+         with `Join::Commands`, which needs only redis-server.",
+        binary.display()
+    )]
+    CliNotInstalled {
+        /// The binary that was tried.
+        binary: PathBuf,
+        /// The error from spawning it.
+        #[source]
+        source: io::Error,
+    },
+    /// A cluster could not be set up: a bad option, or a node or `redis-cli` refused a step.
+    #[error("setting up the Redis Cluster failed: {reason}")]
+    ClusterSetup {
+        /// What failed, with the replies or output that say why.
+        reason: String,
+    },
+    /// The joined cluster was not ready within the ready timeout.
+    #[error("the Redis Cluster was not ready within {timeout:?}; {state}")]
+    ClusterTimeout {
+        /// The ready timeout.
+        timeout: Duration,
+        /// What the first node that was not ready reported.
+        state: String,
     },
     /// Creating the temporary data directory or a log file in it failed.
     #[error("preparing the redis-server data directory failed: {0}")]

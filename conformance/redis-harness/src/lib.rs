@@ -36,7 +36,19 @@
 //!
 //! A process is only reaped by [`Drop`] (or `kill`/`stop`): if the test binary itself is killed
 //! with `SIGKILL` or aborts, the server outlives it.
+//!
+//! ## Clusters
+//!
+//! [`RedisCluster::start`] runs several such servers with `--cluster-enabled yes` (each with its
+//! cluster bus on a free port of its own, `--cluster-port`, so Redis 7 or later), joins them
+//! with `redis-cli --cluster create … --cluster-yes` (or, without `redis-cli` or with fewer than
+//! three masters, with `CLUSTER ADDSLOTSRANGE` / `MEET` / `REPLICATE` sent by the harness; see
+//! [`Join`]), and returns once every node reports `cluster_state:ok` with every slot and every
+//! node known, and every replica is in sync. [`RedisCluster::owner`] names the node serving a
+//! slot; dropping the cluster kills every node and deletes their directories. It honours
+//! `LEASEHOLD_REDIS_SERVER` too, and looks for `redis-cli` beside that binary first.
 
+mod cluster;
 mod error;
 mod resp;
 
@@ -49,6 +61,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+pub use cluster::{ClusterBuilder, Join, RedisCluster};
 pub use error::Error;
 pub use resp::Reply;
 
@@ -144,14 +157,20 @@ impl Builder {
         self
     }
 
-    /// Starts the server on a free loopback port and waits until it answers `PING`.
-    pub fn start(self) -> Result<RedisServer, Error> {
-        let binary = match self.binary.clone() {
+    /// The binary `start` runs: [`Builder::binary`], else `$LEASEHOLD_REDIS_SERVER`, else
+    /// `redis-server` from `PATH`.
+    fn server_binary(&self) -> PathBuf {
+        match self.binary.clone() {
             Some(binary) => binary,
             None => std::env::var_os(BINARY_ENV)
                 .filter(|v| !v.is_empty())
                 .map_or_else(|| PathBuf::from("redis-server"), PathBuf::from),
-        };
+        }
+    }
+
+    /// Starts the server on a free loopback port and waits until it answers `PING`.
+    pub fn start(self) -> Result<RedisServer, Error> {
+        let binary = self.server_binary();
         let dir = tempfile::Builder::new()
             .prefix("leasehold-redis-")
             .tempdir()

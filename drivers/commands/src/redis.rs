@@ -18,8 +18,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use leasehold_core::MAX_DURATION;
 use leasehold_redis::{
-    backend_error as redis_error, check_credentials, ConnectError, RedisBackend, RedisConfig,
-    RedisConfigError,
+    backend_error as redis_error, check_credentials, key_slot, ConnectError, RedisBackend,
+    RedisConfig, RedisConfigError,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Script;
@@ -109,8 +109,53 @@ impl RedisStoreConfig {
         if self.command_timeout.is_zero() {
             return Err(RedisConfigError::ZeroCommandTimeout);
         }
-        Ok(())
+        // The stream's own keys (dead letters, delayed messages), as its consumers derive them.
+        RedisConfig::new(&self.url, stream_key(&self.queue), &self.group).validate()?;
+        // The store's keys, which its scripts touch with the stream.
+        let status_keys = STATUSES.map(|status| status_key(&self.queue, status));
+        let keys = std::iter::once(("state hash", state_key(&self.queue, "")))
+            .chain(status_keys.into_iter().map(|key| ("status index", key)));
+        in_stream_slot(&self.queue, keys)
     }
+}
+
+/// The queue's stream.
+fn stream_key(queue: &str) -> String {
+    format!("leasehold:{{{queue}}}:stream")
+}
+
+/// The hash holding command `id`'s state (with `id` empty: the prefix of them all).
+fn state_key(queue: &str, id: &str) -> String {
+    format!("leasehold:{{{queue}}}:state:{id}")
+}
+
+/// The index of the commands in `status`.
+fn status_key(queue: &str, status: Status) -> String {
+    format!("leasehold:{{{queue}}}:status:{status}")
+}
+
+/// Fails unless every key is in the cluster slot of `queue`'s stream. They all carry the hash
+/// tag `{queue}`, so this holds for any queue name without braces; checked all the same, as a
+/// script over keys of two slots fails on Redis Cluster (`CROSSSLOT`).
+fn in_stream_slot(
+    queue: &str,
+    keys: impl IntoIterator<Item = (&'static str, String)>,
+) -> Result<(), RedisConfigError> {
+    let stream = stream_key(queue);
+    let stream_slot = key_slot(stream.as_bytes());
+    for (what, key) in keys {
+        let slot = key_slot(key.as_bytes());
+        if slot != stream_slot {
+            return Err(RedisConfigError::CrossSlot {
+                what,
+                key,
+                key_slot: slot,
+                stream,
+                stream_slot,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// A command store on Redis: atomic submit and compare-and-set in Lua, stream consumed by
@@ -156,10 +201,9 @@ impl RedisCommandStore {
             )
             .await
             .map_err(|e| redis_error("connect", e))?;
-        let prefix = format!("leasehold:{{{}}}", config.queue);
         Ok(Self {
-            stream: format!("{prefix}:stream"),
-            channel: format!("{prefix}:cancels"),
+            stream: stream_key(&config.queue),
+            channel: format!("leasehold:{{{}}}:cancels", config.queue),
             config,
             client,
             conn,
@@ -176,12 +220,12 @@ impl RedisCommandStore {
 
     /// The key of command `id`'s state hash.
     pub fn state_key(&self, id: &str) -> String {
-        format!("leasehold:{{{}}}:state:{id}", self.config.queue)
+        state_key(&self.config.queue, id)
     }
 
     /// The key of the index of the commands in `status` (a sorted set of ids).
     pub fn status_key(&self, status: Status) -> String {
-        format!("leasehold:{{{}}}:status:{status}", self.config.queue)
+        status_key(&self.config.queue, status)
     }
 
     fn state_prefix(&self) -> String {
@@ -375,5 +419,43 @@ impl CommandStore for RedisCommandStore {
             .claim_timeout(claim_timeout)
             .command_timeout(self.config.command_timeout);
         Ok(RedisBackend::connect(config).await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_of_a_queue_shares_its_stream_slot() {
+        let config = RedisStoreConfig::new("redis://x", "jobs");
+        assert_eq!(config.validate(), Ok(()));
+        let slot = key_slot(b"leasehold:{jobs}:stream");
+        for key in [
+            stream_key("jobs"),
+            format!("{}:dead", stream_key("jobs")),
+            state_key("jobs", "any{id}"),
+            status_key("jobs", Status::Failed),
+        ] {
+            assert_eq!(key_slot(key.as_bytes()), slot, "{key}");
+        }
+        assert_eq!(stream_key("jobs"), "leasehold:{jobs}:stream");
+        assert_eq!(state_key("jobs", "7"), "leasehold:{jobs}:state:7");
+    }
+
+    #[test]
+    fn keys_in_another_slot_are_named_in_the_error() {
+        let err = in_stream_slot("jobs", [("status index", "elsewhere".to_string())]).unwrap_err();
+        assert_eq!(
+            err,
+            RedisConfigError::CrossSlot {
+                what: "status index",
+                key: "elsewhere".into(),
+                key_slot: key_slot(b"elsewhere"),
+                stream: "leasehold:{jobs}:stream".into(),
+                stream_slot: key_slot(b"jobs"),
+            }
+        );
+        assert!(err.to_string().contains("\"elsewhere\""), "{err}");
     }
 }

@@ -176,8 +176,8 @@ impl RedisBackend {
         let blocking = connection(&client, timeout, None).await?;
         let backend = Self {
             consumer: config.consumer.clone().unwrap_or_else(unique_consumer_name),
-            dead_key: config.dead_letter_key(),
-            delayed_keys: DelayedKeys::of(&config.target.stream),
+            dead_key: config.dead_letter_key()?,
+            delayed_keys: DelayedKeys::of(&config.target.stream)?,
             config,
             commands,
             blocking,

@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use leasehold_core::{BackendError, ErrorKind, MAX_DURATION};
 
+use crate::slot::{hash_tag, key_slot};
+
 /// A Redis configuration that cannot work: found before anything is sent to Redis.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -34,6 +36,44 @@ pub enum RedisConfigError {
     /// A time to live outside 1 ms ..= one year.
     #[error("ttl must be between 1 ms and one year, got {0:?}")]
     Ttl(Duration),
+    /// The stream's name holds a `}` but no hash tag: Redis Cluster hashes the whole name, and
+    /// no key derived from it (dead letters, delayed messages) can be placed in its slot.
+    #[error(
+        "stream {stream:?} holds `}}` but no hash tag, so Redis Cluster hashes the whole name \
+         (slot {stream_slot}) and no key derived from it shares that slot ({legacy_key:?} \
+         would be in slot {legacy_slot}); its dead-letter, delayed and deduplication keys \
+         could never be used with it in one script. Name the stream with a hash tag \
+         (`{{app}}:orders`) or without `}}`"
+    )]
+    UntaggableStream {
+        /// The stream's name.
+        stream: String,
+        /// The stream's hash slot.
+        stream_slot: u16,
+        /// The dead-letter key earlier versions derived: `{stream}:dead`.
+        legacy_key: String,
+        /// That key's hash slot.
+        legacy_slot: u16,
+    },
+    /// A key that scripts touch together with the stream hashes to another Redis Cluster slot
+    /// (Redis would refuse every such script with `CROSSSLOT`).
+    #[error(
+        "{what} {key:?} is in Redis Cluster slot {key_slot} but stream {stream:?} is in slot \
+         {stream_slot}: scripts touch both at once, so they must share a slot (give both the \
+         same hash tag, e.g. `{{orders}}` and `{{orders}}:dead`)"
+    )]
+    CrossSlot {
+        /// Which key.
+        what: &'static str,
+        /// The key.
+        key: String,
+        /// Its hash slot.
+        key_slot: u16,
+        /// The stream's name.
+        stream: String,
+        /// The stream's hash slot.
+        stream_slot: u16,
+    },
 }
 
 /// Why connecting to Redis failed: a configuration that cannot work, or Redis itself.
@@ -125,8 +165,9 @@ impl RedisConfig {
         self
     }
 
-    /// The dead-letter stream. Default: `{stream}:dead`, hash-tagged so that it lives in the
-    /// stream's cluster slot (required: dead-lettering is one script over both keys).
+    /// The dead-letter stream. Default: `{stream}:dead` (`{app}:orders:dead` for a stream with
+    /// a hash tag), in the stream's cluster slot. One given here must be in that slot too
+    /// (dead-lettering is one script over both keys): `connect` refuses it otherwise.
     #[must_use]
     pub fn dead_letter_stream(mut self, key: impl Into<String>) -> Self {
         self.dead_letter_stream = Some(key.into());
@@ -162,7 +203,16 @@ impl RedisConfig {
         self.target.clone()
     }
 
-    pub(crate) fn validate(&self) -> Result<(), RedisConfigError> {
+    /// Checks the configuration without connecting, as [`RedisBackend::connect`] does first:
+    /// names, durations, and that every key a script touches with the stream (dead letters,
+    /// delayed messages) is in the stream's cluster slot.
+    ///
+    /// [`RedisBackend::connect`]: crate::RedisBackend::connect
+    ///
+    /// # Errors
+    ///
+    /// The first thing that cannot work.
+    pub fn validate(&self) -> Result<(), RedisConfigError> {
         self.target.validate()?;
         if self.group.is_empty() {
             return Err(RedisConfigError::Empty("group"));
@@ -173,13 +223,14 @@ impl RedisConfig {
         if self.claim_timeout < Duration::from_millis(1) || self.claim_timeout > MAX_DURATION {
             return Err(RedisConfigError::ClaimTimeout(self.claim_timeout));
         }
-        Ok(())
+        self.dead_letter_key().map(drop)
     }
 
-    /// The dead-letter stream's key: in the same cluster slot as the stream.
-    pub(crate) fn dead_letter_key(&self) -> String {
+    /// The dead-letter stream's key; an error unless it is in the stream's cluster slot.
+    pub(crate) fn dead_letter_key(&self) -> Result<String, RedisConfigError> {
         match &self.dead_letter_stream {
-            Some(key) => key.clone(),
+            Some(key) if key.is_empty() => Err(RedisConfigError::Empty("dead_letter_stream")),
+            Some(key) => in_stream_slot(&self.target.stream, "dead_letter_stream", key.clone()),
             None => default_dead_letter_key(&self.target.stream),
         }
     }
@@ -243,7 +294,16 @@ impl PublisherConfig {
         self
     }
 
-    pub(crate) fn validate(&self) -> Result<(), RedisConfigError> {
+    /// Checks the configuration without connecting, as [`RedisPublisher::connect`] does
+    /// first: names, durations, and that the delayed and deduplication keys can be placed in
+    /// the stream's cluster slot.
+    ///
+    /// [`RedisPublisher::connect`]: crate::RedisPublisher::connect
+    ///
+    /// # Errors
+    ///
+    /// The first thing that cannot work.
+    pub fn validate(&self) -> Result<(), RedisConfigError> {
         if self.command_timeout.is_zero() {
             return Err(RedisConfigError::ZeroCommandTimeout);
         }
@@ -259,7 +319,7 @@ impl PublisherConfig {
         if self.max_len == Some(0) {
             return Err(RedisConfigError::ZeroMaxLen);
         }
-        Ok(())
+        DelayedKeys::of(&self.stream).map(drop)
     }
 
     /// The trim length as the scripts take it: `""` for none.
@@ -281,19 +341,62 @@ impl PublisherConfig {
 }
 
 /// The prefix of every key that belongs to `stream`, in the stream's Redis Cluster hash slot:
-/// the stream itself when it carries a `{tag}` (`{app}:orders`), else the whole name as the tag
-/// (`orders` → `{orders}`).
-pub(crate) fn slot_prefix(stream: &str) -> String {
-    if has_hash_tag(stream) {
-        stream.to_string()
+///
+/// - the stream itself when it has a hash tag (`{app}:orders`): a suffix changes neither the
+///   first `{` nor the first `}` after it, so every `{app}:orders…` key hashes by `app`;
+/// - else `{stream}` when the name holds no `}` (`orders` → `{orders}`): the tag is then the
+///   whole name, and Redis hashes a name without a tag whole, so both hash the same bytes;
+/// - else nothing will do: a tag cannot hold a `}`, so no key derived from the name hashes the
+///   name's bytes (`a}b` and `odd{}name` are hashed whole; `{a}b}…` would hash by `a`).
+///
+/// The first two are the keys every earlier version derived, so existing data stays put.
+pub(crate) fn slot_prefix(stream: &str) -> Result<String, RedisConfigError> {
+    if hash_tag(stream.as_bytes()).is_some() {
+        Ok(stream.to_string())
+    } else if !stream.contains('}') {
+        Ok(format!("{{{stream}}}"))
     } else {
-        format!("{{{stream}}}")
+        let legacy_key = format!("{{{stream}}}:dead");
+        Err(RedisConfigError::UntaggableStream {
+            stream: stream.to_string(),
+            stream_slot: key_slot(stream.as_bytes()),
+            legacy_slot: key_slot(legacy_key.as_bytes()),
+            legacy_key,
+        })
+    }
+}
+
+/// The prefix under which a stream's keys are found, for reading only: [`slot_prefix`], or
+/// for a stream no slot-safe key derives from, `{stream}`, where earlier versions put them.
+pub(crate) fn stored_prefix(stream: &str) -> String {
+    slot_prefix(stream).unwrap_or_else(|_| format!("{{{stream}}}"))
+}
+
+/// `key`, checked to be in `stream`'s cluster slot.
+fn in_stream_slot(
+    stream: &str,
+    what: &'static str,
+    key: String,
+) -> Result<String, RedisConfigError> {
+    let stream_slot = key_slot(stream.as_bytes());
+    let slot = key_slot(key.as_bytes());
+    if slot == stream_slot {
+        Ok(key)
+    } else {
+        Err(RedisConfigError::CrossSlot {
+            what,
+            key,
+            key_slot: slot,
+            stream: stream.to_string(),
+            stream_slot,
+        })
     }
 }
 
 /// The dead-letter stream of `stream` unless configured otherwise: in the stream's hash slot.
-pub(crate) fn default_dead_letter_key(stream: &str) -> String {
-    format!("{}:dead", slot_prefix(stream))
+pub(crate) fn default_dead_letter_key(stream: &str) -> Result<String, RedisConfigError> {
+    let key = format!("{}:dead", slot_prefix(stream)?);
+    in_stream_slot(stream, "dead-letter stream", key)
 }
 
 /// The keys of a stream's delayed and deduplicated messages, all in the stream's hash slot
@@ -312,8 +415,23 @@ pub(crate) struct DelayedKeys {
 }
 
 impl DelayedKeys {
-    pub(crate) fn of(stream: &str) -> Self {
-        let prefix = slot_prefix(stream);
+    /// The keys of `stream`; an error when they cannot share its slot.
+    pub(crate) fn of(stream: &str) -> Result<Self, RedisConfigError> {
+        let keys = Self::under(&slot_prefix(stream)?);
+        in_stream_slot(stream, "delayed set", keys.delayed.clone())?;
+        in_stream_slot(stream, "delayed counter", keys.seq.clone())?;
+        in_stream_slot(stream, "wake stream", keys.wake.clone())?;
+        // The prefix carries the tag, so every `<prefix><key>` is in the prefix's slot.
+        in_stream_slot(stream, "deduplication keys", keys.dedupe.clone())?;
+        Ok(keys)
+    }
+
+    /// Where `stream`'s keys are found, for reading only (see [`stored_prefix`]).
+    pub(crate) fn stored(stream: &str) -> Self {
+        Self::under(&stored_prefix(stream))
+    }
+
+    fn under(prefix: &str) -> Self {
         Self {
             delayed: format!("{prefix}:delayed"),
             seq: format!("{prefix}:delayed:seq"),
@@ -321,13 +439,6 @@ impl DelayedKeys {
             dedupe: format!("{prefix}:dedupe:"),
         }
     }
-}
-
-/// Whether Redis Cluster hashes `key` by a `{tag}` (a non-empty one) rather than whole.
-fn has_hash_tag(key: &str) -> bool {
-    key.find('{')
-        .and_then(|open| key[open + 1..].find('}'))
-        .is_some_and(|len| len > 0)
 }
 
 /// A consumer name unique to this process and instance.
@@ -347,34 +458,130 @@ pub(crate) fn unique_consumer_name() -> String {
 mod tests {
     use super::*;
 
+    fn slot(key: &str) -> u16 {
+        key_slot(key.as_bytes())
+    }
+
     #[test]
     fn dead_letter_key_shares_the_stream_slot() {
         let config = |stream: &str| RedisConfig::new("redis://x", stream, "g");
-        assert_eq!(config("orders").dead_letter_key(), "{orders}:dead");
+        let dead = |stream: &str| config(stream).dead_letter_key();
+        // Names that worked before keep their keys.
+        assert_eq!(dead("orders").unwrap(), "{orders}:dead");
+        assert_eq!(dead("{app}:orders").unwrap(), "{app}:orders:dead");
+        assert_eq!(dead("a{b").unwrap(), "{a{b}:dead");
+        assert_eq!(dead("x}{a}").unwrap(), "x}{a}:dead");
+        for stream in ["orders", "{app}:orders", "a{b", "x}{a}", "{", "é{"] {
+            assert_eq!(slot(&dead(stream).unwrap()), slot(stream), "{stream}");
+        }
+        // A `}` without a tag: no derived key shares the slot.
+        for stream in ["a}b", "odd{}name", "}", "{}"] {
+            let err = dead(stream).unwrap_err();
+            assert!(
+                matches!(&err, RedisConfigError::UntaggableStream { stream: s, .. } if s == stream),
+                "{err:?}"
+            );
+            assert!(
+                err.to_string().contains(&format!("{{{stream}}}:dead")),
+                "{err}"
+            );
+            assert_eq!(config(stream).validate(), Err(err.clone()));
+            assert_eq!(
+                PublisherConfig::new("redis://x", stream).validate(),
+                Err(err)
+            );
+        }
+    }
+
+    #[test]
+    fn an_explicit_dead_letter_stream_must_share_the_stream_slot() {
+        let config =
+            |dead: &str| RedisConfig::new("redis://x", "orders", "g").dead_letter_stream(dead);
         assert_eq!(
-            config("{app}:orders").dead_letter_key(),
-            "{app}:orders:dead"
+            config("{orders}:failed").dead_letter_key().unwrap(),
+            "{orders}:failed"
         );
-        assert_eq!(config("odd{}name").dead_letter_key(), "{odd{}name}:dead");
+        assert_eq!(config("{orders}:failed").validate(), Ok(()));
+        let err = config("elsewhere").validate().unwrap_err();
         assert_eq!(
-            config("orders")
-                .dead_letter_stream("elsewhere")
-                .dead_letter_key(),
-            "elsewhere"
+            err,
+            RedisConfigError::CrossSlot {
+                what: "dead_letter_stream",
+                key: "elsewhere".into(),
+                key_slot: slot("elsewhere"),
+                stream: "orders".into(),
+                stream_slot: slot("orders"),
+            }
+        );
+        let message = err.to_string();
+        for part in [
+            "\"elsewhere\"",
+            "\"orders\"",
+            &slot("elsewhere").to_string(),
+        ] {
+            assert!(message.contains(part), "{message}");
+        }
+        assert_eq!(
+            config("").validate(),
+            Err(RedisConfigError::Empty("dead_letter_stream"))
         );
     }
 
     #[test]
     fn delayed_keys_share_the_stream_slot() {
-        let keys = DelayedKeys::of("orders");
+        let keys = DelayedKeys::of("orders").unwrap();
         assert_eq!(keys.delayed, "{orders}:delayed");
         assert_eq!(keys.seq, "{orders}:delayed:seq");
         assert_eq!(keys.wake, "{orders}:delayed:wake");
         assert_eq!(keys.dedupe, "{orders}:dedupe:");
         assert_eq!(
-            DelayedKeys::of("{app}:orders").delayed,
+            DelayedKeys::of("{app}:orders").unwrap().delayed,
             "{app}:orders:delayed"
         );
+        assert!(matches!(
+            DelayedKeys::of("a}b"),
+            Err(RedisConfigError::UntaggableStream { .. })
+        ));
+        // Reading finds what earlier versions wrote.
+        assert_eq!(DelayedKeys::stored("a}b").wake, "{a}b}:delayed:wake");
+        assert_eq!(DelayedKeys::stored("orders"), keys);
+    }
+
+    /// Every name from an alphabet rich in braces: its keys are in its slot, or it is refused
+    /// exactly when it holds a `}` without a tag.
+    #[test]
+    fn derived_keys_share_the_slot_of_every_name() {
+        let alphabet = ["{", "}", "a", ":", "é", "\u{1F600}"];
+        let mut names = vec![String::new()];
+        for _ in 0..5 {
+            let longer: Vec<String> = names
+                .iter()
+                .flat_map(|name| alphabet.iter().map(move |c| format!("{name}{c}")))
+                .collect();
+            names.extend(longer);
+        }
+        names.retain(|name| !name.is_empty());
+        names.sort();
+        names.dedup();
+        for stream in &names {
+            let untaggable = hash_tag(stream.as_bytes()).is_none() && stream.contains('}');
+            match (DelayedKeys::of(stream), default_dead_letter_key(stream)) {
+                (Ok(keys), Ok(dead)) => {
+                    assert!(!untaggable, "{stream:?}");
+                    for key in [&dead, &keys.delayed, &keys.seq, &keys.wake] {
+                        assert_eq!(slot(key), slot(stream), "{stream:?}: {key:?}");
+                    }
+                    let dedupe = format!("{}some{{key}}", keys.dedupe);
+                    assert_eq!(slot(&dedupe), slot(stream), "{stream:?}");
+                }
+                (Err(a), Err(b)) => {
+                    assert!(untaggable, "{stream:?}: {a}");
+                    assert_eq!(a, b);
+                    assert!(matches!(a, RedisConfigError::UntaggableStream { .. }));
+                }
+                other => panic!("{stream:?}: {other:?}"),
+            }
+        }
     }
 
     #[test]

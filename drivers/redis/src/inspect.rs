@@ -18,7 +18,7 @@ use redis::streams::{
 use redis::{Script, Value};
 
 use crate::backend::{check_credentials, client};
-use crate::config::{default_dead_letter_key, ConnectError, DelayedKeys};
+use crate::config::{stored_prefix, ConnectError, DelayedKeys};
 use crate::error::error;
 use crate::publisher::delayed_summary;
 
@@ -121,7 +121,7 @@ impl RedisInspector {
         // Each stream's dead letters, and the wake-up stream of its delayed messages.
         let theirs: std::collections::HashSet<String> = found
             .iter()
-            .flat_map(|stream| [self.dead_key(stream), DelayedKeys::of(stream).wake])
+            .flat_map(|stream| [self.dead_key(stream), DelayedKeys::stored(stream).wake])
             .collect();
         Ok(found
             .into_iter()
@@ -134,7 +134,7 @@ impl RedisInspector {
         self.dead_keys
             .get(stream)
             .cloned()
-            .unwrap_or_else(|| default_dead_letter_key(stream))
+            .unwrap_or_else(|| format!("{}:dead", stored_prefix(stream)))
     }
 
     async fn query<T: redis::FromRedisValue>(
@@ -365,7 +365,7 @@ impl Inspector for RedisInspector {
             });
         }
         let dead_letters = self.len_of(&self.dead_key(stream)).await?;
-        let delayed = delayed_summary(&mut self.conn.clone(), &DelayedKeys::of(stream).delayed)
+        let delayed = delayed_summary(&mut self.conn.clone(), &DelayedKeys::stored(stream).delayed)
             .await
             .map_err(InspectError::Backend)?;
         Ok(Overview {

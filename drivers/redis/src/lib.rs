@@ -12,8 +12,8 @@
 //!   this one group (an entry the group skipped with `XGROUP SETID` is trimmed too);
 //! - release with delay `d` = owner-checked `XCLAIM … IDLE (claim_timeout - d) JUSTID`: anyone
 //!   may reclaim it once `d` has passed, with no extra keys (delays cap at the claim timeout);
-//! - dead-letter = owner-checked copy to `{stream}:dead` (reason, delivery count, fields) +
-//!   `XACK` + `XDEL`, atomically.
+//! - dead-letter = owner-checked copy to the dead-letter stream (reason, delivery count,
+//!   fields) + `XACK` + `XDEL`, atomically.
 //!
 //! A fetch reads new entries with `XREADGROUP … >`, pipelined with an `XPENDING … IDLE` that
 //! tells whether any entry has lapsed and a look at when the next delayed message is due
@@ -29,21 +29,49 @@
 //! nothing) and never delays a heartbeat on the command connection, and no longer than until
 //! the next delayed message is due. Both connections reconnect with backoff; a wrong password
 //! or TLS setup fails `connect` at once. A vanished group (`NOGROUP`) is recreated by the next
-//! fetch; its leases are reported lost. Keys are hash-tagged so every script is Redis Cluster
-//! safe.
+//! fetch; its leases are reported lost. Every key a script touches is in the stream's Redis
+//! Cluster hash slot (below).
 //!
-//! ## Publishing: delayed and deduplicated messages
+//! ## Keys and hash slots
 //!
-//! A [`RedisPublisher`] appends and needs no consumer group. Every key of a stream shares its
-//! hash slot: for `orders` (or `{app}:orders`, which keeps its tag) they are
+//! A stream's keys, for `orders`:
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `{orders}:dead` | stream | dead letters |
+//! | `orders` | stream | the messages; consumer groups |
+//! | `{orders}:dead` | stream | dead letters (or the configured [`RedisConfig::dead_letter_stream`]) |
 //! | `{orders}:delayed` | sorted set | delayed messages: score = due time (Unix ms, the server's clock), member = `<seq>:<payload>` |
 //! | `{orders}:delayed:seq` | string | the counter giving each delayed message its `<seq>` |
 //! | `{orders}:delayed:wake` | stream (one entry) | appended to when a newly delayed message is due before all others |
 //! | `{orders}:dedupe:<key>` | string, with the key's ttl | the id the first publish with `<key>` returned |
+//!
+//! Redis Cluster runs a script only if all its keys are in one hash slot, and hashes a key by
+//! its *hash tag* — the bytes between its first `{` and the first `}` after that, when there is
+//! at least one — or, without one, the whole key ([`key_slot`] computes it as `CLUSTER KEYSLOT`
+//! does: CRC16-XMODEM mod 16384). So the prefix of a stream's other keys is:
+//!
+//! - the stream's name when it has a hash tag: `{app}:orders` → `{app}:orders:dead`, … (a
+//!   suffix changes neither the first `{` nor the first `}` after it: all hash by `app`);
+//! - `{name}` when it has none and holds no `}`: `orders` → `{orders}:dead`, … (the tag is the
+//!   whole name, the bytes Redis hashes for the tagless name itself);
+//! - nothing, when it has no tag but holds a `}` (`a}b`, or `odd{}name`, whose tag is empty):
+//!   Redis hashes the whole name, a tag cannot hold `}`, so no key derived from the name lands
+//!   in its slot (`{a}b}:dead` would hash by `a`). Such a stream is
+//!   [`RedisConfigError::UntaggableStream`]: name it with a tag, or without `}`.
+//!
+//! [`RedisBackend::connect`] and [`RedisPublisher::connect`] check every key with [`key_slot`]
+//! before sending anything, and refuse one in another slot — a
+//! [`RedisConfig::dead_letter_stream`] such as `orders-dead` for `orders` — with
+//! [`RedisConfigError::CrossSlot`], naming both keys and slots ([`RedisConfig::validate`]
+//! checks without connecting). The first two rules are the keys earlier versions derived, so
+//! existing dead letters and delayed messages stay where they are; [`RedisInspector`] still
+//! reads the old keys (`{a}b}:dead`) of a refused name. The connections themselves are to one
+//! server (no `MOVED` / `ASK` handling yet): the slot rule keeps a stream's scripts valid on a
+//! cluster, with all of one stream's keys on one node.
+//!
+//! ## Publishing: delayed and deduplicated messages
+//!
+//! A [`RedisPublisher`] appends and needs no consumer group; it uses the keys above.
 //!
 //! A batch of plain messages is one pipeline of `XADD`s. A batch with any due time or
 //! deduplication key is one script (a server that forgot it answers `NOSCRIPT` having run
@@ -76,9 +104,11 @@ mod config;
 mod error;
 mod inspect;
 mod publisher;
+mod slot;
 
 pub use backend::{check_credentials, client, RedisBackend};
 pub use config::{ConnectError, PublisherConfig, RedisConfig, RedisConfigError};
 pub use error::{classify, error as backend_error};
 pub use inspect::RedisInspector;
 pub use publisher::RedisPublisher;
+pub use slot::{hash_tag, key_slot, SLOTS};

@@ -64,7 +64,7 @@ impl RedisPublisher {
         let commands = connection(&client, timeout, Some(timeout)).await?;
         Ok(Self {
             inner: Arc::new(Inner {
-                keys: DelayedKeys::of(&config.stream),
+                keys: DelayedKeys::of(&config.stream)?,
                 config,
                 commands,
             }),
