@@ -18,10 +18,9 @@ use std::time::Duration;
 use futures::StreamExt;
 use leasehold_core::MAX_DURATION;
 use leasehold_redis::{
-    backend_error as redis_error, check_credentials, key_slot, ConnectError, RedisBackend,
-    RedisConfig, RedisConfigError,
+    backend_error as redis_error, key_slot, ConnectError, Connection, RedisBackend, RedisConfig,
+    RedisConfigError, Servers,
 };
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Script;
 
 use crate::state::{CommandState, Status};
@@ -46,7 +45,7 @@ const STATUSES: [Status; 5] = Status::ALL;
 /// Where a [`RedisCommandStore`] lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisStoreConfig {
-    url: String,
+    servers: Servers,
     queue: String,
     group: String,
     ttl: Duration,
@@ -57,8 +56,26 @@ impl RedisStoreConfig {
     /// Queue `queue` on the Redis at `url` (`redis://[user:password@]host:port/db`). Defaults:
     /// consumer group `commands`, state TTL 7 days, 5 s command timeout.
     pub fn new(url: impl Into<String>, queue: impl Into<String>) -> Self {
+        Self::with_servers(Servers::one(url), queue)
+    }
+
+    /// Queue `queue` on a Redis Cluster known by some of its nodes' URLs (see
+    /// [`Servers::cluster`]); defaults as [`RedisStoreConfig::new`]. All of a queue's keys share
+    /// one hash slot, so each queue lives on one master.
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+    pub fn cluster<I, S>(nodes: I, queue: impl Into<String>) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::with_servers(Servers::cluster(nodes), queue)
+    }
+
+    /// Queue `queue` on `servers`; defaults as [`RedisStoreConfig::new`].
+    pub fn with_servers(servers: Servers, queue: impl Into<String>) -> Self {
         Self {
-            url: url.into(),
+            servers,
             queue: queue.into(),
             group: "commands".into(),
             ttl: DEFAULT_TTL,
@@ -88,9 +105,6 @@ impl RedisStoreConfig {
     }
 
     fn validate(&self) -> Result<(), RedisConfigError> {
-        if self.url.is_empty() {
-            return Err(RedisConfigError::Empty("url"));
-        }
         if self.queue.is_empty() {
             return Err(RedisConfigError::Empty("queue"));
         }
@@ -110,7 +124,9 @@ impl RedisStoreConfig {
             return Err(RedisConfigError::ZeroCommandTimeout);
         }
         // The stream's own keys (dead letters, delayed messages), as its consumers derive them.
-        RedisConfig::new(&self.url, stream_key(&self.queue), &self.group).validate()?;
+        // (and the servers).
+        RedisConfig::with_servers(self.servers.clone(), stream_key(&self.queue), &self.group)
+            .validate()?;
         // The store's keys, which its scripts touch with the stream.
         let status_keys = STATUSES.map(|status| status_key(&self.queue, status));
         let keys = std::iter::once(("state hash", state_key(&self.queue, "")))
@@ -163,8 +179,7 @@ fn in_stream_slot(
 #[derive(Clone)]
 pub struct RedisCommandStore {
     config: RedisStoreConfig,
-    client: redis::Client,
-    conn: ConnectionManager,
+    conn: Connection,
     stream: String,
     channel: String,
     submit: Script,
@@ -189,23 +204,14 @@ impl RedisCommandStore {
     /// [`ConnectError::Redis`] when Redis cannot be reached or refuses the credentials.
     pub async fn connect(config: RedisStoreConfig) -> Result<Self, ConnectError> {
         config.validate()?;
-        let client = leasehold_redis::client(&config.url)?;
+        let timeout = config.command_timeout;
         // Fails at once on a wrong password or a bad TLS setup, as the backend does.
-        check_credentials(&client, config.command_timeout).await?;
-        let conn = client
-            .get_connection_manager_with_config(
-                ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(config.command_timeout))
-                    .set_response_timeout(Some(config.command_timeout))
-                    .set_max_delay(Duration::from_secs(2)),
-            )
-            .await
-            .map_err(|e| redis_error("connect", e))?;
+        config.servers.check_credentials(timeout).await?;
+        let conn = config.servers.connect(timeout, Some(timeout)).await?;
         Ok(Self {
             stream: stream_key(&config.queue),
             channel: format!("leasehold:{{{}}}:cancels", config.queue),
             config,
-            client,
             conn,
             submit: Script::new(SUBMIT),
             cas: Script::new(CAS),
@@ -400,11 +406,7 @@ impl CommandStore for RedisCommandStore {
     }
 
     async fn cancels(&self) -> Result<CancelFeed, StoreError> {
-        let mut pubsub = self
-            .client
-            .get_async_pubsub()
-            .await
-            .map_err(|e| redis_error("subscribe", e))?;
+        let mut pubsub = self.config.servers.pubsub().await?;
         pubsub
             .subscribe(&self.channel)
             .await
@@ -415,9 +417,13 @@ impl CommandStore for RedisCommandStore {
     }
 
     async fn consumer(&self, claim_timeout: Duration) -> Result<RedisBackend, StoreError> {
-        let config = RedisConfig::new(&self.config.url, &self.stream, &self.config.group)
-            .claim_timeout(claim_timeout)
-            .command_timeout(self.config.command_timeout);
+        let config = RedisConfig::with_servers(
+            self.config.servers.clone(),
+            &self.stream,
+            &self.config.group,
+        )
+        .claim_timeout(claim_timeout)
+        .command_timeout(self.config.command_timeout);
         Ok(RedisBackend::connect(config).await?)
     }
 }

@@ -10,12 +10,12 @@ use leasehold_core::{
     Backend, BackendError, BackendResult, DeadLetterReason, ErrorKind, Fence, Fetched, LeaseRef,
     MessageId, RenewResult, SettleResult, Undeliverable,
 };
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncConnectionConfig, RedisError, Script, Value};
 
 use crate::config::{
     unique_consumer_name, ConnectError, DelayedKeys, RedisConfig, RedisConfigError,
 };
+use crate::conn::Connection;
 use crate::error::{error, is_nogroup};
 
 /// A script made of shared Lua helpers followed by its own file.
@@ -62,9 +62,11 @@ pub struct RedisBackend {
     dead_key: String,
     delayed_keys: DelayedKeys,
     /// Scripts, publishes, acks and renews: multiplexed, never blocked.
-    commands: ConnectionManager,
-    /// Only the blocking `XREAD … BLOCK`, so a waiting fetch never delays a heartbeat.
-    blocking: ConnectionManager,
+    commands: Connection,
+    /// Only the blocking `XREAD … BLOCK`, so a waiting fetch never delays a heartbeat (on a
+    /// cluster: a cluster connection of its own, so it blocks none of the command
+    /// connection's links to the nodes).
+    blocking: Connection,
     /// The `XAUTOCLAIM` cursor, carried between fetches so lapsed entries are reclaimed in turn.
     cursor: Mutex<String>,
     /// Reclaims and new entries take turns going first.
@@ -122,28 +124,11 @@ pub async fn check_credentials(client: &redis::Client, timeout: Duration) -> Bac
     }
 }
 
-/// A connection manager to `client`'s server: connects within `timeout`, reconnects with
-/// backoff (at most 2 s apart), and bounds each response by `response_timeout`.
-pub(crate) async fn connection(
-    client: &redis::Client,
-    timeout: Duration,
-    response_timeout: Option<Duration>,
-) -> BackendResult<ConnectionManager> {
-    let config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(timeout))
-        .set_max_delay(Duration::from_secs(2))
-        .set_response_timeout(response_timeout);
-    client
-        .get_connection_manager_with_config(config)
-        .await
-        .map_err(|e| error("connect", e))
-}
-
 /// Runs an `EVALSHA` of `script` on `con`; loads the script first if the server does not know
 /// it (a restarted server, a new connection to another one). NOSCRIPT means nothing ran, so
 /// the retry is safe whatever the script does.
 pub(crate) async fn evalsha<T: redis::FromRedisValue>(
-    con: &ConnectionManager,
+    con: &Connection,
     script: &Script,
     cmd: &redis::Cmd,
 ) -> Result<T, RedisError> {
@@ -168,12 +153,12 @@ impl RedisBackend {
     /// fails to create the group.
     pub async fn connect(config: RedisConfig) -> Result<Self, ConnectError> {
         config.validate()?;
-        let client = client(&config.target.url)?;
-        check_credentials(&client, config.target.command_timeout).await?;
+        let servers = &config.target.servers;
         let timeout = config.target.command_timeout;
-        let commands = connection(&client, timeout, Some(timeout)).await?;
+        servers.check_credentials(timeout).await?;
+        let commands = servers.connect(timeout, Some(timeout)).await?;
         // The blocking read may wait as long as the fetch asks; the driver bounds the call.
-        let blocking = connection(&client, timeout, None).await?;
+        let blocking = servers.connect(timeout, None).await?;
         let backend = Self {
             consumer: config.consumer.clone().unwrap_or_else(unique_consumer_name),
             dead_key: config.dead_letter_key()?,

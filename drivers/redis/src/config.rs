@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use leasehold_core::{BackendError, ErrorKind, MAX_DURATION};
 
+use crate::conn::Servers;
 use crate::slot::{hash_tag, key_slot};
 
 /// A Redis configuration that cannot work: found before anything is sent to Redis.
@@ -132,8 +133,30 @@ impl RedisConfig {
         stream: impl Into<String>,
         group: impl Into<String>,
     ) -> Self {
+        Self::with_servers(Servers::one(url), stream, group)
+    }
+
+    /// A stream on a Redis Cluster known by some of its nodes' URLs (see [`Servers::cluster`]),
+    /// consumed by consumer group `group`; defaults as [`RedisConfig::new`].
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+    pub fn cluster<I, S>(nodes: I, stream: impl Into<String>, group: impl Into<String>) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::with_servers(Servers::cluster(nodes), stream, group)
+    }
+
+    /// A stream on `servers`, consumed by consumer group `group`; defaults as
+    /// [`RedisConfig::new`].
+    pub fn with_servers(
+        servers: Servers,
+        stream: impl Into<String>,
+        group: impl Into<String>,
+    ) -> Self {
         Self {
-            target: PublisherConfig::new(url, stream),
+            target: PublisherConfig::with_servers(servers, stream),
             group: group.into(),
             consumer: None,
             claim_timeout: Duration::from_secs(60),
@@ -197,7 +220,12 @@ impl RedisConfig {
         self
     }
 
-    /// A publisher's configuration for this stream, with the same URL, payload field, trim
+    /// Where the stream's Redis runs.
+    pub fn servers(&self) -> &Servers {
+        &self.target.servers
+    }
+
+    /// A publisher's configuration for this stream, with the same servers, payload field, trim
     /// length and command timeout.
     pub fn publisher(&self) -> PublisherConfig {
         self.target.clone()
@@ -239,7 +267,7 @@ impl RedisConfig {
 /// Configuration of a [`RedisPublisher`](crate::RedisPublisher): one stream, no consumer group.
 #[derive(Clone, PartialEq, Eq)]
 pub struct PublisherConfig {
-    pub(crate) url: String,
+    pub(crate) servers: Servers,
     pub(crate) stream: String,
     pub(crate) field: String,
     pub(crate) max_len: Option<usize>,
@@ -262,8 +290,25 @@ impl PublisherConfig {
     /// Publishing to `stream` at `url` (as [`RedisConfig::new`] takes it). Defaults: payload
     /// field `data`, no trimming, command timeout 5 s.
     pub fn new(url: impl Into<String>, stream: impl Into<String>) -> Self {
+        Self::with_servers(Servers::one(url), stream)
+    }
+
+    /// Publishing to `stream` on a Redis Cluster known by some of its nodes' URLs (see
+    /// [`Servers::cluster`]); defaults as [`PublisherConfig::new`].
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+    pub fn cluster<I, S>(nodes: I, stream: impl Into<String>) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::with_servers(Servers::cluster(nodes), stream)
+    }
+
+    /// Publishing to `stream` on `servers`; defaults as [`PublisherConfig::new`].
+    pub fn with_servers(servers: Servers, stream: impl Into<String>) -> Self {
         Self {
-            url: url.into(),
+            servers,
             stream: stream.into(),
             field: "data".into(),
             max_len: None,
@@ -307,11 +352,8 @@ impl PublisherConfig {
         if self.command_timeout.is_zero() {
             return Err(RedisConfigError::ZeroCommandTimeout);
         }
-        for (what, value) in [
-            ("url", &self.url),
-            ("stream", &self.stream),
-            ("field", &self.field),
-        ] {
+        self.servers.validate()?;
+        for (what, value) in [("stream", &self.stream), ("field", &self.field)] {
             if value.is_empty() {
                 return Err(RedisConfigError::Empty(what));
             }

@@ -10,15 +10,14 @@ use leasehold_core::{
     ConsumerOverview, DeadLetterEntry, GroupOverview, InspectError, Inspector, Listing, MessageId,
     NotDead, Overview, Page, PendingEntry, PendingQuery, Purged, Requeued, Selection,
 };
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::streams::{
     StreamInfoConsumersReply, StreamInfoGroupsReply, StreamPendingCountReply, StreamPendingReply,
     StreamRangeReply,
 };
 use redis::{Script, Value};
 
-use crate::backend::{check_credentials, client};
 use crate::config::{stored_prefix, ConnectError, DelayedKeys};
+use crate::conn::{Connection, Servers};
 use crate::error::error;
 use crate::publisher::delayed_summary;
 
@@ -30,7 +29,7 @@ const CHUNK: usize = 100;
 /// Reads streams and acts on their dead letters. Cheap to clone.
 #[derive(Clone)]
 pub struct RedisInspector {
-    conn: ConnectionManager,
+    conn: Connection,
     field: String,
     dead_keys: HashMap<String, String>,
 }
@@ -51,23 +50,36 @@ impl RedisInspector {
     /// A URL that does not parse, a server that refuses the credentials, or one that cannot be
     /// reached.
     pub async fn connect(url: &str) -> Result<Self, ConnectError> {
+        Self::connect_to(&Servers::one(url)).await
+    }
+
+    /// Connects to a Redis Cluster known by some of its nodes' URLs (see
+    /// [`Servers::cluster`]): each stream's commands go to the master serving its slot, and
+    /// [`streams`](Self::streams) walks every master.
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect).
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+    pub async fn connect_cluster<I, S>(nodes: I) -> Result<Self, ConnectError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::connect_to(&Servers::cluster(nodes)).await
+    }
+
+    /// Connects to `servers`.
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect).
+    pub async fn connect_to(servers: &Servers) -> Result<Self, ConnectError> {
         let timeout = Duration::from_secs(5);
-        let client = client(url)?;
-        check_credentials(&client, timeout).await?;
-        let conn = client
-            .get_connection_manager_with_config(
-                ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(timeout))
-                    .set_response_timeout(Some(timeout))
-                    .set_max_delay(Duration::from_secs(2)),
-            )
-            .await
-            .map_err(|e| {
-                error(
-                    &format!("connect to {}", client.get_connection_info().addr()),
-                    e,
-                )
-            })?;
+        servers.validate()?;
+        servers.check_credentials(timeout).await?;
+        let conn = servers.connect(timeout, Some(timeout)).await?;
         Ok(Self {
             conn,
             field: "data".into(),
@@ -93,29 +105,40 @@ impl RedisInspector {
 
     /// The streams of this database, dead-letter and wake-up streams left out, sorted by name (at most
     /// `limit`): what a dashboard shows when it is not told which. One `SCAN … TYPE stream`
-    /// walk of the keyspace, 1000 keys per round trip, so call it seldom on a large database.
+    /// walk of the keyspace, 1000 keys per round trip, so call it seldom on a large database;
+    /// on a Redis Cluster, one walk of each master's.
     ///
     /// # Errors
     ///
     /// Redis failed or is older than 6.0 (no `TYPE` filter on `SCAN`).
     pub async fn streams(&self, limit: usize) -> Result<Vec<String>, InspectError> {
-        let mut conn = self.conn.clone();
         let mut found = std::collections::BTreeSet::new();
-        let mut cursor = 0u64;
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("COUNT")
-                .arg(1000)
-                .arg("TYPE")
-                .arg("stream")
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| InspectError::Backend(error("SCAN", e)))?;
-            found.extend(keys);
-            cursor = next;
-            if cursor == 0 {
-                break;
+        let nodes = self
+            .conn
+            .key_holders()
+            .await
+            .map_err(|e| InspectError::Backend(error("CLUSTER SLOTS", e)))?;
+        for node in &nodes {
+            let mut cursor = 0u64;
+            loop {
+                let (next, keys): (u64, Vec<String>) = self
+                    .conn
+                    .query_on(
+                        node,
+                        redis::cmd("SCAN")
+                            .arg(cursor)
+                            .arg("COUNT")
+                            .arg(1000)
+                            .arg("TYPE")
+                            .arg("stream"),
+                    )
+                    .await
+                    .map_err(|e| InspectError::Backend(error("SCAN", e)))?;
+                found.extend(keys);
+                cursor = next;
+                if cursor == 0 {
+                    break;
+                }
             }
         }
         // Each stream's dead letters, and the wake-up stream of its delayed messages.

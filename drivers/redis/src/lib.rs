@@ -101,6 +101,7 @@
 
 mod backend;
 mod config;
+mod conn;
 mod error;
 mod inspect;
 mod publisher;
@@ -108,6 +109,7 @@ mod slot;
 
 pub use backend::{check_credentials, client, RedisBackend};
 pub use config::{ConnectError, PublisherConfig, RedisConfig, RedisConfigError};
+pub use conn::{Connection, Servers};
 pub use error::{classify, error as backend_error};
 pub use inspect::RedisInspector;
 pub use publisher::RedisPublisher;

@@ -8,17 +8,21 @@ use bytes::Bytes;
 use leasehold_core::{
     BackendError, BackendResult, DelayedSummary, Due, MessageId, Outgoing, Published, Publisher,
 };
-use redis::aio::ConnectionManager;
 use redis::Value;
 
-use crate::backend::{check_credentials, client, connection, evalsha, DELAYED_SUMMARY, PUBLISH};
+use crate::backend::{evalsha, DELAYED_SUMMARY, PUBLISH};
 use crate::config::{ConnectError, DelayedKeys, PublisherConfig};
+use crate::conn::Connection;
 use crate::error::error;
 
 /// Publishes to one Redis stream, implementing [`Publisher`].
 ///
 /// - A batch of plain messages (no due time, no deduplication key) is one pipelined round trip
-///   of `XADD`s.
+///   of `XADD`s — on one server. On a Redis Cluster every batch is the script below: a slot
+///   migration can move the stream between two commands of a pipeline, whose rest then fails
+///   with `ASK` after the first ones were appended (a retry would append those twice), while a
+///   script runs whole or not at all, so the cluster client can follow its `ASK` / `MOVED` and
+///   retry its `TRYAGAIN` safely.
 /// - A batch with any due time or deduplication key is one `EVALSHA` of a script that publishes
 ///   every message of it, in order, atomically. Due times are computed in the script on the
 ///   server's clock: a message due later waits in the sorted set `{stream}:delayed` and its id
@@ -35,7 +39,7 @@ pub struct RedisPublisher {
 struct Inner {
     config: PublisherConfig,
     keys: DelayedKeys,
-    commands: ConnectionManager,
+    commands: Connection,
 }
 
 /// Leaves the URL out: it may hold a password.
@@ -58,10 +62,9 @@ impl RedisPublisher {
     /// [`ConnectError::Redis`] when Redis cannot be reached or refuses the credentials.
     pub async fn connect(config: PublisherConfig) -> Result<Self, ConnectError> {
         config.validate()?;
-        let client = client(&config.url)?;
         let timeout = config.command_timeout;
-        check_credentials(&client, timeout).await?;
-        let commands = connection(&client, timeout, Some(timeout)).await?;
+        config.servers.check_credentials(timeout).await?;
+        let commands = config.servers.connect(timeout, Some(timeout)).await?;
         Ok(Self {
             inner: Arc::new(Inner {
                 keys: DelayedKeys::of(&config.stream)?,
@@ -172,7 +175,9 @@ impl Publisher for RedisPublisher {
         }
         if batch.is_empty() {
             Ok(Vec::new())
-        } else if batch.iter().all(|m| m.due.is_none() && m.dedupe.is_none()) {
+        } else if !self.inner.config.servers.is_cluster()
+            && batch.iter().all(|m| m.due.is_none() && m.dedupe.is_none())
+        {
             self.append(batch).await
         } else {
             self.publish_script(batch).await

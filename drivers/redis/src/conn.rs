@@ -1,0 +1,356 @@
+//! Where Redis runs — one server, or a Redis Cluster — and the connections to it.
+//!
+//! Everything above this module talks to a [`Connection`], which implements redis-rs's
+//! [`ConnectionLike`] by delegating to a single server's `ConnectionManager` or to a cluster
+//! connection: commands, pipelines and scripts are written once. On a cluster, redis-rs routes
+//! each command by its first key (a script by its first key, a pipeline by its commands' one
+//! slot), follows `MOVED` and `ASK`, and refreshes its slot map when a slot moved.
+
+use std::time::Duration;
+
+use leasehold_core::{BackendResult, ErrorKind};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, RedisResult, Value};
+
+use crate::config::{ConnectError, RedisConfigError};
+use crate::error::error;
+
+/// Where Redis runs: one server, or (with the `cluster` feature) a Redis Cluster known by some
+/// of its nodes. Its `Debug` leaves the URLs out: they may hold passwords.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Servers(Where);
+
+#[derive(Clone, PartialEq, Eq)]
+enum Where {
+    One(String),
+    #[cfg(feature = "cluster")]
+    Cluster(Vec<String>),
+}
+
+impl std::fmt::Debug for Servers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Where::One(_) => f.write_str("Servers::One"),
+            #[cfg(feature = "cluster")]
+            Where::Cluster(nodes) => write!(f, "Servers::Cluster({} nodes)", nodes.len()),
+        }
+    }
+}
+
+impl Servers {
+    /// One server at `url` (`redis://[user:password@]host:port/db`, or `rediss://` with the
+    /// `tls` feature).
+    pub fn one(url: impl Into<String>) -> Self {
+        Self(Where::One(url.into()))
+    }
+
+    /// A Redis Cluster, known by the URLs of some of its nodes (any one that answers will do:
+    /// the client learns the others from it). Database 0 only, as Redis Cluster has no other.
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+    pub fn cluster<I, S>(nodes: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self(Where::Cluster(nodes.into_iter().map(Into::into).collect()))
+    }
+
+    /// Whether this is a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        !matches!(self.0, Where::One(_))
+    }
+
+    /// Fails on an empty URL or an empty list of nodes (the URLs are parsed at connect).
+    pub(crate) fn validate(&self) -> Result<(), RedisConfigError> {
+        match &self.0 {
+            Where::One(url) if url.is_empty() => Err(RedisConfigError::Empty("url")),
+            Where::One(_) => Ok(()),
+            #[cfg(feature = "cluster")]
+            Where::Cluster(nodes) if nodes.is_empty() || nodes.iter().any(String::is_empty) => {
+                Err(RedisConfigError::Empty("cluster node url"))
+            }
+            #[cfg(feature = "cluster")]
+            Where::Cluster(_) => Ok(()),
+        }
+    }
+
+    /// The URLs: the server's, or those of the cluster's nodes given.
+    fn urls(&self) -> Vec<&str> {
+        match &self.0 {
+            Where::One(url) => vec![url.as_str()],
+            #[cfg(feature = "cluster")]
+            Where::Cluster(nodes) => nodes.iter().map(String::as_str).collect(),
+        }
+    }
+
+    /// Opens one plain connection to each server (each node given of a cluster) in turn: a
+    /// wrong password, an unknown user or a bad TLS setup is a fatal error here, at once, where
+    /// the reconnecting connections would retry it for seconds. Transient failures (a server
+    /// not up yet) pass: the connections' retries handle them.
+    ///
+    /// # Errors
+    ///
+    /// A URL that does not parse, or the first fatal error.
+    pub async fn check_credentials(&self, timeout: Duration) -> Result<(), ConnectError> {
+        for url in self.urls() {
+            let client = crate::backend::client(url)?;
+            let probe = client
+                .get_multiplexed_async_connection_with_config(
+                    &AsyncConnectionConfig::new()
+                        .set_connection_timeout(Some(timeout))
+                        .set_response_timeout(Some(timeout)),
+                )
+                .await;
+            if let Err(e) = probe {
+                let e = error("connect", e);
+                if e.kind() == ErrorKind::Fatal {
+                    return Err(e.into());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A connection that reconnects by itself (with backoff, at most 2 s apart), connected
+    /// within `timeout`, each response bounded by `response_timeout` (`None`: unbounded, for
+    /// blocking reads). On a cluster it is one connection per node the client talks to, and
+    /// a command redirected by `MOVED` / `ASK` or refused with `TRYAGAIN` is tried again a
+    /// few times, within `response_timeout` in all.
+    ///
+    /// # Errors
+    ///
+    /// A URL that does not parse, or no server reached within `timeout`.
+    pub async fn connect(
+        &self,
+        timeout: Duration,
+        response_timeout: Option<Duration>,
+    ) -> Result<Connection, ConnectError> {
+        match &self.0 {
+            Where::One(url) => {
+                let client = crate::backend::client(url)?;
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(timeout))
+                    .set_max_delay(Duration::from_secs(2))
+                    .set_response_timeout(response_timeout);
+                let manager = client
+                    .get_connection_manager_with_config(config)
+                    .await
+                    .map_err(|e| error("connect", e))?;
+                Ok(Connection(Link::One(manager)))
+            }
+            #[cfg(feature = "cluster")]
+            Where::Cluster(nodes) => {
+                let mut builder = redis::cluster::ClusterClient::builder(nodes.clone())
+                    .connection_timeout(timeout)
+                    // Redirections and `TRYAGAIN` are retried soon: a slot that moved is
+                    // usually served again within milliseconds.
+                    .retries(8)
+                    .min_retry_wait(10)
+                    .max_retry_wait(500);
+                if let Some(response_timeout) = response_timeout {
+                    builder = builder.response_timeout(response_timeout);
+                }
+                let client = builder
+                    .build()
+                    .map_err(|e| RedisConfigError::Url(e.to_string()))?;
+                let cluster = client
+                    .get_async_connection()
+                    .await
+                    .map_err(|e| error("connect to the cluster", e))?;
+                Ok(Connection(Link::Cluster(cluster)))
+            }
+        }
+    }
+
+    /// A pub/sub connection. On a cluster, to the first node given that answers: a classic
+    /// `PUBLISH` reaches every node of a cluster, so any one hears every message.
+    ///
+    /// # Errors
+    ///
+    /// A URL that does not parse, or no server reached.
+    pub async fn pubsub(&self) -> BackendResult<redis::aio::PubSub> {
+        let mut last = None;
+        for url in self.urls() {
+            let client = crate::backend::client(url).map_err(ConnectError::from)?;
+            match client.get_async_pubsub().await {
+                Ok(pubsub) => return Ok(pubsub),
+                Err(e) => last = Some(error("subscribe", e)),
+            }
+        }
+        Err(last.unwrap_or_else(|| leasehold_core::BackendError::fatal("subscribe: no server")))
+    }
+}
+
+/// A connection to one server or to a Redis Cluster (see [`Servers::connect`]): cheap to clone
+/// (clones share it), and a [`ConnectionLike`], so redis-rs commands, pipelines and scripts run
+/// on it as they are. Only for the stores built on this crate.
+#[derive(Clone)]
+pub struct Connection(Link);
+
+#[derive(Clone)]
+enum Link {
+    One(ConnectionManager),
+    #[cfg(feature = "cluster")]
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self.0 {
+            Link::One(_) => "Connection::One",
+            #[cfg(feature = "cluster")]
+            Link::Cluster(_) => "Connection::Cluster",
+        })
+    }
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match &mut self.0 {
+            Link::One(con) => Box::pin(async move {
+                let value = con
+                    .req_packed_command(cmd)
+                    .await
+                    .map_err(redirect_is_fatal)?;
+                refuse_redirect(&value)?;
+                Ok(value)
+            }),
+            #[cfg(feature = "cluster")]
+            Link::Cluster(con) => con.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match &mut self.0 {
+            Link::One(con) => Box::pin(async move {
+                let values = con
+                    .req_packed_commands(pipeline, offset, count)
+                    .await
+                    .map_err(redirect_is_fatal)?;
+                values.iter().try_for_each(refuse_redirect)?;
+                Ok(values)
+            }),
+            #[cfg(feature = "cluster")]
+            Link::Cluster(con) => con.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match &self.0 {
+            Link::One(con) => con.get_db(),
+            #[cfg(feature = "cluster")]
+            Link::Cluster(con) => con.get_db(),
+        }
+    }
+}
+
+/// A single-server connection cannot follow `MOVED` / `ASK`: the server is a Redis Cluster
+/// node, and no retry on it can succeed. Said so, as a fatal error.
+fn redirect_is_fatal(e: redis::RedisError) -> redis::RedisError {
+    match e.code() {
+        Some(code @ ("MOVED" | "ASK")) => not_a_cluster_client(code, e.detail().unwrap_or("")),
+        _ => e,
+    }
+}
+
+/// A reply that is a `MOVED` / `ASK` redirection, as [`redirect_is_fatal`] says it.
+fn refuse_redirect(value: &Value) -> RedisResult<()> {
+    match value {
+        Value::ServerError(e) if matches!(e.code(), "MOVED" | "ASK") => {
+            Err(not_a_cluster_client(e.code(), e.details().unwrap_or("")))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn not_a_cluster_client(code: &str, detail: &str) -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::InvalidClientConfig,
+        "the server is a Redis Cluster node that serves another slot: connect with \
+         Servers::cluster (feature `cluster`)",
+        format!("{code} {detail}"),
+    ))
+}
+
+/// One node a whole-keyspace command (`SCAN`) must visit: the server, or a cluster master.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Node {
+    /// The one server.
+    Only,
+    /// A cluster master, by host and port as the cluster announces it.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    Master(String, u16),
+}
+
+impl Connection {
+    /// The nodes that together hold every key: the server, or every cluster master (from
+    /// `CLUSTER SLOTS`: the first node of each slot range serves it).
+    pub(crate) async fn key_holders(&self) -> RedisResult<Vec<Node>> {
+        match &self.0 {
+            Link::One(_) => Ok(vec![Node::Only]),
+            #[cfg(feature = "cluster")]
+            Link::Cluster(con) => {
+                let ranges: Vec<Value> = redis::cmd("CLUSTER")
+                    .arg("SLOTS")
+                    .query_async(&mut con.clone())
+                    .await?;
+                let mut masters = Vec::new();
+                for range in ranges {
+                    let master = match range {
+                        Value::Array(parts) => parts.into_iter().nth(2),
+                        _ => None,
+                    };
+                    let address = match master {
+                        Some(Value::Array(node)) => {
+                            let mut node = node.into_iter();
+                            let host: Option<String> =
+                                node.next().and_then(|h| redis::from_redis_value(h).ok());
+                            let port: Option<u16> =
+                                node.next().and_then(|p| redis::from_redis_value(p).ok());
+                            host.zip(port)
+                        }
+                        _ => None,
+                    };
+                    let Some((host, port)) = address else {
+                        return Err(redis::RedisError::from((
+                            redis::ErrorKind::Parse,
+                            "unexpected CLUSTER SLOTS reply",
+                        )));
+                    };
+                    let node = Node::Master(host, port);
+                    if !masters.contains(&node) {
+                        masters.push(node);
+                    }
+                }
+                Ok(masters)
+            }
+        }
+    }
+
+    /// `cmd` on `node` (one of [`key_holders`](Self::key_holders)).
+    pub(crate) async fn query_on<T: redis::FromRedisValue>(
+        &self,
+        node: &Node,
+        cmd: &Cmd,
+    ) -> RedisResult<T> {
+        match (&self.0, node) {
+            #[cfg(feature = "cluster")]
+            (Link::Cluster(con), Node::Master(host, port)) => {
+                use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                    host: host.clone(),
+                    port: *port,
+                });
+                let value = con.clone().route_command(cmd.clone(), routing).await?;
+                redis::from_redis_value(value).map_err(Into::into)
+            }
+            _ => cmd.query_async(&mut self.clone()).await,
+        }
+    }
+}
