@@ -9,6 +9,11 @@
 //! | fatal | `WRONGTYPE` | a key of another type stands where the stream (or a state) should be |
 //! | fatal | script errors, other `ERR` replies, unknown commands, replies that do not parse, bad client configuration | a defect or an incompatible server |
 //!
+//! On a Redis Cluster connection the client follows `MOVED` and `ASK` and retries `TRYAGAIN`
+//! itself; they reach this table only when its retries ran out (a slot still moving). On a
+//! single-server connection `MOVED` / `ASK` are fatal instead, with a message saying to connect
+//! as a cluster: that connection can never follow them.
+//!
 //! Two are handled where they happen instead: `NOGROUP` (the consumer group vanished: it is
 //! created again, and its leases are lost) and `NOSCRIPT` (a restarted server forgot a script:
 //! it is loaded again). A worker retries transient errors with backoff; a fatal one halts the

@@ -65,9 +65,39 @@
 //! [`RedisConfigError::CrossSlot`], naming both keys and slots ([`RedisConfig::validate`]
 //! checks without connecting). The first two rules are the keys earlier versions derived, so
 //! existing dead letters and delayed messages stay where they are; [`RedisInspector`] still
-//! reads the old keys (`{a}b}:dead`) of a refused name. The connections themselves are to one
-//! server (no `MOVED` / `ASK` handling yet): the slot rule keeps a stream's scripts valid on a
-//! cluster, with all of one stream's keys on one node.
+//! reads the old keys (`{a}b}:dead`) of a refused name.
+//!
+//! ## Redis Cluster
+//!
+//! With the `cluster` feature, `RedisConfig::cluster`, `PublisherConfig::cluster` and
+//! `RedisInspector::connect_cluster` take the URLs of some of a cluster's nodes (one that
+//! answers is enough; [`Servers`] names either kind for the `with_servers` constructors). The
+//! connections are then redis-rs's async cluster connections behind the same [`Connection`]
+//! type: every command, pipeline and script is routed to the master serving its first key's
+//! slot — all of one stream's keys share it (above), so a stream lives on one master — and the
+//! client follows `MOVED` and `ASK` (refreshing its slot map) and retries `TRYAGAIN` a few
+//! times, soon, before an error reaches the worker, which retries transient errors
+//! (`TRYAGAIN`, `CLUSTERDOWN`, `READONLY`, `LOADING`, … see `error`) with backoff. A script
+//! the node does not know (`NOSCRIPT`: a new master) is loaded on every node and run again.
+//!
+//! **Slot migration.** While a stream's slot is being moved (`MIGRATING` / `IMPORTING`),
+//! single-key calls (renew, ack, release, `XREADGROUP`) follow `ASK` to wherever the stream is;
+//! a script over several keys of which some do not exist yet (a stream without delayed
+//! messages has no delayed set) is answered `TRYAGAIN` until the move completes, so fetches
+//! and dead-lettering pause for that long, then go on; leases keep being renewed. On a
+//! cluster a publisher sends every batch as its script, so a batch is appended whole or not at
+//! all (a pipeline of `XADD`s cut by a migration would fail with `ASK` halfway, and a retry
+//! would append its first messages twice).
+//!
+//! **Connections.** A [`RedisBackend`] holds two cluster connections — its commands' and its
+//! blocking wait's, so a waiting read never delays a heartbeat — and a cluster connection
+//! holds one link per master: a backend (one stream of a worker) holds **2 connections per
+//! master** (6 on 3 masters), plus a short-lived one per node given at connect to check the
+//! credentials. A [`RedisPublisher`] and a [`RedisInspector`] hold one per master each.
+//!
+//! A single-server URL of a cluster node whose stream another master serves fails at once with
+//! a fatal error that says to connect as a cluster: such a connection cannot follow `MOVED`.
+//! [`RedisInspector::streams`] walks every master's keyspace.
 //!
 //! ## Publishing: delayed and deduplicated messages
 //!
