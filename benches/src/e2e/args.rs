@@ -421,7 +421,10 @@ impl Bench for FencedArgs {
 /// Pickup latency on an idle consumer on Redis: a leasehold worker against a raw blocking
 /// `XREADGROUP` consumer, messages published one at a time at a steady rate.
 #[derive(Debug, Parser)]
-#[command(name = "pickup", bin_name = "cargo bench -p leasehold-benches --bench pickup --")]
+#[command(
+    name = "pickup",
+    bin_name = "cargo bench -p leasehold-benches --bench pickup --"
+)]
 pub struct PickupArgs {
     /// Messages per side and round.
     #[arg(long, default_value_t = 3000, value_parser = value_parser!(u32).range(1..=10_000_000))]

@@ -342,7 +342,9 @@ impl Seen {
             return;
         };
         let first = match self.at.lock() {
-            Ok(mut at) => at.get_mut(i).is_some_and(|slot| slot.replace(now).is_none()),
+            Ok(mut at) => at
+                .get_mut(i)
+                .is_some_and(|slot| slot.replace(now).is_none()),
             Err(_) => false,
         };
         if first && self.count.fetch_add(1, Ordering::AcqRel) + 1 == self.len() {
@@ -490,11 +492,7 @@ async fn raw_consumer(
     loop {
         let mut pipe = redis::pipe();
         if !last.is_empty() {
-            pipe.cmd("XACK")
-                .arg(&stream)
-                .arg(GROUP)
-                .arg(&last)
-                .ignore();
+            pipe.cmd("XACK").arg(&stream).arg(GROUP).arg(&last).ignore();
         }
         pipe.cmd("XREADGROUP")
             .arg("GROUP")
@@ -507,8 +505,7 @@ async fn raw_consumer(
             .arg("STREAMS")
             .arg(&stream)
             .arg(">");
-        let (reply,): (redis::streams::StreamReadReply,) = match pipe.query_async(&mut con).await
-        {
+        let (reply,): (redis::streams::StreamReadReply,) = match pipe.query_async(&mut con).await {
             Ok(reply) => reply,
             // A timed-out BLOCK answers nil.
             Err(e) if e.kind() == redis::ErrorKind::UnexpectedReturnType => {
@@ -540,7 +537,12 @@ fn commandstats(server: &RedisServer) -> Result<Vec<(String, u64)>, BenchError> 
         .lines()
         .filter_map(|line| {
             let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest.strip_prefix("calls=")?.split(',').next()?.parse().ok()?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
             Some((name.to_owned(), calls))
         })
         .collect())

@@ -80,6 +80,10 @@ static RELEASE: LazyLock<Script> = script!("lua/release.lua");
 static DEAD_LETTER: LazyLock<Script> = script!("lua/dead_letter.lua");
 static REAP: LazyLock<Script> = script!("lua/reap_consumers.lua");
 
+/// How long a fetch that may wait trusts what the last look at the stream learned (nothing
+/// reclaimable, the next due time) and waits without looking again.
+const LOOK_AGAIN: Duration = Duration::from_millis(100);
+
 /// Most ids per script call, and most delayed messages one fetch promotes: keeps each script
 /// short so Redis stays responsive.
 const SCRIPT_BATCH: usize = 1000;
@@ -623,10 +627,35 @@ impl RedisBackend {
         }
     }
 
+    /// Whether a fetch that may wait `wait` can begin its consuming wait without a look first:
+    /// a read or the script looked less than [`LOOK_AGAIN`] ago, found nothing reclaimable and
+    /// nothing due before the wait would end. So a busy idle worker (one message at a time,
+    /// each answer short of `max`) costs one round trip per message in its fetches, the wait,
+    /// where a look before every wait would add one; lapsed entries are noticed at most
+    /// [`LOOK_AGAIN`] later, a negligible part of a claim timeout. A message delayed sooner than
+    /// all others still ends the wait (the wake stream).
+    fn fresh_enough(&self, wait: Duration) -> bool {
+        if wait.is_zero()
+            || self.reclaims_seen.load(Ordering::Relaxed)
+            || self.due_seen.load(Ordering::Relaxed)
+        {
+            return false;
+        }
+        let now = Instant::now();
+        let delayed = self.delayed_state();
+        delayed
+            .learned_at
+            .is_some_and(|at| now.saturating_duration_since(at) < LOOK_AGAIN)
+            && delayed.next_due(now).is_none_or(|due| due > wait)
+    }
+
     /// What a promotion learned; the wake id comes only with a fetch script that took nothing.
     fn set_delayed(&self, next_due: Option<Duration>, wake_id: Option<String>) {
+        let now = Instant::now();
         let mut state = self.delayed.lock().unwrap_or_else(|e| e.into_inner());
-        state.next_due = next_due;
+        // A due time too far to represent is as good as none for the next hour's waits.
+        state.due_at = next_due.and_then(|due| now.checked_add(due));
+        state.learned_at = Some(now);
         if let Some(wake_id) = wake_id {
             state.wake_id = wake_id;
         }
@@ -802,12 +831,10 @@ impl Backend for RedisBackend {
         std::mem::take(&mut *self.undeliverable.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// As the last promotion (the first step of every fetch) found it, on the server's clock.
+    /// As the last promotion or look at the delayed set found it, on the server's clock, less
+    /// the time since.
     fn next_due(&self) -> Option<Duration> {
-        self.delayed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .next_due
+        self.delayed_state().next_due(Instant::now())
     }
 
     async fn publish(&self, payload: Bytes) -> BackendResult<MessageId> {
@@ -839,7 +866,11 @@ impl Backend for RedisBackend {
         // Whether the next step is the script. Not after a read that found nothing
         // reclaimable: with no delayed message due before the wait ends, the wait begins at once.
         let mut script = true;
-        if !self.reclaims_seen.load(Ordering::Relaxed) {
+        if self.fresh_enough(wait) {
+            // What the last look learned still holds: straight to the wait, which takes what
+            // is there at once (`XREADGROUP … BLOCK` blocks only when nothing is new).
+            script = false;
+        } else if !self.reclaims_seen.load(Ordering::Relaxed) {
             match self.read_new(max).await {
                 Ok((read, reclaimable)) => {
                     self.reclaims_seen.store(reclaimable, Ordering::Relaxed);
@@ -870,8 +901,10 @@ impl Backend for RedisBackend {
                 };
                 last = Some(delivered);
             }
-            let left = deadline.map_or(wait, |at| at.saturating_duration_since(Instant::now()));
-            let DelayedState { next_due, wake_id } = self.delayed_state();
+            let now = Instant::now();
+            let left = deadline.map_or(wait, |at| at.saturating_duration_since(now));
+            let delayed = self.delayed_state();
+            let (next_due, wake_id) = (delayed.next_due(now), delayed.wake_id);
             match (next_due, &last) {
                 // The script just ran: more are due than it promoted, or the wait is over.
                 (Some(due), Some(_)) if due.is_zero() || left.is_zero() => return Ok(Vec::new()),
@@ -1142,18 +1175,29 @@ enum Woken {
 /// What the promotions of delayed messages learned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct DelayedState {
-    /// How long until the next delayed message is due (zero: one is, more than a promotion
+    /// When the next delayed message is due, on the local clock (the server's due time less
+    /// its `TIME`, from when the answer came; at that instant: one is, more than a promotion
     /// moves at once); `None` when none is delayed.
-    next_due: Option<Duration>,
+    due_at: Option<Instant>,
+    /// When a read or the script last looked (`None`: never).
+    learned_at: Option<Instant>,
     /// The wake stream's last id (`0-0` when it has none), as the last fetch script that took
     /// nothing saw it: a wait blocks for entries after it.
     wake_id: String,
 }
 
+impl DelayedState {
+    /// How long from `now` until the next delayed message is due (zero if it is).
+    fn next_due(&self, now: Instant) -> Option<Duration> {
+        self.due_at.map(|at| at.saturating_duration_since(now))
+    }
+}
+
 impl Default for DelayedState {
     fn default() -> Self {
         Self {
-            next_due: None,
+            due_at: None,
+            learned_at: None,
             wake_id: "0-0".into(),
         }
     }
