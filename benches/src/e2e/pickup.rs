@@ -380,7 +380,7 @@ async fn side(
                 std::future::ready(())
             })
             .start()?;
-        Consumer::Worker(worker)
+        Consumer::Worker(Box::new(worker))
     } else {
         let mut con = connection(url).await?;
         let _: redis::Value = redis::cmd("XGROUP")
@@ -477,7 +477,7 @@ async fn side(
 }
 
 enum Consumer {
-    Worker(leasehold_tokio::Worker<Bytes>),
+    Worker(Box<leasehold_tokio::Worker<Bytes>>),
     Raw(tokio::task::JoinHandle<Result<(), BenchError>>),
 }
 
