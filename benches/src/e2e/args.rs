@@ -1,5 +1,5 @@
-//! The flags of `--bench e2e-memory`, `--bench e2e-redis`, `--bench producer` and `--bench
-//! fenced-cost`, parsed with clap.
+//! The flags of `--bench e2e-memory`, `--bench e2e-redis`, `--bench producer`, `--bench
+//! fenced-cost` and `--bench pickup`, parsed with clap.
 //!
 //! Out-of-range or malformed flags are reported by clap with a usage hint (exit code 2), never
 //! a panic. `cargo bench` adds `--bench` to the flags of a `harness = false` target: both accept
@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use super::fenced::{self, FencedOptions, FencedReport};
 use super::memory::{self, BenchOptions, BenchReport};
+use super::pickup::{self, PickupOptions, PickupReport};
 use super::producer::{self, ProducerBenchOptions, ProducerBenchReport};
 use super::redis::{self, RedisBenchOptions, RedisBenchReport};
 use super::{Bench, BenchError};
@@ -413,6 +414,81 @@ impl Bench for FencedArgs {
     }
 
     fn json(report: &FencedReport) -> serde_json::Value {
+        report.to_json()
+    }
+}
+
+/// Pickup latency on an idle consumer on Redis: a leasehold worker against a raw blocking
+/// `XREADGROUP` consumer, messages published one at a time at a steady rate.
+#[derive(Debug, Parser)]
+#[command(
+    name = "pickup",
+    bin_name = "cargo bench -p leasehold-benches --bench pickup --"
+)]
+pub struct PickupArgs {
+    /// Messages per side and round.
+    #[arg(long, default_value_t = 3000, value_parser = value_parser!(u32).range(1..=10_000_000))]
+    pub messages: u32,
+    /// Publish rate, messages per second.
+    #[arg(long, default_value_t = 1000, value_parser = value_parser!(u32).range(1..=100_000))]
+    pub rate: u32,
+    /// The worker's concurrency. At 1 (with `prefetch` 0) every fetch asks for one message and
+    /// a full answer is followed by a fetch that does not wait: an empty answer to it pauses
+    /// intake for a poll interval (the engine's fetch pacing), which this bench is not about.
+    #[arg(long, default_value_t = 10, value_parser = value_parser!(u32).range(1..=1_000_000))]
+    pub concurrency: u32,
+    /// Measured rounds per side, interleaved (plus one warm-up round).
+    #[arg(long, default_value_t = 5, value_parser = value_parser!(u16).range(1..=1000))]
+    pub rounds: u16,
+    /// Worker threads of the tokio runtime (default: one per core).
+    #[arg(long, value_parser = value_parser!(u16).range(1..=1024))]
+    pub threads: Option<u16>,
+    /// No progress spinner.
+    #[arg(long)]
+    pub no_progress: bool,
+    /// Print the results as JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Added by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    pub bench: bool,
+}
+
+impl PickupArgs {
+    /// The benchmark's options.
+    pub fn options(&self) -> PickupOptions {
+        PickupOptions {
+            messages: self.messages as usize,
+            rate: self.rate,
+            concurrency: self.concurrency as usize,
+            rounds: self.rounds.into(),
+            threads: self.threads.map(usize::from),
+            progress: !self.no_progress,
+        }
+    }
+}
+
+impl Bench for PickupArgs {
+    type Report = PickupReport;
+
+    const SMOKE: &'static [&'static str] = &[
+        "pickup",
+        "--messages",
+        "50",
+        "--rounds",
+        "1",
+        "--no-progress",
+    ];
+
+    fn run(&self) -> Result<PickupReport, BenchError> {
+        pickup::run(&self.options())
+    }
+
+    fn wants_json(&self) -> bool {
+        self.json
+    }
+
+    fn json(report: &PickupReport) -> serde_json::Value {
         report.to_json()
     }
 }
