@@ -277,6 +277,8 @@ pub(crate) struct FetchOut {
     pub max: usize,
     pub sent_at: Instant,
     pub seq: Seq,
+    /// How long the backend was allowed to block for new entries.
+    pub wait: Duration,
 }
 
 /// A stream's `Ack` in flight.
@@ -368,6 +370,20 @@ pub(crate) struct Model {
     pub old_runs: Vec<InvocationId>,
     pub old_chunks: Vec<(RenewId, Vec<LeaseId>)>,
     pub old_settles: Vec<OldSettle>,
+    /// The smoothed handler time and fetch round trip in nanoseconds, as the adaptive
+    /// prefetch observes them (see [`Model::prefetch`]).
+    pub observed_handler: Option<u64>,
+    pub observed_rtt: Option<u64>,
+}
+
+/// Moves a smoothed estimate an eighth of the way to `sample`; the first sample is taken as is.
+fn smooth(estimate: &mut Option<u64>, sample: Duration) {
+    let sample = u64::try_from(sample.as_nanos()).unwrap_or(u64::MAX);
+    *estimate = Some(match *estimate {
+        None => sample,
+        Some(old) if sample >= old => old + (sample - old) / 8,
+        Some(old) => old - (old - sample) / 8,
+    });
 }
 
 impl Model {
@@ -405,6 +421,8 @@ impl Model {
             old_runs: Vec::new(),
             old_chunks: Vec::new(),
             old_settles: Vec::new(),
+            observed_handler: None,
+            observed_rtt: None,
         }
     }
 
@@ -838,7 +856,17 @@ impl Model {
     pub(crate) fn fetched(&mut self, now: Instant, stream: StreamId, batch: &[Fetched<Tag>]) {
         self.begin(now);
         let (mut budget, sent_at, seq) = match self.fetches[usize::from(stream.0)].take() {
-            Some(fetch) => (fetch.max, fetch.sent_at, fetch.seq),
+            Some(fetch) => {
+                // A round trip: the fetch did not wait for new entries (asked not to, or
+                // answered full).
+                if fetch.wait.is_zero() || batch.len() >= fetch.max {
+                    smooth(
+                        &mut self.observed_rtt,
+                        self.now.saturating_duration_since(fetch.sent_at),
+                    );
+                }
+                (fetch.max, fetch.sent_at, fetch.seq)
+            }
             // Nothing was asked: the deliveries are dated at the engine's clock (never at an
             // older `now`, which would put them out of send order).
             None => {
@@ -949,6 +977,16 @@ impl Model {
         self.old_runs.push(inv);
         trim(&mut self.old_runs);
         let state = self.lease(tag).state.clone();
+        // A handler time, for the adaptive prefetch: of invocations that were not cancelled.
+        if let MState::Running {
+            started,
+            cancelled: None,
+            ..
+        } = state
+        {
+            let took = self.now.saturating_duration_since(started);
+            smooth(&mut self.observed_handler, took);
+        }
         match state {
             MState::Orphan { successor, .. } => {
                 self.lease(tag).state = MState::Gone(End::OrphanReported);
@@ -1426,13 +1464,46 @@ impl Model {
 
     /// Slots plus prefetch room: what running invocations and outstanding fetches may fill.
     pub(crate) fn capacity(&self) -> usize {
-        self.cfg.concurrency + self.cfg.prefetch
+        self.cfg.concurrency + self.prefetch()
+    }
+
+    /// The prefetch in force: the configured one, or the adaptive one, computed here from
+    /// what the model saw: `2 × concurrency × round trip / handler time` (smoothed samples of
+    /// fetches that did not wait and of invocations that were not cancelled; the handler time
+    /// never below the age of the oldest running invocation), at most the ceiling, 0 before
+    /// both were observed.
+    pub(crate) fn prefetch(&self) -> usize {
+        if !self.cfg.adaptive_prefetch {
+            return self.cfg.prefetch;
+        }
+        let (Some(handler), Some(rtt)) = (self.observed_handler, self.observed_rtt) else {
+            return 0;
+        };
+        let oldest = self
+            .leases
+            .values()
+            .filter_map(|l| match l.state {
+                MState::Running {
+                    started,
+                    cancelled: None,
+                    ..
+                } => Some(started),
+                _ => None,
+            })
+            .min();
+        let age = oldest.map_or(0, |started| {
+            u64::try_from(self.now.saturating_duration_since(started).as_nanos())
+                .unwrap_or(u64::MAX)
+        });
+        let handler = u128::from(handler.max(age).max(1));
+        let wanted = 2 * self.cfg.concurrency as u128 * u128::from(rtt) / handler;
+        wanted.min(self.cfg.prefetch as u128) as usize
     }
 
     /// Whether a ready lease must start: a slot is free beyond the part of the outstanding
     /// fetches' reservation that the prefetch room does not cover.
     pub(crate) fn slot_free(&self) -> bool {
-        self.running() + self.reserved().saturating_sub(self.cfg.prefetch) < self.cfg.concurrency
+        self.running() + self.reserved().saturating_sub(self.prefetch()) < self.cfg.concurrency
     }
 
     /// The `Ack` batches in flight, for the harness to answer.

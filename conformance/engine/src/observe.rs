@@ -217,6 +217,7 @@ impl Model {
             max,
             sent_at: now,
             seq,
+            wait,
         });
         // Its deliveries are leased from its send time: a backend that blocks the whole wait
         // and takes an entry at its end must hand it over within a heartbeat.
@@ -252,7 +253,7 @@ impl Model {
                      reserve {reserved} slots of {} (concurrency {} + prefetch {})",
                     self.capacity(),
                     self.cfg.concurrency,
-                    self.cfg.prefetch
+                    self.prefetch()
                 ),
             );
         }
