@@ -131,9 +131,12 @@ impl Config {
         /// over: `2 × concurrency × fetch round trip / handler time` (both smoothed over recent
         /// fetches and invocations, the handler time never below the age of the oldest running
         /// invocation), at most [`Settings::prefetch`] (`4 × fetch_batch_size`, within
-        /// `max_leases - concurrency`). Nothing is held ahead before a handler has finished
-        /// and a fetch was answered, nor while handlers are long against the round trip: a
-        /// prefetched message would wait in this worker while an idle replica could run it.
+        /// `max_leases - concurrency`). A fetch asks for it only if an invocation ended since
+        /// the previous fetch was sent, so an idle worker, or one that has just started a batch,
+        /// takes no more than its free slots on an estimate that may be stale. Nothing is held
+        /// ahead before a handler has finished and a fetch was answered, nor while handlers are
+        /// long against the round trip: a prefetched message would wait in this worker while
+        /// an idle replica could run it.
         prefetch: usize => prefetch = Some;
         /// Largest number of messages one fetch asks for (default 500, like Kafka's
         /// `max.poll.records`). Room beyond it is fetched by the next fetch, which goes out as

@@ -374,6 +374,9 @@ pub(crate) struct Model {
     /// prefetch observes them (see [`Model::prefetch`]).
     pub observed_handler: Option<u64>,
     pub observed_rtt: Option<u64>,
+    /// An invocation ended (not cancelled) since the last `Fetch`: only then does a fetch ask
+    /// for the adaptive prefetch.
+    pub observed_fresh: bool,
 }
 
 /// Moves a smoothed estimate an eighth of the way to `sample`; the first sample is taken as is.
@@ -423,6 +426,7 @@ impl Model {
             old_settles: Vec::new(),
             observed_handler: None,
             observed_rtt: None,
+            observed_fresh: false,
         }
     }
 
@@ -986,6 +990,7 @@ impl Model {
         {
             let took = self.now.saturating_duration_since(started);
             smooth(&mut self.observed_handler, took);
+            self.observed_fresh = true;
         }
         match state {
             MState::Orphan { successor, .. } => {
@@ -1447,7 +1452,8 @@ impl Model {
     }
 
     /// How many messages fetches may ask for now: free slots and prefetch room not promised to
-    /// ready or blocked leases or to outstanding fetches, within `max_leases`.
+    /// ready or blocked leases or to outstanding fetches, within `max_leases`; an adaptive
+    /// prefetch only once an invocation ended since the last fetch was sent.
     pub(crate) fn fetch_budget(&self) -> usize {
         let waiting = self
             .leases
@@ -1455,9 +1461,14 @@ impl Model {
             .filter(|l| matches!(l.state, MState::Ready { .. } | MState::Blocked))
             .count();
         let reserved = self.reserved();
-        let slots = self
-            .capacity()
-            .saturating_sub(self.running() + waiting + reserved);
+        // The prefetch, only while an invocation ended since the last fetch was sent.
+        let ahead = if self.observed_fresh || !self.cfg.adaptive_prefetch {
+            self.prefetch()
+        } else {
+            0
+        };
+        let slots =
+            (self.cfg.concurrency + ahead).saturating_sub(self.running() + waiting + reserved);
         let leases = self.cfg.max_leases.saturating_sub(self.held() + reserved);
         slots.min(leases)
     }

@@ -201,6 +201,8 @@ impl Model {
         let budget = self.fetch_budget();
         let polled = self.polled.get_or_insert((budget, 0));
         polled.1 += max;
+        // A fixed prefetch ignores it.
+        self.observed_fresh = false;
         let now = self.now;
         let Some(slot) = self.fetches.get_mut(s) else {
             problem(out, Rule::Model, format!("Fetch from unknown stream {s}"));

@@ -248,6 +248,7 @@ impl<P: Clone> LeaseEngine<P> {
     #[inline]
     fn open_fetch(&mut self, i: usize, max: usize, wait: Tick) -> Effect<P> {
         let epoch = self.epochs.open(self.now);
+        self.observed.fresh = false;
         let src = &mut self.streams[i];
         src.outstanding = Some(Outstanding { max, epoch, wait });
         // The fetch promotes what is due and reports the next due time afresh.

@@ -133,6 +133,11 @@ struct Observed {
     /// How long a fetch takes: from its `Fetch` to its answer, sampled only from fetches that
     /// did not wait for new entries (asked not to, or answered full).
     fetch_rtt: Option<Tick>,
+    /// An invocation ended since the last fetch was sent: the handler time is fresh evidence.
+    /// Without it nothing is fetched ahead, so a worker that was idle (or has just started a
+    /// batch) takes no more than its free slots on an estimate that may be stale: when quick
+    /// handlers give way to long ones, an idle replica gets the rest.
+    fresh: bool,
 }
 
 /// Moves a smoothed estimate an eighth of the way to `sample` (the first sample is taken as is).
@@ -427,7 +432,8 @@ impl<P> LeaseEngine<P> {
     /// the first of them ends. By Little's law, slots kept busy at `concurrency / handler`
     /// messages a second drain `concurrency × fetch_rtt / handler` while the next fetch
     /// travels; twice that absorbs the jitter of both. A prefetched message so waits about
-    /// two round trips for a slot: long handlers get none.
+    /// two round trips for a slot: long handlers get none. A fetch asks for it only if an
+    /// invocation ended since the last fetch was sent (fresh evidence of the handler time).
     pub fn prefetch(&self) -> usize {
         if !self.cfg.adaptive_prefetch {
             return self.cfg.prefetch;
@@ -457,11 +463,17 @@ impl<P> LeaseEngine<P> {
 
     /// How many more messages a fetch may bring: free slots (and prefetch room) that are not
     /// promised to ready or blocked runs or to outstanding fetches, within the lease budget.
+    /// An adaptive prefetch counts only while an invocation ended since the last fetch was sent.
     pub(super) fn fetch_budget(&self) -> usize {
+        let ahead = if self.observed.fresh || !self.cfg.adaptive_prefetch {
+            self.prefetch()
+        } else {
+            0
+        };
         let slots = self
             .cfg
             .concurrency
-            .saturating_add(self.prefetch())
+            .saturating_add(ahead)
             .saturating_sub(self.running + self.ready.live + self.blocked + self.reserved);
         let leases = self
             .cfg

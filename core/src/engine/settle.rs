@@ -46,6 +46,7 @@ impl<P: Clone> LeaseEngine<P> {
             State::Running { cancelled: None } => {
                 let started = self.leases.get(id).expect("running").sent_seq;
                 super::smooth(&mut self.observed.handler, self.now.saturating_sub(started));
+                self.observed.fresh = true;
                 self.ended(id, outcome)
             }
             _ => unreachable!("is_running covers Running and Orphaned"),
