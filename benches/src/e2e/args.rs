@@ -118,12 +118,13 @@ pub struct RedisArgs {
     )]
     pub concurrency: Vec<u32>,
     /// Prefetch settings (messages fetched ahead of free handler slots), comma-separated:
-    /// every leasehold variant runs once per value.
+    /// every leasehold variant runs once per value. `auto`: the default configuration (the
+    /// prefetch and `max_leases` unset: the prefetch adapts).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "0,3000",
-        value_parser = value_parser!(u32).range(0..=1_000_000)
+        default_value = "auto,0,3000",
+        value_parser = parse_prefetch
     )]
     pub prefetch: Vec<u32>,
     /// Worker threads of the tokio runtime (default: one per core).
@@ -144,6 +145,19 @@ pub struct RedisArgs {
     pub bench: bool,
 }
 
+/// A `--prefetch` value: `auto` (kept as `u32::MAX`), or a count up to 1 000 000.
+fn parse_prefetch(value: &str) -> Result<u32, String> {
+    if value == "auto" {
+        return Ok(u32::MAX);
+    }
+    match value.parse::<u32>() {
+        Ok(n) if n <= 1_000_000 => Ok(n),
+        _ => Err(format!(
+            "{value:?}: a prefetch is `auto` or a count from 0 to 1000000"
+        )),
+    }
+}
+
 impl RedisArgs {
     /// The benchmark's options.
     pub fn options(&self) -> RedisBenchOptions {
@@ -151,7 +165,17 @@ impl RedisArgs {
             messages: self.messages as usize,
             rounds: self.rounds.into(),
             concurrency: self.concurrency.iter().map(|&c| c as usize).collect(),
-            prefetch: self.prefetch.iter().map(|&p| p as usize).collect(),
+            prefetch: self
+                .prefetch
+                .iter()
+                .map(|&p| {
+                    if p == u32::MAX {
+                        redis::AUTO
+                    } else {
+                        p as usize
+                    }
+                })
+                .collect(),
             threads: self.threads.map(usize::from),
             progress: !self.no_progress,
             metrics: self.metrics,
@@ -171,7 +195,7 @@ impl Bench for RedisArgs {
         "--concurrency",
         "1,100",
         "--prefetch",
-        "0,50",
+        "auto,0,50",
         "--no-progress",
     ];
 

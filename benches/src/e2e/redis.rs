@@ -65,6 +65,27 @@ const RSS_IN_FLIGHT: usize = 1000;
 
 /// The targets the table checks the results against.
 const TARGET_NO_OP: f64 = 0.7;
+/// A `prefetch` setting that stands for the default configuration: the prefetch and
+/// `max_leases` left unset, so the prefetch adapts.
+pub const AUTO: usize = usize::MAX;
+
+/// A prefetch setting in the JSON report: the count, or `"auto"`.
+fn prefetch_json(prefetch: usize) -> serde_json::Value {
+    if prefetch == AUTO {
+        "auto".into()
+    } else {
+        prefetch.into()
+    }
+}
+
+/// How a prefetch setting is shown.
+pub fn prefetch_label(prefetch: usize) -> String {
+    if prefetch == AUTO {
+        "default (adaptive)".into()
+    } else {
+        format!("prefetch {prefetch}")
+    }
+}
 const TARGET_SLOW: f64 = 0.8;
 const TARGET_RSS_MB: f64 = 16.0;
 
@@ -95,7 +116,7 @@ impl Default for RedisBenchOptions {
             messages: 20_000,
             rounds: 5,
             concurrency: vec![1, 100, 1000],
-            prefetch: vec![0, 3000],
+            prefetch: vec![AUTO, 0, 3000],
             threads: None,
             progress: false,
             metrics: false,
@@ -312,7 +333,7 @@ impl RedisBenchReport {
                     variant,
                     json!({
                         "concurrency": concurrency,
-                        "prefetch": prefetch,
+                        "prefetch": prefetch_json(*prefetch),
                         "ratio_to_raw": ratio,
                         "target_ratio": target,
                         "met": met,
@@ -329,7 +350,7 @@ impl RedisBenchReport {
                     variant,
                     json!({
                         "concurrency": SLOW_CONCURRENCY,
-                        "prefetch": prefetch,
+                        "prefetch": prefetch_json(*prefetch),
                         "handler_ms": SLOW_HANDLER.as_secs_f64() * 1e3,
                         "ideal_msg_per_s": ideal_slow_rate(),
                         "ratio_to_ideal": ratio,
@@ -353,7 +374,7 @@ impl RedisBenchReport {
                 variant,
                 json!({
                     "concurrency": concurrency,
-                    "prefetch": prefetch,
+                    "prefetch": prefetch_json(*prefetch),
                     "ratio_to_unmetered": self.metered_ratio(*concurrency, *prefetch),
                 }),
             )).collect::<Vec<_>>(),
@@ -598,7 +619,7 @@ pub fn run(options: &RedisBenchOptions) -> Result<RedisBenchReport, BenchError> 
         .iter()
         .flat_map(|&c| {
             options.prefetch.iter().map(move |&p| {
-                let name = format!("leasehold no-op, c={c}, prefetch {p}");
+                let name = format!("leasehold no-op, c={c}, {}", prefetch_label(p));
                 ((c, p), Variant::new(name))
             })
         })
@@ -616,7 +637,10 @@ pub fn run(options: &RedisBenchOptions) -> Result<RedisBenchReport, BenchError> 
         .prefetch
         .iter()
         .map(|&p| {
-            let name = format!("leasehold 10 ms, c={SLOW_CONCURRENCY}, prefetch {p}");
+            let name = format!(
+                "leasehold 10 ms, c={SLOW_CONCURRENCY}, {}",
+                prefetch_label(p)
+            );
             (p, Variant::new(name))
         })
         .collect();
@@ -708,6 +732,12 @@ fn rate(messages: usize, took: Duration) -> f64 {
 /// at least the default 1000), the claim timeout, and a short poll interval (the last fetch of a
 /// round waits that long).
 fn worker_config(concurrency: usize, prefetch: usize) -> Config {
+    if prefetch == AUTO {
+        return Config::default()
+            .concurrency(concurrency)
+            .claim_timeout(CLAIM_TIMEOUT)
+            .poll_interval(Duration::from_millis(50));
+    }
     Config::default()
         .concurrency(concurrency)
         .prefetch(prefetch)
