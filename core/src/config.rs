@@ -127,8 +127,8 @@ impl Config {
         /// `max_leases`, which grows to fit them unless it is set. 0 holds nothing ahead.
         ///
         /// Unset (the default), the prefetch **adapts** to what the engine observes: by
-        /// Little's law, enough to keep every slot busy through one fetch round trip, twice
-        /// over: `2 × concurrency × fetch round trip / handler time` (both smoothed over recent
+        /// Little's law, enough to keep every slot busy through one fetch round trip, four
+        /// times over: `4 × concurrency × fetch round trip / handler time` (both smoothed over recent
         /// fetches and invocations, the handler time never below the age of the oldest running
         /// invocation), at most [`Settings::prefetch`] (`4 × fetch_batch_size`, within
         /// `max_leases - concurrency`). A fetch asks for it only if an invocation ended since

@@ -170,8 +170,8 @@ fn nothing_is_fetched_ahead_before_anything_was_observed() {
 }
 
 /// Quick handlers (1 ms) against a 2 ms fetch round trip: by Little's law ten slots finish
-/// 10 000 messages a second, 20 of them during one round trip; twice that is fetched ahead, so
-/// fetches ask beyond the free slots and a batch always waits, ready, for the slots.
+/// 10 000 messages a second, 20 of them during one round trip; four times that is fetched
+/// ahead, so fetches ask beyond the free slots and a batch always waits, ready, for the slots.
 #[test]
 fn quick_handlers_grow_the_fetch_ahead() {
     let config = Config::default().concurrency(10);
@@ -179,8 +179,8 @@ fn quick_handlers_grow_the_fetch_ahead() {
     drive.run(ms(200));
     assert_eq!(
         drive.engine.prefetch(),
-        2 * 10 * 2,
-        "2 × 10 slots × 2 ms / 1 ms"
+        4 * 10 * 2,
+        "4 × 10 slots × 2 ms / 1 ms"
     );
     let (_, first, _) = drive.fetches[0];
     assert_eq!(
@@ -211,7 +211,7 @@ fn without_the_fetch_ahead_the_same_slots_wait_for_fetches() {
     assert!(rate < 5_000.0, "{rate} msg/s");
 }
 
-/// Long handlers (1 s) against a 2 ms round trip: 2 × 10 × 2 ms / 1 s rounds to 0, so nothing
+/// Long handlers (1 s) against a 2 ms round trip: 4 × 10 × 2 ms / 1 s rounds to 0, so nothing
 /// is held ahead, ever: every fetch asks for free slots only, no message waits ready for a
 /// slot while another replica could run it.
 #[test]

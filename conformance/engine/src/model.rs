@@ -1479,7 +1479,7 @@ impl Model {
     }
 
     /// The prefetch in force: the configured one, or the adaptive one, computed here from
-    /// what the model saw: `2 × concurrency × round trip / handler time` (smoothed samples of
+    /// what the model saw: `4 × concurrency × round trip / handler time` (smoothed samples of
     /// fetches that did not wait and of invocations that were not cancelled; the handler time
     /// never below the age of the oldest running invocation), at most the ceiling, 0 before
     /// both were observed.
@@ -1507,7 +1507,7 @@ impl Model {
                 .unwrap_or(u64::MAX)
         });
         let handler = u128::from(handler.max(age).max(1));
-        let wanted = 2 * self.cfg.concurrency as u128 * u128::from(rtt) / handler;
+        let wanted = 4 * self.cfg.concurrency as u128 * u128::from(rtt) / handler;
         wanted.min(self.cfg.prefetch as u128) as usize
     }
 
