@@ -134,6 +134,9 @@ pub struct RedisArgs {
     /// into a Prometheus recorder.
     #[arg(long)]
     pub metrics: bool,
+    /// Leave out the hoarding row (two workers, eight 1 s jobs after a quick burst).
+    #[arg(long)]
+    pub no_long: bool,
     /// No progress spinner.
     #[arg(long)]
     pub no_progress: bool,
@@ -179,6 +182,7 @@ impl RedisArgs {
             threads: self.threads.map(usize::from),
             progress: !self.no_progress,
             metrics: self.metrics,
+            long: !self.no_long,
         }
     }
 }
@@ -196,6 +200,7 @@ impl Bench for RedisArgs {
         "1,100",
         "--prefetch",
         "auto,0,50",
+        "--no-long",
         "--no-progress",
     ];
 
