@@ -1350,7 +1350,7 @@ async fn long_round(
     for w in 0..2 {
         let backend = RedisBackend::connect(
             RedisConfig::new(url, stream, GROUP)
-                .consumer(&format!("bench-{w}"))
+                .consumer(format!("bench-{w}"))
                 .claim_timeout(CLAIM_TIMEOUT),
         )
         .await
