@@ -478,6 +478,7 @@ mod tests {
             &["e2e-redis", "--prefetch", "-1"],
             &["e2e-redis", "--prefetch", "0,lots"],
             &["e2e-redis", "--prefetch", "2000000"],
+            &["e2e-redis", "--prefetch", "automatic"],
             &["e2e-redis", "--prefetch", ""],
             &["e2e-redis", "--frobnicate"],
         ] {
@@ -516,7 +517,7 @@ mod tests {
         assert_eq!(args.options().rounds, 2);
         let args = RedisArgs::try_parse_from(["e2e-redis", "--bench", "--json"]).unwrap();
         assert!(args.json);
-        assert_eq!(args.options().prefetch, [0, 3000]);
+        assert_eq!(args.options().prefetch, [redis::AUTO, 0, 3000]);
     }
 
     #[test]
@@ -590,7 +591,13 @@ mod tests {
     #[test]
     fn bench_redis_prefetch() {
         let options = |argv: &[&str]| RedisArgs::try_parse_from(argv).unwrap().options();
-        assert_eq!(options(&["e2e-redis"]).prefetch, [0, 3000]);
+        assert_eq!(options(&["e2e-redis"]).prefetch, [redis::AUTO, 0, 3000]);
+        assert_eq!(
+            options(&["e2e-redis", "--prefetch", "auto,5"]).prefetch,
+            [redis::AUTO, 5]
+        );
+        assert!(options(&["e2e-redis"]).long);
+        assert!(!options(&["e2e-redis", "--no-long"]).long);
         let parsed = options(&["e2e-redis", "--prefetch", "0,50"]);
         assert_eq!(parsed.prefetch, [0, 50]);
         assert_eq!(parsed.concurrency, [1, 100, 1000]);
