@@ -119,12 +119,13 @@ pub struct RedisArgs {
     )]
     pub concurrency: Vec<u32>,
     /// Prefetch settings (messages fetched ahead of free handler slots), comma-separated:
-    /// every leasehold variant runs once per value.
+    /// every leasehold variant runs once per value. `auto`: the default configuration (the
+    /// prefetch and `max_leases` unset: the prefetch adapts).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "0,3000",
-        value_parser = value_parser!(u32).range(0..=1_000_000)
+        default_value = "auto,0,3000",
+        value_parser = parse_prefetch
     )]
     pub prefetch: Vec<u32>,
     /// Worker threads of the tokio runtime (default: one per core).
@@ -134,6 +135,9 @@ pub struct RedisArgs {
     /// into a Prometheus recorder.
     #[arg(long)]
     pub metrics: bool,
+    /// Leave out the hoarding row (two workers, eight 1 s jobs after a quick burst).
+    #[arg(long)]
+    pub no_long: bool,
     /// No progress spinner.
     #[arg(long)]
     pub no_progress: bool,
@@ -145,6 +149,19 @@ pub struct RedisArgs {
     pub bench: bool,
 }
 
+/// A `--prefetch` value: `auto` (kept as `u32::MAX`), or a count up to 1 000 000.
+fn parse_prefetch(value: &str) -> Result<u32, String> {
+    if value == "auto" {
+        return Ok(u32::MAX);
+    }
+    match value.parse::<u32>() {
+        Ok(n) if n <= 1_000_000 => Ok(n),
+        _ => Err(format!(
+            "{value:?}: a prefetch is `auto` or a count from 0 to 1000000"
+        )),
+    }
+}
+
 impl RedisArgs {
     /// The benchmark's options.
     pub fn options(&self) -> RedisBenchOptions {
@@ -152,10 +169,21 @@ impl RedisArgs {
             messages: self.messages as usize,
             rounds: self.rounds.into(),
             concurrency: self.concurrency.iter().map(|&c| c as usize).collect(),
-            prefetch: self.prefetch.iter().map(|&p| p as usize).collect(),
+            prefetch: self
+                .prefetch
+                .iter()
+                .map(|&p| {
+                    if p == u32::MAX {
+                        redis::AUTO
+                    } else {
+                        p as usize
+                    }
+                })
+                .collect(),
             threads: self.threads.map(usize::from),
             progress: !self.no_progress,
             metrics: self.metrics,
+            long: !self.no_long,
         }
     }
 }
@@ -172,7 +200,8 @@ impl Bench for RedisArgs {
         "--concurrency",
         "1,100",
         "--prefetch",
-        "0,50",
+        "auto,0,50",
+        "--no-long",
         "--no-progress",
     ];
 
@@ -525,6 +554,7 @@ mod tests {
             &["e2e-redis", "--prefetch", "-1"],
             &["e2e-redis", "--prefetch", "0,lots"],
             &["e2e-redis", "--prefetch", "2000000"],
+            &["e2e-redis", "--prefetch", "automatic"],
             &["e2e-redis", "--prefetch", ""],
             &["e2e-redis", "--frobnicate"],
         ] {
@@ -563,7 +593,7 @@ mod tests {
         assert_eq!(args.options().rounds, 2);
         let args = RedisArgs::try_parse_from(["e2e-redis", "--bench", "--json"]).unwrap();
         assert!(args.json);
-        assert_eq!(args.options().prefetch, [0, 3000]);
+        assert_eq!(args.options().prefetch, [redis::AUTO, 0, 3000]);
     }
 
     #[test]
@@ -637,7 +667,13 @@ mod tests {
     #[test]
     fn bench_redis_prefetch() {
         let options = |argv: &[&str]| RedisArgs::try_parse_from(argv).unwrap().options();
-        assert_eq!(options(&["e2e-redis"]).prefetch, [0, 3000]);
+        assert_eq!(options(&["e2e-redis"]).prefetch, [redis::AUTO, 0, 3000]);
+        assert_eq!(
+            options(&["e2e-redis", "--prefetch", "auto,5"]).prefetch,
+            [redis::AUTO, 5]
+        );
+        assert!(options(&["e2e-redis"]).long);
+        assert!(!options(&["e2e-redis", "--no-long"]).long);
         let parsed = options(&["e2e-redis", "--prefetch", "0,50"]);
         assert_eq!(parsed.prefetch, [0, 50]);
         assert_eq!(parsed.concurrency, [1, 100, 1000]);
