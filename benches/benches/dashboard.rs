@@ -203,6 +203,18 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
+/// `ids` in a deterministic random order (xorshift, Fisher-Yates): pages start at distinct
+/// positions, so none comes from the page cache (until the ids run out).
+fn shuffled(mut ids: Vec<String>, seed: &mut u64) -> Vec<String> {
+    for i in (1..ids.len()).rev() {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        ids.swap(i, (*seed % (i as u64 + 1)) as usize);
+    }
+    ids
+}
+
 /// Times `f` on a blocking thread, with the Redis work it caused.
 async fn measured(server: &RedisServer, f: impl FnOnce() + Send + 'static) -> (f64, f64, f64) {
     let before = redis_work(server);
