@@ -36,6 +36,7 @@ fn bench_redis_runs_one_small_round() {
         threads: None,
         progress: false,
         metrics: true,
+        long: false,
     };
     let report = bench_redis::run(&options).expect("the redis bench runs");
     let metered: Vec<(usize, usize)> = report.metered.iter().map(|(key, _)| *key).collect();

@@ -10,6 +10,10 @@ pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 /// 16 Mi, far beyond what one worker can hold, small enough that sums of knobs never overflow.
 pub const MAX_COUNT: usize = 1 << 24;
 
+/// The ceiling of the adaptive prefetch, in fetch batches: room for a batch in flight, one
+/// arrived and being started, and as many again for handlers that speed up.
+pub const ADAPTIVE_PREFETCH_BATCHES: usize = 4;
+
 /// The claim timeout when neither the configuration nor the backend says otherwise.
 pub const DEFAULT_CLAIM_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -56,7 +60,7 @@ impl Default for RetryPolicy {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     concurrency: usize,
-    prefetch: usize,
+    prefetch: Option<usize>,
     fetch_batch_size: usize,
     max_leases: Option<usize>,
     claim_timeout: Option<Duration>,
@@ -79,7 +83,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             concurrency: 1,
-            prefetch: 0,
+            prefetch: None,
             fetch_batch_size: 500,
             max_leases: None,
             claim_timeout: None,
@@ -117,20 +121,33 @@ impl Config {
     setters! {
         /// Max handler invocations running at once (default 1).
         concurrency: usize => concurrency = std::convert::identity;
-        /// Messages fetched ahead of free invocation slots (default 0). They are held (leased
-        /// and heartbeated) and start the moment a slot frees, so handling never waits for a
-        /// fetch round trip; the next fetch can go out while every slot is busy. They count
-        /// against `max_leases`, which grows to fit them unless it is set. Keep it 0 for long
-        /// jobs: a prefetched message waits here while an idle replica could have run it.
-        prefetch: usize => prefetch = std::convert::identity;
+        /// Messages fetched ahead of free invocation slots, fixed. They are held (leased and
+        /// heartbeated) and start the moment a slot frees, so handling never waits for a fetch
+        /// round trip; the next fetch can go out while every slot is busy. They count against
+        /// `max_leases`, which grows to fit them unless it is set. 0 holds nothing ahead.
+        ///
+        /// Unset (the default), the prefetch **adapts** to what the engine observes: by
+        /// Little's law, enough to keep every slot busy through one fetch round trip, four
+        /// times over: `4 × concurrency × fetch round trip / handler time` (both smoothed over recent
+        /// fetches and invocations, the handler time never below the age of the oldest running
+        /// invocation), at most [`Settings::prefetch`] (`4 × fetch_batch_size`, within
+        /// `max_leases - concurrency`). A fetch asks for it only if an invocation ended since
+        /// the previous fetch was sent, so an idle worker, or one that has just started a batch,
+        /// takes no more than its free slots on an estimate that may be stale. Nothing is held
+        /// ahead before a handler has finished and a fetch was answered, nor while handlers are
+        /// long against the round trip: a prefetched message would wait in this worker while
+        /// an idle replica could run it.
+        prefetch: usize => prefetch = Some;
         /// Largest number of messages one fetch asks for (default 500, like Kafka's
         /// `max.poll.records`). Room beyond it is fetched by the next fetch, which goes out as
         /// soon as this one is answered, while its messages are being handled: with `prefetch`
         /// well above it, fetching and handling overlap. Also bounds one reply's size.
         fetch_batch_size: usize => fetch_batch_size = std::convert::identity;
         /// Max leases held at once: running, waiting for a re-poll, prefetched, or being
-        /// settled (default: 1000, or `concurrency + prefetch` when that is more). Set below
-        /// `concurrency + prefetch`, it is an error rather than a silent cap on the prefetch.
+        /// settled (default: 1000, or `concurrency + prefetch` when that is more, the adaptive
+        /// prefetch counting with its ceiling). Set below `concurrency + prefetch` (a set
+        /// prefetch), it is an error rather than a silent cap on the prefetch; set with the
+        /// prefetch unset, it bounds the adaptive prefetch to `max_leases - concurrency`.
         max_leases: usize => max_leases = Some;
         /// A lease not renewed for this long may be taken by another replica. Usually left
         /// unset: a worker then takes it from its backend, which must know it anyway (it decides
@@ -186,7 +203,7 @@ impl Config {
         }
         for (knob, value) in [
             ("concurrency", self.concurrency),
-            ("prefetch", self.prefetch),
+            ("prefetch", self.prefetch.unwrap_or(0)),
             ("max_leases", self.max_leases.unwrap_or(0)),
             ("fetch_batch_size", self.fetch_batch_size),
             ("renew_batch_size", self.renew_batch_size),
@@ -195,23 +212,27 @@ impl Config {
                 return Err(E::CountTooLarge { knob, value });
             }
         }
-        let wanted = self.concurrency + self.prefetch;
-        let max_leases = match self.max_leases {
-            None => wanted.max(1000),
+        // The prefetch, or the ceiling of the adaptive one (within what `max_leases` leaves).
+        let prefetch = self
+            .prefetch
+            .unwrap_or(ADAPTIVE_PREFETCH_BATCHES * self.fetch_batch_size);
+        let wanted = self.concurrency + prefetch;
+        let (max_leases, prefetch) = match self.max_leases {
+            None => (wanted.max(1000), prefetch),
             Some(max_leases) if max_leases < self.concurrency => {
                 return Err(E::MaxLeasesBelowConcurrency {
                     max_leases,
                     concurrency: self.concurrency,
                 })
             }
-            Some(max_leases) if max_leases < wanted => {
+            Some(max_leases) if max_leases < wanted && self.prefetch.is_some() => {
                 return Err(E::PrefetchBeyondMaxLeases {
                     max_leases,
                     concurrency: self.concurrency,
-                    prefetch: self.prefetch,
+                    prefetch,
                 })
             }
-            Some(max_leases) => max_leases,
+            Some(max_leases) => (max_leases, prefetch.min(max_leases - self.concurrency)),
         };
         if self.renew_batch_size == 0 {
             return Err(E::ZeroRenewBatch);
@@ -299,7 +320,8 @@ impl Config {
         }
         Ok(Settings {
             concurrency: self.concurrency,
-            prefetch: self.prefetch,
+            prefetch,
+            adaptive_prefetch: self.prefetch.is_none(),
             fetch_batch_size: self.fetch_batch_size,
             max_leases,
             claim_timeout,
@@ -326,8 +348,11 @@ impl Config {
 pub struct Settings {
     /// See [`Config::concurrency`].
     pub concurrency: usize,
-    /// See [`Config::prefetch`].
+    /// The prefetch set with [`Config::prefetch`]; unset, the ceiling of the adaptive one:
+    /// `4 × fetch_batch_size`, at most `max_leases - concurrency`.
     pub prefetch: usize,
+    /// Whether the prefetch adapts (it was not set): see [`Config::prefetch`].
+    pub adaptive_prefetch: bool,
     /// See [`Config::fetch_batch_size`].
     pub fetch_batch_size: usize,
     /// See [`Config::max_leases`].

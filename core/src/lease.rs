@@ -17,7 +17,8 @@ pub struct Lease<P> {
     /// Engine sequence number at which `fence` was adopted: results of operations sent before
     /// it carry an older fence and are stale.
     pub(crate) fence_seq: u64,
-    /// Engine sequence number at which the settle operation was last sent (while settling).
+    /// While settling: the engine sequence number at which the settle operation was last sent.
+    /// While running: the tick its invocation started (for the observed handler time).
     pub(crate) sent_seq: u64,
     /// The epoch (fetch or renew send time) that last confirmed this lease.
     pub(crate) epoch: u64,

@@ -18,7 +18,8 @@
 //!
 //! What it guarantees, whatever the order of inputs:
 //! 1. running invocations ≤ `concurrency`, held leases ≤ `max_leases`, and no fetch while full
-//!    (slots and `prefetch` room);
+//!    (slots and `prefetch` room; an adaptive prefetch, the default, is decided from the
+//!    instants of the inputs alone: see [`Config::prefetch`]);
 //! 2. at most one invocation per message at a time, also when a held message is delivered again;
 //! 3. an ack only after `Done`, never for a lease known lost (a renew or a settle answered
 //!    `Lost`: a takeover); a `Done` reported before its lease expired locally (the backend was
@@ -119,7 +120,8 @@ mod types;
 
 pub use backend::{Backend, BackendError, BackendResult, ErrorKind, LeaseRef, Undeliverable};
 pub use config::{
-    Config, ConfigError, RetryPolicy, Settings, DEFAULT_CLAIM_TIMEOUT, MAX_COUNT, MAX_DURATION,
+    Config, ConfigError, RetryPolicy, Settings, ADAPTIVE_PREFETCH_BATCHES, DEFAULT_CLAIM_TIMEOUT,
+    MAX_COUNT, MAX_DURATION,
 };
 pub use effect::{Effect, Run, Stats, StreamLoad};
 pub use engine::LeaseEngine;

@@ -32,14 +32,18 @@ fn refused(config: Config, expected: ConfigError, says: &[&str]) {
     );
 }
 
-/// The documented defaults: concurrency 1, max_leases 1000, claim 60 s, heartbeat 20 s
+/// The documented defaults: concurrency 1, an adaptive prefetch of at most 4 fetch batches of
+/// 500, max_leases room for both (2001, at least 1000), claim 60 s, heartbeat 20 s
 /// (claim / 3), poll 1 s, re-poll = poll, max processing 15 min, retry 1 s ×2 capped at 5 min
 /// with jitter, max_deliveries 10, shutdown grace 30 s.
 #[test]
 fn defaults_are_the_documented_ones() {
     let s = Config::default().validate().expect("defaults are valid");
     assert_eq!(s.concurrency, 1);
-    assert_eq!(s.max_leases, 1000);
+    assert_eq!(s.fetch_batch_size, 500);
+    assert!(s.adaptive_prefetch);
+    assert_eq!(s.prefetch, 2000, "the adaptive prefetch's ceiling");
+    assert_eq!(s.max_leases, 2001);
     assert_eq!(s.claim_timeout, secs(60));
     assert_eq!(s.heartbeat_interval, secs(20));
     assert_eq!(s.poll_interval, secs(1));
@@ -377,8 +381,50 @@ fn max_leases_grows_to_fit_the_prefetch_unless_set() {
         .validate()
         .unwrap();
     assert_eq!(s.max_leases, 1000, "the default when it is more");
-    let s = Config::default().concurrency(2000).validate().unwrap();
+    let s = Config::default()
+        .concurrency(2000)
+        .prefetch(0)
+        .validate()
+        .unwrap();
     assert_eq!(s.max_leases, 2000, "every running invocation holds a lease");
+}
+
+/// Unset, the prefetch adapts up to a ceiling of 4 fetch batches; `max_leases` grows to fit it
+/// unless set, and a set `max_leases` bounds it instead (never an error: nothing was asked).
+#[test]
+fn the_adaptive_prefetch_is_bounded_by_batches_and_max_leases() {
+    let s = Config::default().concurrency(100).validate().unwrap();
+    assert!(s.adaptive_prefetch);
+    assert_eq!((s.prefetch, s.max_leases), (2000, 2100));
+    let s = Config::default()
+        .concurrency(100)
+        .fetch_batch_size(100)
+        .validate()
+        .unwrap();
+    assert_eq!(
+        (s.prefetch, s.max_leases),
+        (400, 1000),
+        "1000 when it is more"
+    );
+    let s = Config::default()
+        .concurrency(100)
+        .max_leases(1000)
+        .validate()
+        .unwrap();
+    assert_eq!((s.prefetch, s.max_leases), (900, 1000));
+    let s = Config::default()
+        .concurrency(100)
+        .max_leases(100)
+        .validate()
+        .unwrap();
+    assert_eq!(s.prefetch, 0, "no room: nothing ahead");
+    let s = Config::default()
+        .concurrency(100)
+        .prefetch(7)
+        .validate()
+        .unwrap();
+    assert!(!s.adaptive_prefetch, "a set prefetch is fixed");
+    assert_eq!((s.prefetch, s.max_leases), (7, 1000));
 }
 
 /// `ConfigError::PrefetchBeyondMaxLeases`: an explicit `max_leases` below concurrency + prefetch.

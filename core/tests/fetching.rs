@@ -104,7 +104,8 @@ fn a_fetch_blocks_no_longer_than_its_deliveries_lease_allows() {
     let t0 = Instant::now();
     let config = Config::default()
         .claim_timeout(secs(1))
-        .poll_interval(secs(1));
+        .poll_interval(secs(1))
+        .prefetch(0);
     let settings = config.validate().unwrap();
     let heartbeat = settings.heartbeat_interval;
     assert_eq!(settings.max_fetch_wait(), heartbeat);

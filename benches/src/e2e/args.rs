@@ -1,5 +1,5 @@
-//! The flags of `--bench e2e-memory`, `--bench e2e-redis`, `--bench producer` and `--bench
-//! fenced-cost`, parsed with clap.
+//! The flags of `--bench e2e-memory`, `--bench e2e-redis`, `--bench producer`, `--bench
+//! fenced-cost` and `--bench pickup`, parsed with clap.
 //!
 //! Out-of-range or malformed flags are reported by clap with a usage hint (exit code 2), never
 //! a panic. `cargo bench` adds `--bench` to the flags of a `harness = false` target: both accept
@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use super::fenced::{self, FencedOptions, FencedReport};
 use super::memory::{self, BenchOptions, BenchReport};
+use super::pickup::{self, PickupOptions, PickupReport};
 use super::producer::{self, ProducerBenchOptions, ProducerBenchReport};
 use super::redis::{self, RedisBenchOptions, RedisBenchReport};
 use super::{Bench, BenchError};
@@ -118,12 +119,13 @@ pub struct RedisArgs {
     )]
     pub concurrency: Vec<u32>,
     /// Prefetch settings (messages fetched ahead of free handler slots), comma-separated:
-    /// every leasehold variant runs once per value.
+    /// every leasehold variant runs once per value. `auto`: the default configuration (the
+    /// prefetch and `max_leases` unset: the prefetch adapts).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "0,3000",
-        value_parser = value_parser!(u32).range(0..=1_000_000)
+        default_value = "auto,0,3000",
+        value_parser = parse_prefetch
     )]
     pub prefetch: Vec<u32>,
     /// Worker threads of the tokio runtime (default: one per core).
@@ -133,6 +135,9 @@ pub struct RedisArgs {
     /// into a Prometheus recorder.
     #[arg(long)]
     pub metrics: bool,
+    /// Leave out the hoarding row (two workers, eight 1 s jobs after a quick burst).
+    #[arg(long)]
+    pub no_long: bool,
     /// No progress spinner.
     #[arg(long)]
     pub no_progress: bool,
@@ -144,6 +149,19 @@ pub struct RedisArgs {
     pub bench: bool,
 }
 
+/// A `--prefetch` value: `auto` (kept as `u32::MAX`), or a count up to 1 000 000.
+fn parse_prefetch(value: &str) -> Result<u32, String> {
+    if value == "auto" {
+        return Ok(u32::MAX);
+    }
+    match value.parse::<u32>() {
+        Ok(n) if n <= 1_000_000 => Ok(n),
+        _ => Err(format!(
+            "{value:?}: a prefetch is `auto` or a count from 0 to 1000000"
+        )),
+    }
+}
+
 impl RedisArgs {
     /// The benchmark's options.
     pub fn options(&self) -> RedisBenchOptions {
@@ -151,10 +169,21 @@ impl RedisArgs {
             messages: self.messages as usize,
             rounds: self.rounds.into(),
             concurrency: self.concurrency.iter().map(|&c| c as usize).collect(),
-            prefetch: self.prefetch.iter().map(|&p| p as usize).collect(),
+            prefetch: self
+                .prefetch
+                .iter()
+                .map(|&p| {
+                    if p == u32::MAX {
+                        redis::AUTO
+                    } else {
+                        p as usize
+                    }
+                })
+                .collect(),
             threads: self.threads.map(usize::from),
             progress: !self.no_progress,
             metrics: self.metrics,
+            long: !self.no_long,
         }
     }
 }
@@ -171,7 +200,8 @@ impl Bench for RedisArgs {
         "--concurrency",
         "1,100",
         "--prefetch",
-        "0,50",
+        "auto,0,50",
+        "--no-long",
         "--no-progress",
     ];
 
@@ -417,6 +447,81 @@ impl Bench for FencedArgs {
     }
 }
 
+/// Pickup latency on an idle consumer on Redis: a leasehold worker against a raw blocking
+/// `XREADGROUP` consumer, messages published one at a time at a steady rate.
+#[derive(Debug, Parser)]
+#[command(
+    name = "pickup",
+    bin_name = "cargo bench -p leasehold-benches --bench pickup --"
+)]
+pub struct PickupArgs {
+    /// Messages per side and round.
+    #[arg(long, default_value_t = 3000, value_parser = value_parser!(u32).range(1..=10_000_000))]
+    pub messages: u32,
+    /// Publish rate, messages per second.
+    #[arg(long, default_value_t = 1000, value_parser = value_parser!(u32).range(1..=100_000))]
+    pub rate: u32,
+    /// The worker's concurrency. At 1 (with `prefetch` 0) every fetch asks for one message and
+    /// a full answer is followed by a fetch that does not wait: an empty answer to it pauses
+    /// intake for a poll interval (the engine's fetch pacing), which this bench is not about.
+    #[arg(long, default_value_t = 10, value_parser = value_parser!(u32).range(1..=1_000_000))]
+    pub concurrency: u32,
+    /// Measured rounds per side, interleaved (plus one warm-up round).
+    #[arg(long, default_value_t = 5, value_parser = value_parser!(u16).range(1..=1000))]
+    pub rounds: u16,
+    /// Worker threads of the tokio runtime (default: one per core).
+    #[arg(long, value_parser = value_parser!(u16).range(1..=1024))]
+    pub threads: Option<u16>,
+    /// No progress spinner.
+    #[arg(long)]
+    pub no_progress: bool,
+    /// Print the results as JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Added by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    pub bench: bool,
+}
+
+impl PickupArgs {
+    /// The benchmark's options.
+    pub fn options(&self) -> PickupOptions {
+        PickupOptions {
+            messages: self.messages as usize,
+            rate: self.rate,
+            concurrency: self.concurrency as usize,
+            rounds: self.rounds.into(),
+            threads: self.threads.map(usize::from),
+            progress: !self.no_progress,
+        }
+    }
+}
+
+impl Bench for PickupArgs {
+    type Report = PickupReport;
+
+    const SMOKE: &'static [&'static str] = &[
+        "pickup",
+        "--messages",
+        "50",
+        "--rounds",
+        "1",
+        "--no-progress",
+    ];
+
+    fn run(&self) -> Result<PickupReport, BenchError> {
+        pickup::run(&self.options())
+    }
+
+    fn wants_json(&self) -> bool {
+        self.json
+    }
+
+    fn json(report: &PickupReport) -> serde_json::Value {
+        report.to_json()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory;
@@ -449,6 +554,7 @@ mod tests {
             &["e2e-redis", "--prefetch", "-1"],
             &["e2e-redis", "--prefetch", "0,lots"],
             &["e2e-redis", "--prefetch", "2000000"],
+            &["e2e-redis", "--prefetch", "automatic"],
             &["e2e-redis", "--prefetch", ""],
             &["e2e-redis", "--frobnicate"],
         ] {
@@ -487,7 +593,7 @@ mod tests {
         assert_eq!(args.options().rounds, 2);
         let args = RedisArgs::try_parse_from(["e2e-redis", "--bench", "--json"]).unwrap();
         assert!(args.json);
-        assert_eq!(args.options().prefetch, [0, 3000]);
+        assert_eq!(args.options().prefetch, [redis::AUTO, 0, 3000]);
     }
 
     #[test]
@@ -561,7 +667,13 @@ mod tests {
     #[test]
     fn bench_redis_prefetch() {
         let options = |argv: &[&str]| RedisArgs::try_parse_from(argv).unwrap().options();
-        assert_eq!(options(&["e2e-redis"]).prefetch, [0, 3000]);
+        assert_eq!(options(&["e2e-redis"]).prefetch, [redis::AUTO, 0, 3000]);
+        assert_eq!(
+            options(&["e2e-redis", "--prefetch", "auto,5"]).prefetch,
+            [redis::AUTO, 5]
+        );
+        assert!(options(&["e2e-redis"]).long);
+        assert!(!options(&["e2e-redis", "--no-long"]).long);
         let parsed = options(&["e2e-redis", "--prefetch", "0,50"]);
         assert_eq!(parsed.prefetch, [0, 50]);
         assert_eq!(parsed.concurrency, [1, 100, 1000]);

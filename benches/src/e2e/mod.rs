@@ -14,6 +14,9 @@
 //! - [`fenced`](mod@fenced): what the Redis backend's fenced ack, renew and release cost the
 //!   server per id (`INFO commandstats`), against the plain commands they guard. Run with
 //!   `cargo bench -p leasehold-benches --bench fenced-cost`.
+//! - [`pickup`](mod@pickup): pickup latency on an idle worker on Redis, messages published one
+//!   at a time at 1 000 msg/s, against a raw blocking `XREADGROUP` consumer. Run with `cargo
+//!   bench -p leasehold-benches --bench pickup`.
 //!
 //! Each bench target is a thin layer over [`main`]: the flags ([`args`]) are parsed with clap
 //! (a bad flag is a usage error, exit code 2), the benchmark runs, and its table, or with
@@ -27,6 +30,7 @@ pub mod args;
 mod counting;
 pub mod fenced;
 pub mod memory;
+pub mod pickup;
 pub mod producer;
 pub mod redis;
 mod stats;

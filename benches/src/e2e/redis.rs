@@ -68,6 +68,28 @@ const TARGET_NO_OP: f64 = 0.7;
 const TARGET_SLOW: f64 = 0.8;
 const TARGET_RSS_MB: f64 = 16.0;
 
+/// A `prefetch` setting that stands for the default configuration: the prefetch and
+/// `max_leases` left unset, so the prefetch adapts.
+pub const AUTO: usize = usize::MAX;
+
+/// A prefetch setting in the JSON report: the count, or `"auto"`.
+fn prefetch_json(prefetch: usize) -> serde_json::Value {
+    if prefetch == AUTO {
+        "auto".into()
+    } else {
+        prefetch.into()
+    }
+}
+
+/// How a prefetch setting is shown.
+pub fn prefetch_label(prefetch: usize) -> String {
+    if prefetch == AUTO {
+        "default (adaptive)".into()
+    } else {
+        format!("prefetch {prefetch}")
+    }
+}
+
 /// What to measure.
 #[derive(Debug, Clone)]
 pub struct RedisBenchOptions {
@@ -87,6 +109,10 @@ pub struct RedisBenchOptions {
     /// Also measure, each round, every no-op variant with its worker recording its metrics
     /// (a Prometheus recorder).
     pub metrics: bool,
+    /// Measure the hoarding row too: two workers, `LONG_JOBS` jobs of 1 s after a quick burst,
+    /// at each prefetch setting (about 1.2 s a round and setting, or twice that when one
+    /// worker hoards).
+    pub long: bool,
 }
 
 impl Default for RedisBenchOptions {
@@ -95,7 +121,8 @@ impl Default for RedisBenchOptions {
             messages: 20_000,
             rounds: 5,
             concurrency: vec![1, 100, 1000],
-            prefetch: vec![0, 3000],
+            prefetch: vec![AUTO, 0, 3000],
+            long: true,
             threads: None,
             progress: false,
             metrics: false,
@@ -254,6 +281,8 @@ pub struct RedisBenchReport {
     pub renew_ms: Vec<f64>,
     /// Script calls (EVALSHA) per renew tick, one per measured round.
     pub renew_scripts: Vec<f64>,
+    /// The hoarding row, keyed by prefetch (in the options' order): every measured round.
+    pub long: Vec<(usize, Vec<LongRound>)>,
     /// The RSS reading (taken once, before any other round, so earlier rounds' freed memory
     /// does not hide the worker's).
     pub rss: RssReading,
@@ -312,7 +341,7 @@ impl RedisBenchReport {
                     variant,
                     json!({
                         "concurrency": concurrency,
-                        "prefetch": prefetch,
+                        "prefetch": prefetch_json(*prefetch),
                         "ratio_to_raw": ratio,
                         "target_ratio": target,
                         "met": met,
@@ -329,7 +358,7 @@ impl RedisBenchReport {
                     variant,
                     json!({
                         "concurrency": SLOW_CONCURRENCY,
-                        "prefetch": prefetch,
+                        "prefetch": prefetch_json(*prefetch),
                         "handler_ms": SLOW_HANDLER.as_secs_f64() * 1e3,
                         "ideal_msg_per_s": ideal_slow_rate(),
                         "ratio_to_ideal": ratio,
@@ -353,7 +382,7 @@ impl RedisBenchReport {
                 variant,
                 json!({
                     "concurrency": concurrency,
-                    "prefetch": prefetch,
+                    "prefetch": prefetch_json(*prefetch),
                     "ratio_to_unmetered": self.metered_ratio(*concurrency, *prefetch),
                 }),
             )).collect::<Vec<_>>(),
@@ -367,6 +396,31 @@ impl RedisBenchReport {
                     "script_calls_per_tick": self.renew_scripts,
                 },
             },
+            "long": self.long.iter().map(|(prefetch, rounds)| {
+                let ms = |f: &dyn Fn(&LongRound) -> Duration| -> Vec<f64> {
+                    rounds.iter().map(|r| f(r).as_secs_f64() * 1e3).collect()
+                };
+                let makespan = ms(&|r| r.makespan);
+                let wait = ms(&|r| r.max_wait);
+                json!({
+                    "name": format!("1 s jobs, two workers, {}", prefetch_label(*prefetch)),
+                    "prefetch": prefetch_json(*prefetch),
+                    "workers": 2,
+                    "concurrency": LONG_CONCURRENCY,
+                    "jobs": LONG_JOBS,
+                    "warmup_messages": LONG_WARMUP,
+                    "handler_ms": LONG_HANDLER.as_millis() as u64,
+                    "makespan_ms": median(&makespan),
+                    "makespan_ms_min": makespan.iter().copied().fold(f64::INFINITY, f64::min),
+                    "makespan_ms_max": makespan.iter().copied().fold(0.0, f64::max),
+                    "max_wait_ms": median(&wait),
+                    "rounds": rounds.iter().map(|r| json!({
+                        "makespan_ms": r.makespan.as_secs_f64() * 1e3,
+                        "max_wait_ms": r.max_wait.as_secs_f64() * 1e3,
+                        "split": r.split,
+                    })).collect::<Vec<_>>(),
+                })
+            }).collect::<Vec<_>>(),
             "rss": {
                 "in_flight": RSS_IN_FLIGHT,
                 "before_kb": rss.before_kb,
@@ -469,6 +523,40 @@ impl fmt::Display for RedisBenchReport {
             self.renew_ms.iter().copied().fold(0.0, f64::max),
             median(&self.renew_scripts),
         )?;
+        if self.long.iter().any(|(_, rounds)| !rounds.is_empty()) {
+            writeln!(f)?;
+            writeln!(
+                f,
+                "hoarding: two workers (concurrency {LONG_CONCURRENCY} each) drain                  {LONG_WARMUP} no-op messages, then {LONG_JOBS} jobs of {LONG_HANDLER:?} are                  published at once (ideal: all start at once, makespan {LONG_HANDLER:?})"
+            )?;
+            writeln!(f)?;
+            writeln!(
+                f,
+                "| variant | makespan (median) | range | longest wait publish → start (median)                  | long jobs per worker, each round |"
+            )?;
+            writeln!(f, "|---|---:|---|---:|---|")?;
+            for (prefetch, rounds) in &self.long {
+                let secs = |f: &dyn Fn(&LongRound) -> Duration| -> Vec<f64> {
+                    rounds.iter().map(|r| f(r).as_secs_f64()).collect()
+                };
+                let makespan = secs(&|r| r.makespan);
+                let wait = secs(&|r| r.max_wait);
+                let splits: Vec<String> = rounds
+                    .iter()
+                    .map(|r| format!("{}+{}", r.split[0], r.split[1]))
+                    .collect();
+                writeln!(
+                    f,
+                    "| 1 s jobs, two workers, {} | {:.3} s | {:.3}–{:.3} s | {:.3} s | {} |",
+                    prefetch_label(*prefetch),
+                    median(&makespan),
+                    makespan.iter().copied().fold(f64::INFINITY, f64::min),
+                    makespan.iter().copied().fold(0.0, f64::max),
+                    median(&wait),
+                    splits.join(" "),
+                )?;
+            }
+        }
         let rss = &self.rss;
         writeln!(
             f,
@@ -598,7 +686,7 @@ pub fn run(options: &RedisBenchOptions) -> Result<RedisBenchReport, BenchError> 
         .iter()
         .flat_map(|&c| {
             options.prefetch.iter().map(move |&p| {
-                let name = format!("leasehold no-op, c={c}, prefetch {p}");
+                let name = format!("leasehold no-op, c={c}, {}", prefetch_label(p));
                 ((c, p), Variant::new(name))
             })
         })
@@ -616,10 +704,15 @@ pub fn run(options: &RedisBenchOptions) -> Result<RedisBenchReport, BenchError> 
         .prefetch
         .iter()
         .map(|&p| {
-            let name = format!("leasehold 10 ms, c={SLOW_CONCURRENCY}, prefetch {p}");
+            let name = format!(
+                "leasehold 10 ms, c={SLOW_CONCURRENCY}, {}",
+                prefetch_label(p)
+            );
             (p, Variant::new(name))
         })
         .collect();
+    let mut long: Vec<(usize, Vec<LongRound>)> =
+        options.prefetch.iter().map(|&p| (p, Vec::new())).collect();
     let mut renew_ms = Vec::new();
     let mut renew_scripts = Vec::new();
     let mut key = 0usize;
@@ -668,6 +761,20 @@ pub fn run(options: &RedisBenchOptions) -> Result<RedisBenchReport, BenchError> 
                 variant.record(options.messages, took, cost, Some(calls));
             }
         }
+        if options.long {
+            for (prefetch, rounds) in &mut long {
+                bar.set_message(format!(
+                    "round {round} of {}: 1 s jobs, two workers, {}",
+                    options.rounds,
+                    prefetch_label(*prefetch)
+                ));
+                let stream = next_key("long");
+                let result = runtime.block_on(long_round(rt.clone(), &url, &stream, *prefetch))?;
+                if measured {
+                    rounds.push(result);
+                }
+            }
+        }
         bar.set_message(format!("round {round} of {}: heartbeat", options.rounds));
         let stream = next_key("renew");
         let backend = runtime.block_on(async {
@@ -695,6 +802,7 @@ pub fn run(options: &RedisBenchOptions) -> Result<RedisBenchReport, BenchError> 
         slow,
         renew_ms,
         renew_scripts,
+        long,
         rss,
         redis_version,
     })
@@ -708,6 +816,12 @@ fn rate(messages: usize, took: Duration) -> f64 {
 /// at least the default 1000), the claim timeout, and a short poll interval (the last fetch of a
 /// round waits that long).
 fn worker_config(concurrency: usize, prefetch: usize) -> Config {
+    if prefetch == AUTO {
+        return Config::default()
+            .concurrency(concurrency)
+            .claim_timeout(CLAIM_TIMEOUT)
+            .poll_interval(Duration::from_millis(50));
+    }
     Config::default()
         .concurrency(concurrency)
         .prefetch(prefetch)
@@ -1195,5 +1309,124 @@ fn field_of<'a>(info: &'a str, field: &str) -> Option<&'a str> {
     info.lines().find_map(|line| {
         let value = line.strip_prefix(field)?.strip_prefix(':')?;
         Some(value.trim())
+    })
+}
+
+/// Long jobs of the hoarding row.
+const LONG_JOBS: usize = 8;
+/// Their handler.
+const LONG_HANDLER: Duration = Duration::from_secs(1);
+/// Each of the two workers' concurrency in the hoarding row: together they have one slot per
+/// long job, so the ideal makespan is one handler time.
+const LONG_CONCURRENCY: usize = 4;
+/// Quick (no-op) messages both workers drain first, so an adaptive prefetch has grown.
+const LONG_WARMUP: usize = 4000;
+
+/// One round of the hoarding row: two workers on one stream drain `LONG_WARMUP` no-op
+/// messages, then `LONG_JOBS` jobs of `LONG_HANDLER` are published at once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LongRound {
+    /// From publishing the long jobs to the last one's end.
+    pub makespan: Duration,
+    /// Long jobs each worker ran.
+    pub split: [usize; 2],
+    /// Longest any long job waited from its publish to its start.
+    pub max_wait: Duration,
+}
+
+/// One hoarding round at `prefetch` (or `AUTO`).
+async fn long_round(
+    rt: TokioRuntime,
+    url: &str,
+    stream: &str,
+    prefetch: usize,
+) -> Result<LongRound, BenchError> {
+    let quick = Arc::new(AtomicUsize::new(0));
+    let long = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+    let started: Arc<std::sync::Mutex<Vec<Instant>>> = Arc::default();
+    let all_done = Arc::new(Notify::new());
+    publish(url, stream, LONG_WARMUP).await?;
+    let mut workers = Vec::new();
+    for w in 0..2 {
+        let backend = RedisBackend::connect(
+            RedisConfig::new(url, stream, GROUP)
+                .consumer(format!("bench-{w}"))
+                .claim_timeout(CLAIM_TIMEOUT),
+        )
+        .await
+        .map_err(|e| BenchError::Redis(format!("connect: {e}")))?;
+        let (quick, long, started, all_done) = (
+            quick.clone(),
+            long.clone(),
+            started.clone(),
+            all_done.clone(),
+        );
+        // As the other rows (`AUTO`: the defaults), idle workers polling every 20 ms.
+        let config =
+            worker_config(LONG_CONCURRENCY, prefetch).poll_interval(Duration::from_millis(20));
+        let worker = WorkerBuilder::new(rt.clone())
+            .config(config)
+            .stream_with_codec(stream, backend, Raw, move |delivery: Delivery<Vec<u8>>| {
+                let (quick, long, started, all_done) = (
+                    quick.clone(),
+                    long.clone(),
+                    started.clone(),
+                    all_done.clone(),
+                );
+                async move {
+                    if delivery.message().as_slice() == b"long" {
+                        started.lock().expect("not poisoned").push(Instant::now());
+                        tokio::time::sleep(LONG_HANDLER).await;
+                        let before: usize = long.iter().map(|n| n.load(Ordering::Acquire)).sum();
+                        long[w].fetch_add(1, Ordering::AcqRel);
+                        if before + 1 == LONG_JOBS {
+                            all_done.notify_one();
+                        }
+                    } else {
+                        quick.fetch_add(1, Ordering::AcqRel);
+                    }
+                }
+            })
+            .start()?;
+        workers.push(worker);
+    }
+    while quick.load(Ordering::Acquire) < LONG_WARMUP {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Both idle a moment, as replicas between bursts are.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut con = connection(url).await?;
+    let mut pipe = redis::pipe();
+    for _ in 0..LONG_JOBS {
+        pipe.cmd("XADD")
+            .arg(stream)
+            .arg("*")
+            .arg(FIELD)
+            .arg(b"long")
+            .ignore();
+    }
+    let published = Instant::now();
+    pipe.query_async::<()>(&mut con)
+        .await
+        .map_err(|e| redis_error("publish", e))?;
+    all_done.notified().await;
+    let makespan = published.elapsed();
+    for worker in workers {
+        worker.shutdown(Duration::from_secs(5)).await;
+    }
+    let max_wait = started
+        .lock()
+        .expect("not poisoned")
+        .iter()
+        .map(|at| at.saturating_duration_since(published))
+        .max()
+        .unwrap_or_default();
+    Ok(LongRound {
+        makespan,
+        split: [
+            long[0].load(Ordering::Acquire),
+            long[1].load(Ordering::Acquire),
+        ],
+        max_wait,
     })
 }

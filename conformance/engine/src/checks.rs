@@ -285,15 +285,22 @@ impl Model {
     /// Guarantees 1 and 2 on the state.
     fn check_capacity(&self, out: &mut Problems) {
         let (running, reserved, held) = (self.running(), self.reserved(), self.held_counted());
-        let (capacity, max_leases) = (self.capacity(), self.cfg.max_leases);
+        // A fixed prefetch bounds the slots at all times. An adaptive one is checked exactly
+        // where it decides (each `Fetch`, against the prefetch in force then, and each `Run`
+        // of a ready lease, predicted by the model's own `slot_free`); it may shrink while a
+        // fetch is out, so here it is held to its ceiling.
+        let max_leases = self.cfg.max_leases;
+        let capacity = self.cfg.concurrency + self.cfg.prefetch;
         if running > self.cfg.concurrency || running + reserved > capacity {
             problem(
                 out,
                 Rule::Capacity,
                 format!(
                     "{running} running + {reserved} reserved by fetches > concurrency {} + \
-                     prefetch {}",
-                    self.cfg.concurrency, self.cfg.prefetch
+                     prefetch {} (now {})",
+                    self.cfg.concurrency,
+                    self.cfg.prefetch,
+                    self.prefetch()
                 ),
             );
         }

@@ -35,7 +35,10 @@
 //! 1. **Capacity** ([`Rule::Capacity`]). After every drain: running ≤ `concurrency`; at every
 //!    `Fetch` and after every drain: running + the `max` of every outstanding fetch ≤
 //!    `concurrency + prefetch` (no fetch while no slot or prefetch room is free), and held
-//!    leases + outstanding `max` ≤ `max_leases`. Overflow deliveries (beyond the fetch's `max`,
+//!    leases + outstanding `max` ≤ `max_leases`. An adaptive prefetch (the default) is the
+//!    model's own computation at each `Fetch` (from the handler times and fetch round trips it
+//!    saw, and only once an invocation ended since the last fetch), and its ceiling after a
+//!    drain, since it may shrink while a fetch is out. Overflow deliveries (beyond the fetch's `max`,
 //!    unasked, or during shutdown) are excluded from the held count: the model requires their
 //!    `Release { delay: 0 }` from the same input and never lets them run.
 //! 2. **Serial** ([`Rule::Serial`]). No `Run` the model did not predict while another

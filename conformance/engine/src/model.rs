@@ -277,6 +277,8 @@ pub(crate) struct FetchOut {
     pub max: usize,
     pub sent_at: Instant,
     pub seq: Seq,
+    /// How long the backend was allowed to block for new entries.
+    pub wait: Duration,
 }
 
 /// A stream's `Ack` in flight.
@@ -368,6 +370,23 @@ pub(crate) struct Model {
     pub old_runs: Vec<InvocationId>,
     pub old_chunks: Vec<(RenewId, Vec<LeaseId>)>,
     pub old_settles: Vec<OldSettle>,
+    /// The smoothed handler time and fetch round trip in nanoseconds, as the adaptive
+    /// prefetch observes them (see [`Model::prefetch`]).
+    pub observed_handler: Option<u64>,
+    pub observed_rtt: Option<u64>,
+    /// An invocation ended (not cancelled) since the last `Fetch`: only then does a fetch ask
+    /// for the adaptive prefetch.
+    pub observed_fresh: bool,
+}
+
+/// Moves a smoothed estimate an eighth of the way to `sample`; the first sample is taken as is.
+fn smooth(estimate: &mut Option<u64>, sample: Duration) {
+    let sample = u64::try_from(sample.as_nanos()).unwrap_or(u64::MAX);
+    *estimate = Some(match *estimate {
+        None => sample,
+        Some(old) if sample >= old => old + (sample - old) / 8,
+        Some(old) => old - (old - sample) / 8,
+    });
 }
 
 impl Model {
@@ -405,6 +424,9 @@ impl Model {
             old_runs: Vec::new(),
             old_chunks: Vec::new(),
             old_settles: Vec::new(),
+            observed_handler: None,
+            observed_rtt: None,
+            observed_fresh: false,
         }
     }
 
@@ -838,7 +860,17 @@ impl Model {
     pub(crate) fn fetched(&mut self, now: Instant, stream: StreamId, batch: &[Fetched<Tag>]) {
         self.begin(now);
         let (mut budget, sent_at, seq) = match self.fetches[usize::from(stream.0)].take() {
-            Some(fetch) => (fetch.max, fetch.sent_at, fetch.seq),
+            Some(fetch) => {
+                // A round trip: the fetch did not wait for new entries (asked not to, or
+                // answered full).
+                if fetch.wait.is_zero() || batch.len() >= fetch.max {
+                    smooth(
+                        &mut self.observed_rtt,
+                        self.now.saturating_duration_since(fetch.sent_at),
+                    );
+                }
+                (fetch.max, fetch.sent_at, fetch.seq)
+            }
             // Nothing was asked: the deliveries are dated at the engine's clock (never at an
             // older `now`, which would put them out of send order).
             None => {
@@ -949,6 +981,17 @@ impl Model {
         self.old_runs.push(inv);
         trim(&mut self.old_runs);
         let state = self.lease(tag).state.clone();
+        // A handler time, for the adaptive prefetch: of invocations that were not cancelled.
+        if let MState::Running {
+            started,
+            cancelled: None,
+            ..
+        } = state
+        {
+            let took = self.now.saturating_duration_since(started);
+            smooth(&mut self.observed_handler, took);
+            self.observed_fresh = true;
+        }
         match state {
             MState::Orphan { successor, .. } => {
                 self.lease(tag).state = MState::Gone(End::OrphanReported);
@@ -1409,7 +1452,8 @@ impl Model {
     }
 
     /// How many messages fetches may ask for now: free slots and prefetch room not promised to
-    /// ready or blocked leases or to outstanding fetches, within `max_leases`.
+    /// ready or blocked leases or to outstanding fetches, within `max_leases`; an adaptive
+    /// prefetch only once an invocation ended since the last fetch was sent.
     pub(crate) fn fetch_budget(&self) -> usize {
         let waiting = self
             .leases
@@ -1417,22 +1461,60 @@ impl Model {
             .filter(|l| matches!(l.state, MState::Ready { .. } | MState::Blocked))
             .count();
         let reserved = self.reserved();
-        let slots = self
-            .capacity()
-            .saturating_sub(self.running() + waiting + reserved);
+        // The prefetch, only while an invocation ended since the last fetch was sent.
+        let ahead = if self.observed_fresh || !self.cfg.adaptive_prefetch {
+            self.prefetch()
+        } else {
+            0
+        };
+        let slots =
+            (self.cfg.concurrency + ahead).saturating_sub(self.running() + waiting + reserved);
         let leases = self.cfg.max_leases.saturating_sub(self.held() + reserved);
         slots.min(leases)
     }
 
     /// Slots plus prefetch room: what running invocations and outstanding fetches may fill.
     pub(crate) fn capacity(&self) -> usize {
-        self.cfg.concurrency + self.cfg.prefetch
+        self.cfg.concurrency + self.prefetch()
+    }
+
+    /// The prefetch in force: the configured one, or the adaptive one, computed here from
+    /// what the model saw: `4 × concurrency × round trip / handler time` (smoothed samples of
+    /// fetches that did not wait and of invocations that were not cancelled; the handler time
+    /// never below the age of the oldest running invocation), at most the ceiling, 0 before
+    /// both were observed.
+    pub(crate) fn prefetch(&self) -> usize {
+        if !self.cfg.adaptive_prefetch {
+            return self.cfg.prefetch;
+        }
+        let (Some(handler), Some(rtt)) = (self.observed_handler, self.observed_rtt) else {
+            return 0;
+        };
+        let oldest = self
+            .leases
+            .values()
+            .filter_map(|l| match l.state {
+                MState::Running {
+                    started,
+                    cancelled: None,
+                    ..
+                } => Some(started),
+                _ => None,
+            })
+            .min();
+        let age = oldest.map_or(0, |started| {
+            u64::try_from(self.now.saturating_duration_since(started).as_nanos())
+                .unwrap_or(u64::MAX)
+        });
+        let handler = u128::from(handler.max(age).max(1));
+        let wanted = 4 * self.cfg.concurrency as u128 * u128::from(rtt) / handler;
+        wanted.min(self.cfg.prefetch as u128) as usize
     }
 
     /// Whether a ready lease must start: a slot is free beyond the part of the outstanding
     /// fetches' reservation that the prefetch room does not cover.
     pub(crate) fn slot_free(&self) -> bool {
-        self.running() + self.reserved().saturating_sub(self.cfg.prefetch) < self.cfg.concurrency
+        self.running() + self.reserved().saturating_sub(self.prefetch()) < self.cfg.concurrency
     }
 
     /// The `Ack` batches in flight, for the harness to answer.

@@ -201,6 +201,8 @@ impl Model {
         let budget = self.fetch_budget();
         let polled = self.polled.get_or_insert((budget, 0));
         polled.1 += max;
+        // A fixed prefetch ignores it.
+        self.observed_fresh = false;
         let now = self.now;
         let Some(slot) = self.fetches.get_mut(s) else {
             problem(out, Rule::Model, format!("Fetch from unknown stream {s}"));
@@ -217,6 +219,7 @@ impl Model {
             max,
             sent_at: now,
             seq,
+            wait,
         });
         // Its deliveries are leased from its send time: a backend that blocks the whole wait
         // and takes an entry at its end must hand it over within a heartbeat.
@@ -252,7 +255,7 @@ impl Model {
                      reserve {reserved} slots of {} (concurrency {} + prefetch {})",
                     self.capacity(),
                     self.cfg.concurrency,
-                    self.cfg.prefetch
+                    self.prefetch()
                 ),
             );
         }

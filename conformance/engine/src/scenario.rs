@@ -113,8 +113,11 @@ impl<'a> Arbitrary<'a> for Scenario {
 pub struct Setup {
     /// Invocations at once (1-4).
     pub concurrency: usize,
-    /// Messages fetched ahead of free slots (0, or 1-3).
+    /// Messages fetched ahead of free slots (0, or 1-3), when not adaptive.
     pub prefetch: usize,
+    /// The prefetch is left unset: it adapts to the observed handler times and fetch round
+    /// trips, within `max_leases - concurrency`.
+    pub adaptive_prefetch: bool,
     /// Largest fetch (1-3, or 500: no cap at these sizes).
     pub fetch_batch_size: usize,
     /// Leases held at once (`concurrency..=concurrency + 3`).
@@ -158,6 +161,7 @@ impl Default for Setup {
         Self {
             concurrency: 2,
             prefetch: 0,
+            adaptive_prefetch: false,
             fetch_batch_size: 500,
             max_leases: 4,
             streams: 2,
@@ -189,9 +193,11 @@ impl Setup {
         let prefetch = self
             .prefetch
             .min(self.max_leases.saturating_sub(self.concurrency));
-        let mut config = Config::default()
-            .concurrency(self.concurrency)
-            .prefetch(prefetch)
+        let mut config = Config::default().concurrency(self.concurrency);
+        if !self.adaptive_prefetch {
+            config = config.prefetch(prefetch);
+        }
+        let mut config = config
             .fetch_batch_size(self.fetch_batch_size)
             .max_leases(self.max_leases)
             .claim_timeout(ms(self.claim_ms))
@@ -265,6 +271,8 @@ impl<'a> Arbitrary<'a> for Setup {
             // Drawn last, so inputs from before this knob keep their meaning.
             prefetch: *u.choose(&[0, 0, 1, 2, 3])?,
             fetch_batch_size: *u.choose(&[500, 500, 1, 2, 3])?,
+            // Last again: an input that ends before it means a fixed prefetch, as it did.
+            adaptive_prefetch: bool::arbitrary(u)?,
         })
     }
 }

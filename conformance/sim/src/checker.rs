@@ -748,10 +748,15 @@ pub(crate) fn short(outcome: &Outcome) -> String {
 /// For the trace's header: the resolved engine settings of a seed.
 pub(crate) fn describe(settings: &Settings) -> String {
     format!(
-        "concurrency {}, prefetch {}, max_leases {}, claim {:?}, heartbeat {:?}, margin {:?}, \
+        "concurrency {}, prefetch {}{}, max_leases {}, claim {:?}, heartbeat {:?}, margin {:?}, \
          cancel grace {:?}, renew batch {}",
         settings.concurrency,
         settings.prefetch,
+        if settings.adaptive_prefetch {
+            " (adaptive, its ceiling)"
+        } else {
+            ""
+        },
         settings.max_leases,
         settings.claim_timeout,
         settings.heartbeat_interval,

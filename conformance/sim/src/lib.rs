@@ -191,8 +191,8 @@ pub use store::{Flaw, StoreKind};
 
 /// Everything a simulation run is made of. Per seed, the engine's concurrency (1 ..=
 /// [`max_concurrency`](Self::max_concurrency)), `max_leases` (concurrency + 0..=3), heartbeat
-/// (claim timeout / 4, / 3 or × 2/5), renew batch size (2, 3 or 1000) and prefetch (0, 1 or 3)
-/// are drawn too.
+/// (claim timeout / 4, / 3 or × 2/5), renew batch size (2, 3 or 1000) and prefetch (0, 1 or 3,
+/// or, one seed in four, unset: adaptive within `max_leases`) are drawn too.
 #[derive(Debug, Clone)]
 pub struct SimConfig {
     /// Replicas consuming the stream.

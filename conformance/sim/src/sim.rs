@@ -98,6 +98,8 @@ impl Sim {
         // most the room `max_leases` leaves (the config refuses more).
         let prefetch = (*Rng::new(mix(seed ^ 0x9e3f_e7c4_0b1d_2a55)).pick(&[0, 0, 1, 3]))
             .min(max_leases - concurrency);
+        // One seed in four leaves the prefetch unset: it adapts, within `max_leases`.
+        let adaptive = Rng::new(mix(seed ^ 0x3c1a_9d07_e5b2_64f8)).range(0, 3) == 0;
         let engine_config = Config::default()
             .concurrency(concurrency)
             .max_leases(max_leases)
@@ -111,8 +113,12 @@ impl Sim {
             .shutdown_grace(cfg.shutdown_grace)
             .cancel_grace(cfg.cancel_grace)
             .renew_batch_size(*rng.pick(&[1000, 1000, 2, 3]))
-            .fetch_backoff_max(cfg.fetch_backoff_max)
-            .prefetch(prefetch);
+            .fetch_backoff_max(cfg.fetch_backoff_max);
+        let engine_config = if adaptive {
+            engine_config
+        } else {
+            engine_config.prefetch(prefetch)
+        };
         let settings = engine_config
             .validate()
             .expect("the simulator's engine configuration is valid");

@@ -33,6 +33,10 @@ impl<P: Clone> LeaseEngine<P> {
                 let sent_at = self.epochs.sent_at(epoch);
                 let now = self.now;
                 let (poll, block) = (self.durations.poll, self.durations.fetch_wait);
+                // A fetch that did not wait for new entries took one round trip.
+                if wait == 0 || messages.len() >= max {
+                    super::smooth(&mut self.observed.fetch_rtt, now.saturating_sub(sent_at));
+                }
                 let src = &mut self.streams[usize::from(stream.0)];
                 src.failures = 0;
                 // Empty: the next fetch comes a poll interval after this one was sent — at once
@@ -244,6 +248,7 @@ impl<P: Clone> LeaseEngine<P> {
     #[inline]
     fn open_fetch(&mut self, i: usize, max: usize, wait: Tick) -> Effect<P> {
         let epoch = self.epochs.open(self.now);
+        self.observed.fresh = false;
         let src = &mut self.streams[i];
         src.outstanding = Some(Outstanding { max, epoch, wait });
         // The fetch promotes what is due and reports the next due time afresh.
@@ -276,7 +281,7 @@ impl<P: Clone> LeaseEngine<P> {
                 payload: message.payload,
                 fence: message.fence,
                 fence_seq,
-                sent_seq: 0,
+                sent_seq: self.now,
                 epoch,
                 delivery_count: message.delivery_count,
                 attempt: u32::from(state.is_running()),

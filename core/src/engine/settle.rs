@@ -43,25 +43,35 @@ impl<P: Clone> LeaseEngine<P> {
             State::Running { cancelled: Some(_) } => {
                 self.settle(id, Settle::Release(Duration::ZERO))
             }
-            State::Running { cancelled: None } => match outcome {
-                Outcome::Done => self.settle(id, Settle::Ack),
-                Outcome::Pending if self.shutdown.is_some() => {
-                    self.settle(id, Settle::Release(Duration::ZERO))
-                }
-                Outcome::Pending => {
-                    self.stats.pending += 1;
-                    self.set_state(id, State::Waiting);
-                }
-                Outcome::Retry { delay } => self.fail(id, delay, "handler asked to retry".into()),
-                Outcome::Failed { error } => self.fail(id, None, error),
-                Outcome::Reject { reason } => self.settle(
-                    id,
-                    Settle::DeadLetter(Box::new(DeadLetterReason::Rejected(reason))),
-                ),
-            },
+            State::Running { cancelled: None } => {
+                let started = self.leases.get(id).expect("running").sent_seq;
+                super::smooth(&mut self.observed.handler, self.now.saturating_sub(started));
+                self.observed.fresh = true;
+                self.ended(id, outcome)
+            }
             _ => unreachable!("is_running covers Running and Orphaned"),
         }
         self.finish();
+    }
+
+    /// A running invocation that was not cancelled returned `outcome`.
+    fn ended(&mut self, id: LeaseId, outcome: Outcome) {
+        match outcome {
+            Outcome::Done => self.settle(id, Settle::Ack),
+            Outcome::Pending if self.shutdown.is_some() => {
+                self.settle(id, Settle::Release(Duration::ZERO))
+            }
+            Outcome::Pending => {
+                self.stats.pending += 1;
+                self.set_state(id, State::Waiting);
+            }
+            Outcome::Retry { delay } => self.fail(id, delay, "handler asked to retry".into()),
+            Outcome::Failed { error } => self.fail(id, None, error),
+            Outcome::Reject { reason } => self.settle(
+                id,
+                Settle::DeadLetter(Box::new(DeadLetterReason::Rejected(reason))),
+            ),
+        }
     }
 
     /// The backend dead-lettered `count` entries by itself while fetching: they could never be
@@ -217,6 +227,7 @@ impl<P: Clone> LeaseEngine<P> {
     pub(super) fn start_run(&mut self, id: LeaseId) {
         let lease = self.leases.get_mut(id).expect("held");
         lease.attempt += 1;
+        lease.sent_seq = self.now;
         self.set_state(id, State::Running { cancelled: None });
         self.stats.invocations += 1;
         let run = self.run_effect(id);

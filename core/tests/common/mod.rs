@@ -29,9 +29,12 @@ pub const S0: StreamId = StreamId(0);
 
 /// A small, fast configuration: claim 3 s, heartbeat 1 s, margin 300 ms (lease valid 2.7 s after
 /// the send time of its last confirmation), poll 1 s, re-poll 400 ms, no retry jitter
-/// (1 s ×2, cap 10 s). Tests override what they exercise.
+/// (1 s ×2, cap 10 s), nothing fetched ahead (a fixed prefetch of 0: fetch sizes follow the
+/// free slots alone; `tests/adaptive.rs` exercises the adaptive default). Tests override what
+/// they exercise.
 pub fn config() -> Config {
     Config::default()
+        .prefetch(0)
         .claim_timeout(secs(3))
         .heartbeat_interval(ms(1000))
         .expiry_margin(ms(300))

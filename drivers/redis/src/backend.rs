@@ -1,5 +1,36 @@
 //! The Redis Streams [`Backend`]: fenced Lua scripts over a multiplexed connection, and a
 //! dedicated connection for the blocking wait.
+//!
+//! # The wait of an idle consumer
+//!
+//! A fetch that finds nothing waits on the dedicated connection, and in one of two ways:
+//!
+//! - **consuming** (the usual case): `XREADGROUP … BLOCK t STREAMS stream wake > >`. A new entry
+//!   is delivered by the wait itself (delivery count 1, so fence 1, as the fenced scripts
+//!   expect), so picking it up costs no second round trip. `XREADGROUP` blocks only on streams
+//!   of its group, so the wake stream (a publisher appends to it when it delays a message due
+//!   before all others) has a consumer group of the same name: a wake-up reaches **one** of the
+//!   group's waiting consumers, not all. That is enough: the one woken learns the new due time
+//!   and promotes the message when it is due, and the promoted entry then wakes whichever
+//!   consumer waits on the stream. It acknowledges the wake entry at once. Were that consumer to
+//!   go away before the due time, the message would wait for the next fetch of any other one,
+//!   at most a poll interval.
+//! - **not consuming**, while a delayed message is due before the wait would end:
+//!   `XREAD … BLOCK` after the group's last-delivered id and the wake stream's last id, ended by
+//!   a local timer at the due time, after which the fetch script promotes and reads. Taking an
+//!   entry here would need the script anyway, and a read that consumes nothing can be dropped at
+//!   the due time whatever the server is doing.
+//!
+//! Redis times out a blocked command only `hz` times a second (every 100 ms by default), so a
+//! local timer ends every wait on time: for a consuming read it sends `CLIENT UNBLOCK <id>
+//! TIMEOUT` on the command connection and still reads the reply, which holds whatever the read
+//! took before the unblock. A consuming read is never dropped by the backend itself. Should the
+//! caller drop a fetch mid-wait (shutdown, a call timeout), its connection goes with it: closing
+//! the socket ends the read on the server, so it takes nothing later (only an entry it took in
+//! the instant before stays pending with this consumer, until reclaimed after the claim timeout,
+//! as `Backend::fetch` allows). The next wait opens a new connection. Without the permission for
+//! `CLIENT UNBLOCK` (an ACL user without `@admin`), a wait ends by the server's timeout instead,
+//! up to 1/`hz` late.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{LazyLock, Mutex};
@@ -15,7 +46,7 @@ use redis::{AsyncConnectionConfig, RedisError, Script, Value};
 use crate::config::{
     unique_consumer_name, ConnectError, DelayedKeys, RedisConfig, RedisConfigError,
 };
-use crate::conn::Connection;
+use crate::conn::{Connection, Servers};
 use crate::error::{error, is_nogroup};
 
 /// A script made of shared Lua helpers followed by its own file.
@@ -49,6 +80,10 @@ static RELEASE: LazyLock<Script> = script!("lua/release.lua");
 static DEAD_LETTER: LazyLock<Script> = script!("lua/dead_letter.lua");
 static REAP: LazyLock<Script> = script!("lua/reap_consumers.lua");
 
+/// How long a fetch that may wait trusts what the last look at the stream learned (nothing
+/// reclaimable, the next due time) and waits without looking again.
+const LOOK_AGAIN: Duration = Duration::from_millis(100);
+
 /// Most ids per script call, and most delayed messages one fetch promotes: keeps each script
 /// short so Redis stays responsive.
 const SCRIPT_BATCH: usize = 1000;
@@ -63,10 +98,11 @@ pub struct RedisBackend {
     delayed_keys: DelayedKeys,
     /// Scripts, publishes, acks and renews: multiplexed, never blocked.
     commands: Connection,
-    /// Only the blocking `XREAD … BLOCK`, so a waiting fetch never delays a heartbeat (on a
-    /// cluster: a cluster connection of its own, so it blocks none of the command
-    /// connection's links to the nodes).
-    blocking: Connection,
+    /// Only the blocking reads, so a waiting fetch never delays a heartbeat (on a cluster: a
+    /// cluster connection of its own, so it blocks none of the command connection's links to
+    /// the nodes). A wait takes it out and puts it back when it ends; a wait dropped midway
+    /// drops it (see the module docs), and the next opens another.
+    blocking: Mutex<Option<Blocking>>,
     /// The `XAUTOCLAIM` cursor, carried between fetches so lapsed entries are reclaimed in turn.
     cursor: Mutex<String>,
     /// Reclaims and new entries take turns going first.
@@ -157,15 +193,16 @@ impl RedisBackend {
         let timeout = config.target.command_timeout;
         servers.check_credentials(timeout).await?;
         let commands = servers.connect(timeout, Some(timeout)).await?;
-        // The blocking read may wait as long as the fetch asks; the driver bounds the call.
-        let blocking = servers.connect(timeout, None).await?;
+        let blocking = Blocking::open(servers, timeout)
+            .await
+            .map_err(|e| error("connect", e))?;
         let backend = Self {
             consumer: config.consumer.clone().unwrap_or_else(unique_consumer_name),
             dead_key: config.dead_letter_key()?,
             delayed_keys: DelayedKeys::of(&config.target.stream)?,
             config,
             commands,
-            blocking,
+            blocking: Mutex::new(Some(blocking)),
             cursor: Mutex::new("0-0".into()),
             reclaim_turn: AtomicBool::new(true),
             reclaims_seen: AtomicBool::new(true),
@@ -198,20 +235,35 @@ impl RedisBackend {
         &self.dead_key
     }
 
-    /// Creates the stream and group if missing (`BUSYGROUP` means it exists: fine).
+    /// Creates the stream and group if missing (`BUSYGROUP` means it exists: fine), and the
+    /// group of the same name on the wake stream, which a consuming wait blocks on too (from
+    /// its end: only wake-ups from then on matter).
     async fn ensure_group(&self) -> BackendResult<()> {
-        let created: Result<Value, _> = redis::cmd("XGROUP")
+        let mut pipe = redis::pipe();
+        pipe.cmd("XGROUP")
             .arg("CREATE")
             .arg(&self.config.target.stream)
             .arg(&self.config.group)
             .arg("0")
             .arg("MKSTREAM")
+            .cmd("XGROUP")
+            .arg("CREATE")
+            .arg(&self.delayed_keys.wake)
+            .arg(&self.config.group)
+            .arg("$")
+            .arg("MKSTREAM");
+        let created: Vec<redis::RedisResult<Value>> = pipe
+            .ignore_errors()
             .query_async(&mut self.commands.clone())
-            .await;
-        match created {
-            Err(e) if e.code() != Some("BUSYGROUP") => Err(error("create group", e)),
-            _ => Ok(()),
+            .await
+            .map_err(|e| error("create group", e))?;
+        for result in created {
+            match result {
+                Err(e) if e.code() != Some("BUSYGROUP") => return Err(error("create group", e)),
+                _ => {}
+            }
         }
+        Ok(())
     }
 
     /// One run of the fetch script, never blocking: the entries it took, whether anything was
@@ -354,10 +406,22 @@ impl RedisBackend {
         self.due_seen
             .store(next_due == Some(Duration::ZERO), Ordering::Relaxed);
         let reclaimable = matches!(&idle, Value::Array(rows) if !rows.is_empty());
-        let mut fetched = Vec::new();
-        for (id, payload) in parse_read(read, self.config.target.field.as_bytes())
-            .ok_or_else(|| BackendError::fatal("unexpected reply from XREADGROUP"))?
-        {
+        let read = parse_streams(read)
+            .and_then(|mut streams| match streams.pop() {
+                None => Some(Vec::new()),
+                Some((_, entries)) => parse_entries(entries, self.config.target.field.as_bytes()),
+            })
+            .ok_or_else(|| BackendError::fatal("unexpected reply from XREADGROUP"))?;
+        let fetched = self.deliver_read(read).await;
+        Ok((fetched, reclaimable))
+    }
+
+    /// New entries an `XREADGROUP … >` delivered (delivery count 1, so fence 1), as
+    /// deliveries; those without the payload field are dead-lettered and left out, as the
+    /// fetch script does.
+    async fn deliver_read(&self, read: Vec<(String, Option<Bytes>)>) -> Vec<Fetched<Bytes>> {
+        let mut fetched = Vec::with_capacity(read.len());
+        for (id, payload) in read {
             match payload {
                 Some(payload) => fetched.push(Fetched {
                     id: id.into(),
@@ -386,30 +450,15 @@ impl RedisBackend {
                 }
             }
         }
-        Ok((fetched, reclaimable))
+        fetched
     }
 
     /// Waits (on the dedicated connection) until the stream has an entry after `last`, the
     /// wake stream one after `wake` (a publisher delayed a message due earlier than all
-    /// others), or `wait` passes. It consumes nothing, so dropping it midway loses nothing.
-    ///
-    /// Redis ends a `BLOCK` only when it checks blocked clients' timeouts, `hz` times a second
-    /// (every 100 ms by default), so a local timer ends the wait on time: a delayed message
-    /// due then is promoted within a millisecond or two, not up to 100 ms late. The read left
-    /// blocked on the server ends at once when that promotion appends to the stream (its
-    /// `last` is older), or at the server's next check; until then a new wait queues behind it.
+    /// others), or `wait` passes. It consumes nothing.
     async fn wait_for_new(&self, last: &str, wake: &str, wait: Duration) -> BackendResult<()> {
-        let timer = async {
-            async_io::Timer::after(wait).await;
-            Ok(())
-        };
-        futures_lite::future::or(self.read_blocking(last, wake, wait), timer).await
-    }
-
-    /// The blocking `XREAD` of [`wait_for_new`](Self::wait_for_new).
-    async fn read_blocking(&self, last: &str, wake: &str, wait: Duration) -> BackendResult<()> {
-        let _: Value = redis::cmd("XREAD")
-            .arg("COUNT")
+        let mut cmd = redis::cmd("XREAD");
+        cmd.arg("COUNT")
             .arg(1)
             .arg("BLOCK")
             .arg(millis(wait).max(1))
@@ -417,17 +466,184 @@ impl RedisBackend {
             .arg(&self.config.target.stream)
             .arg(&self.delayed_keys.wake)
             .arg(last)
-            .arg(wake)
-            .query_async(&mut self.blocking.clone())
+            .arg(wake);
+        self.block_on(&cmd, wait)
             .await
             .map_err(|e| error("wait for entries", e))?;
         Ok(())
     }
 
+    /// Waits up to `wait` for new entries, taking up to `max` of them as it wakes (one round
+    /// trip: see the module docs), or for a wake-up on the wake stream, which it acknowledges.
+    async fn wait_consuming(&self, max: usize, wait: Duration) -> BackendResult<Woken> {
+        let (stream, wake) = (&self.config.target.stream, &self.delayed_keys.wake);
+        let mut cmd = redis::cmd("XREADGROUP");
+        cmd.arg("GROUP")
+            .arg(&self.config.group)
+            .arg(&self.consumer)
+            .arg("COUNT")
+            .arg(max)
+            .arg("BLOCK")
+            .arg(millis(wait).max(1))
+            .arg("STREAMS")
+            .arg(stream)
+            .arg(wake)
+            .arg(">")
+            .arg(">");
+        let reply = match self.block_on(&cmd, wait).await {
+            // The stream, the wake stream or a group was deleted: recreated, and the script
+            // reads again.
+            Err(e) if is_nogroup(&e) => {
+                tracing::warn!(%stream, "consumer group vanished; recreating");
+                self.ensure_group().await?;
+                return Ok(Woken::Again);
+            }
+            reply => reply.map_err(|e| error("wait for entries", e))?,
+        };
+        let unexpected = || BackendError::fatal("unexpected reply from a waiting XREADGROUP");
+        let mut read = Vec::new();
+        let mut woken = false;
+        for (key, entries) in parse_streams(reply).ok_or_else(unexpected)? {
+            let entries = parse_entries(entries, self.config.target.field.as_bytes())
+                .ok_or_else(unexpected)?;
+            if key.as_slice() == wake.as_bytes() {
+                woken |= !entries.is_empty();
+                self.ack_wake(entries.into_iter().map(|(id, _)| id)).await;
+            } else {
+                read = entries;
+            }
+        }
+        let took = read.len();
+        let fetched = self.deliver_read(read).await;
+        Ok(if !fetched.is_empty() {
+            Woken::Took(fetched)
+        } else if woken || took > 0 {
+            Woken::Again
+        } else {
+            Woken::TimedOut
+        })
+    }
+
+    /// Acknowledges wake-ups this consumer took, so the wake group's pending list stays empty.
+    /// Should that fail, they stay pending there, harmless, until its consumer is removed.
+    async fn ack_wake(&self, ids: impl Iterator<Item = String>) {
+        let mut cmd = redis::cmd("XACK");
+        cmd.arg(&self.delayed_keys.wake).arg(&self.config.group);
+        let mut any = false;
+        for id in ids {
+            cmd.arg(id);
+            any = true;
+        }
+        if !any {
+            return;
+        }
+        if let Err(e) = cmd.query_async::<Value>(&mut self.commands.clone()).await {
+            tracing::debug!(%e, "acknowledging a wake-up failed");
+        }
+    }
+
+    /// Sends the blocking `cmd` (whose `BLOCK` is `wait`) on the dedicated connection and
+    /// waits for its reply, no longer than `wait`: then `CLIENT UNBLOCK … TIMEOUT` ends it on
+    /// the server, which answers at once with what it had (nothing, or what it took just
+    /// before), where the server's own timeout would come up to 1/`hz` late. Its reply is always
+    /// read, so a consuming read is never abandoned here. The connection goes back for the next
+    /// wait unless it failed; dropping this future drops it, which ends the read on the server.
+    async fn block_on(&self, cmd: &redis::Cmd, wait: Duration) -> Result<Value, RedisError> {
+        let taken = self
+            .blocking
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let mut blocking = match taken {
+            Some(blocking) => blocking,
+            None => {
+                Blocking::open(
+                    &self.config.target.servers,
+                    self.config.target.command_timeout,
+                )
+                .await?
+            }
+        };
+        let reply = {
+            let id = blocking.id;
+            let mut read = std::pin::pin!(cmd.query_async::<Value>(&mut blocking.con));
+            let timer = async {
+                async_io::Timer::after(wait).await;
+                None
+            };
+            match futures_lite::future::or(async { Some(read.as_mut().await) }, timer).await {
+                Some(reply) => reply,
+                None => {
+                    if let Some(id) = id {
+                        if !self.unblock(id).await {
+                            blocking.id = None;
+                        }
+                    }
+                    read.await
+                }
+            }
+        };
+        // A reply, or an error the server answered: the connection is fine.
+        if reply.as_ref().map_or_else(|e| e.code().is_some(), |_| true) {
+            *self.blocking.lock().unwrap_or_else(|e| e.into_inner()) = Some(blocking);
+        }
+        reply
+    }
+
+    /// Ends the blocked command of client `id` as if it had timed out; false when this user may
+    /// not (`CLIENT UNBLOCK` needs `@admin`): its waits then end by the server's timeout.
+    async fn unblock(&self, id: i64) -> bool {
+        let unblocked: Result<i64, _> = redis::cmd("CLIENT")
+            .arg("UNBLOCK")
+            .arg(id)
+            .arg("TIMEOUT")
+            .query_async(&mut self.commands.clone())
+            .await;
+        match unblocked {
+            Ok(_) => true,
+            Err(e) if e.code() == Some("NOPERM") => {
+                tracing::info!(
+                    %e,
+                    "CLIENT UNBLOCK refused: waits end by the server's timeout, up to 1/hz late"
+                );
+                false
+            }
+            Err(e) => {
+                tracing::debug!(%e, "ending a wait on time failed");
+                true
+            }
+        }
+    }
+
+    /// Whether a fetch that may wait `wait` can begin its consuming wait without a look first:
+    /// a read or the script looked less than [`LOOK_AGAIN`] ago, found nothing reclaimable and
+    /// nothing due before the wait would end. So a busy idle worker (one message at a time,
+    /// each answer short of `max`) costs one round trip per message in its fetches, the wait,
+    /// where a look before every wait would add one; lapsed entries are noticed at most
+    /// [`LOOK_AGAIN`] later, a negligible part of a claim timeout. A message delayed sooner than
+    /// all others still ends the wait (the wake stream).
+    fn fresh_enough(&self, wait: Duration) -> bool {
+        if wait.is_zero()
+            || self.reclaims_seen.load(Ordering::Relaxed)
+            || self.due_seen.load(Ordering::Relaxed)
+        {
+            return false;
+        }
+        let now = Instant::now();
+        let delayed = self.delayed_state();
+        delayed
+            .learned_at
+            .is_some_and(|at| now.saturating_duration_since(at) < LOOK_AGAIN)
+            && delayed.next_due(now).is_none_or(|due| due > wait)
+    }
+
     /// What a promotion learned; the wake id comes only with a fetch script that took nothing.
     fn set_delayed(&self, next_due: Option<Duration>, wake_id: Option<String>) {
+        let now = Instant::now();
         let mut state = self.delayed.lock().unwrap_or_else(|e| e.into_inner());
-        state.next_due = next_due;
+        // A due time too far to represent is as good as none for the next hour's waits.
+        state.due_at = next_due.and_then(|due| now.checked_add(due));
+        state.learned_at = Some(now);
         if let Some(wake_id) = wake_id {
             state.wake_id = wake_id;
         }
@@ -473,6 +689,7 @@ impl RedisBackend {
         }
         let reaped: Result<i64, _> = REAP
             .key(&self.config.target.stream)
+            .key(&self.delayed_keys.wake)
             .arg(&self.config.group)
             .arg(millis(idle))
             .arg(&self.consumer)
@@ -602,12 +819,10 @@ impl Backend for RedisBackend {
         std::mem::take(&mut *self.undeliverable.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// As the last promotion (the first step of every fetch) found it, on the server's clock.
+    /// As the last promotion or look at the delayed set found it, on the server's clock, less
+    /// the time since.
     fn next_due(&self) -> Option<Duration> {
-        self.delayed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .next_due
+        self.delayed_state().next_due(Instant::now())
     }
 
     async fn publish(&self, payload: Bytes) -> BackendResult<MessageId> {
@@ -631,16 +846,26 @@ impl Backend for RedisBackend {
         // fetches again at once after a short fetch, and when something is due, as `next_due`
         // is then zero). When that read finds reclaimable entries, the next fetch runs the
         // script, and so does every fetch while the script sees reclaimable entries (it shares
-        // each fetch between reclaims and new entries) or to learn where to wait. Entries in
+        // each fetch between reclaims and new entries) or to learn where to wait for a delayed
+        // message due before the wait ends. Entries in
         // hand are returned at once, never held across another call that could fail or be
         // dropped.
-        if !self.reclaims_seen.load(Ordering::Relaxed) {
+        let deadline = Instant::now().checked_add(wait);
+        // Whether the next step is the script. Not after a read that found nothing
+        // reclaimable: with no delayed message due before the wait ends, the wait begins at once.
+        let mut script = true;
+        if self.fresh_enough(wait) {
+            // What the last look learned still holds: straight to the wait, which takes what
+            // is there at once (`XREADGROUP … BLOCK` blocks only when nothing is new).
+            script = false;
+        } else if !self.reclaims_seen.load(Ordering::Relaxed) {
             match self.read_new(max).await {
                 Ok((read, reclaimable)) => {
                     self.reclaims_seen.store(reclaimable, Ordering::Relaxed);
                     if !read.is_empty() {
                         return Ok(read);
                     }
+                    script = reclaimable;
                 }
                 // The script reports errors, and recreates a vanished group.
                 Err(e) => {
@@ -648,25 +873,42 @@ impl Backend for RedisBackend {
                 }
             }
         }
-        // Then wait for new entries until `wait` passes, no longer than until the next delayed
-        // message is due, and again after a wake-up that brought nothing to take (a publisher
-        // delayed a message due earlier: the wait shortens to its due time).
-        let deadline = Instant::now().checked_add(wait);
+        // Then wait for new entries until `wait` passes (see the module docs): consuming them,
+        // unless a delayed message is due before the wait ends; then without consuming until
+        // it is due, and the script promotes and reads. Again after a wake-up that brought
+        // nothing to take (a publisher delayed a message due earlier: the next wait learns it).
+        let mut last = None;
         loop {
-            let fetched = self.fetch_once(max).await?;
-            if !fetched.entries.is_empty() {
-                return Ok(fetched.entries);
+            if script {
+                let fetched = self.fetch_once(max).await?;
+                if !fetched.entries.is_empty() {
+                    return Ok(fetched.entries);
+                }
+                let Some(delivered) = fetched.last_delivered else {
+                    return Ok(fetched.entries);
+                };
+                last = Some(delivered);
             }
-            let Some(last) = fetched.last_delivered else {
-                return Ok(fetched.entries);
-            };
-            let left = deadline.map_or(wait, |at| at.saturating_duration_since(Instant::now()));
-            let DelayedState { next_due, wake_id } = self.delayed_state();
-            let block = next_due.map_or(left, |due| due.min(left));
-            if block.is_zero() {
-                return Ok(fetched.entries);
+            let now = Instant::now();
+            let left = deadline.map_or(wait, |at| at.saturating_duration_since(now));
+            let delayed = self.delayed_state();
+            let (next_due, wake_id) = (delayed.next_due(now), delayed.wake_id);
+            match (next_due, &last) {
+                // The script just ran: more are due than it promoted, or the wait is over.
+                (Some(due), Some(_)) if due.is_zero() || left.is_zero() => return Ok(Vec::new()),
+                (Some(due), Some(last)) if due <= left => {
+                    self.wait_for_new(last, &wake_id, due).await?;
+                    script = true;
+                }
+                // Due before the wait ends: the script promotes, and tells where to wait.
+                (Some(due), None) if due <= left => script = true,
+                _ if left.is_zero() => return Ok(Vec::new()),
+                _ => match self.wait_consuming(max, left).await? {
+                    Woken::Took(entries) => return Ok(entries),
+                    Woken::TimedOut => return Ok(Vec::new()),
+                    Woken::Again => script = true,
+                },
             }
-            self.wait_for_new(&last, &wake_id, block).await?;
         }
     }
 
@@ -807,22 +1049,37 @@ fn as_string(value: Value) -> Option<String> {
     }
 }
 
-/// `(id, payload)` of each entry of an `XREADGROUP` reply for one stream (RESP2 arrays or
-/// RESP3 maps; nil when there is nothing); the payload is `None` if the entry lacks `field`.
-fn parse_read(reply: Value, field: &[u8]) -> Option<Vec<(String, Option<Bytes>)>> {
-    let entries = match reply {
-        Value::Nil => return Some(Vec::new()),
-        Value::Array(streams) => match streams.into_iter().next() {
-            Some(Value::Array(pair)) => pair.into_iter().nth(1)?,
-            Some(_) => return None,
-            None => return Some(Vec::new()),
-        },
-        Value::Map(streams) => match streams.into_iter().next() {
-            Some((_, entries)) => entries,
-            None => return Some(Vec::new()),
-        },
-        _ => return None,
+/// Each stream of an `XREAD`/`XREADGROUP` reply as (key, its entries), in order (RESP2 arrays
+/// or RESP3 maps; none when the reply is nil: nothing came).
+fn parse_streams(reply: Value) -> Option<Vec<(Vec<u8>, Value)>> {
+    let key = |key: Value| match key {
+        Value::BulkString(key) => Some(key),
+        Value::SimpleString(key) => Some(key.into_bytes()),
+        _ => None,
     };
+    match reply {
+        Value::Nil => Some(Vec::new()),
+        Value::Array(streams) => streams
+            .into_iter()
+            .map(|stream| {
+                let Value::Array(pair) = stream else {
+                    return None;
+                };
+                let mut pair = pair.into_iter();
+                Some((key(pair.next()?)?, pair.next()?))
+            })
+            .collect(),
+        Value::Map(streams) => streams
+            .into_iter()
+            .map(|(name, entries)| Some((key(name)?, entries)))
+            .collect(),
+        _ => None,
+    }
+}
+
+/// `(id, payload)` of each of one stream's entries in a read's reply; the payload is `None` if
+/// the entry lacks `field`.
+fn parse_entries(entries: Value, field: &[u8]) -> Option<Vec<(String, Option<Bytes>)>> {
     let Value::Array(entries) = entries else {
         return None;
     };
@@ -866,21 +1123,72 @@ fn parse_read(reply: Value, field: &[u8]) -> Option<Vec<(String, Option<Bytes>)>
     Some(out)
 }
 
+/// The dedicated connection for waits, and its id on the server for `CLIENT UNBLOCK` (`None`
+/// when `CLIENT ID` failed, the user may not unblock, or on a cluster).
+struct Blocking {
+    con: Connection,
+    id: Option<i64>,
+}
+
+impl Blocking {
+    /// A connection without a response timeout (a wait lasts as long as it asks; the driver
+    /// bounds the call) and without reconnection: one that fails is dropped and the next wait
+    /// opens another. On a cluster, a cluster connection of its own, which routes each read to
+    /// the master serving the stream (and follows it when the slot moves); its waits end by
+    /// the server's timeout, as `CLIENT UNBLOCK` would have to reach that master by its own
+    /// client id there.
+    async fn open(servers: &Servers, timeout: Duration) -> Result<Self, RedisError> {
+        let mut con = servers.connect_plain(timeout).await?;
+        let id = if servers.is_cluster() {
+            None
+        } else {
+            redis::cmd("CLIENT")
+                .arg("ID")
+                .query_async(&mut con)
+                .await
+                .ok()
+        };
+        Ok(Self { con, id })
+    }
+}
+
+/// How a consuming wait ended.
+enum Woken {
+    /// With new entries, now leased to this consumer.
+    Took(Vec<Fetched<Bytes>>),
+    /// With nothing: its time ran out.
+    TimedOut,
+    /// With nothing to hand over yet: a wake-up (a message delayed sooner than all others),
+    /// only entries without the payload field, or a group recreated. The script runs next.
+    Again,
+}
+
 /// What the promotions of delayed messages learned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct DelayedState {
-    /// How long until the next delayed message is due (zero: one is, more than a promotion
+    /// When the next delayed message is due, on the local clock (the server's due time less
+    /// its `TIME`, from when the answer came; at that instant: one is, more than a promotion
     /// moves at once); `None` when none is delayed.
-    next_due: Option<Duration>,
+    due_at: Option<Instant>,
+    /// When a read or the script last looked (`None`: never).
+    learned_at: Option<Instant>,
     /// The wake stream's last id (`0-0` when it has none), as the last fetch script that took
     /// nothing saw it: a wait blocks for entries after it.
     wake_id: String,
 }
 
+impl DelayedState {
+    /// How long from `now` until the next delayed message is due (zero if it is).
+    fn next_due(&self, now: Instant) -> Option<Duration> {
+        self.due_at.map(|at| at.saturating_duration_since(now))
+    }
+}
+
 impl Default for DelayedState {
     fn default() -> Self {
         Self {
-            next_due: None,
+            due_at: None,
+            learned_at: None,
             wake_id: "0-0".into(),
         }
     }

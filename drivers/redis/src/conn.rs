@@ -163,6 +163,34 @@ impl Servers {
         }
     }
 
+    /// A connection for blocking reads: no response timeout and no reconnection (one that
+    /// failed is dropped; open another). On a cluster, a cluster connection of its own.
+    pub(crate) async fn connect_plain(&self, timeout: Duration) -> RedisResult<Connection> {
+        match &self.0 {
+            Where::One(url) => {
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(timeout))
+                    .set_response_timeout(None);
+                let con = redis::Client::open(url.as_str())?
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                Ok(Connection(Link::Plain(con)))
+            }
+            #[cfg(feature = "cluster")]
+            Where::Cluster(nodes) => {
+                let client = redis::cluster::ClusterClient::builder(nodes.clone())
+                    .connection_timeout(timeout)
+                    .retries(8)
+                    .min_retry_wait(10)
+                    .max_retry_wait(500)
+                    .build()?;
+                Ok(Connection(Link::Cluster(
+                    client.get_async_connection().await?,
+                )))
+            }
+        }
+    }
+
     /// A pub/sub connection. On a cluster, to the first node given that answers: a classic
     /// `PUBLISH` reaches every node of a cluster, so any one hears every message.
     ///
@@ -191,6 +219,8 @@ pub struct Connection(Link);
 #[derive(Clone)]
 enum Link {
     One(ConnectionManager),
+    /// One server, without reconnection: for blocking reads.
+    Plain(redis::aio::MultiplexedConnection),
     #[cfg(feature = "cluster")]
     Cluster(redis::cluster_async::ClusterConnection),
 }
@@ -198,7 +228,7 @@ enum Link {
 impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self.0 {
-            Link::One(_) => "Connection::One",
+            Link::One(_) | Link::Plain(_) => "Connection::One",
             #[cfg(feature = "cluster")]
             Link::Cluster(_) => "Connection::Cluster",
         })
@@ -209,6 +239,14 @@ impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match &mut self.0 {
             Link::One(con) => Box::pin(async move {
+                let value = con
+                    .req_packed_command(cmd)
+                    .await
+                    .map_err(redirect_is_fatal)?;
+                refuse_redirect(&value)?;
+                Ok(value)
+            }),
+            Link::Plain(con) => Box::pin(async move {
                 let value = con
                     .req_packed_command(cmd)
                     .await
@@ -236,6 +274,14 @@ impl ConnectionLike for Connection {
                 values.iter().try_for_each(refuse_redirect)?;
                 Ok(values)
             }),
+            Link::Plain(con) => Box::pin(async move {
+                let values = con
+                    .req_packed_commands(pipeline, offset, count)
+                    .await
+                    .map_err(redirect_is_fatal)?;
+                values.iter().try_for_each(refuse_redirect)?;
+                Ok(values)
+            }),
             #[cfg(feature = "cluster")]
             Link::Cluster(con) => con.req_packed_commands(pipeline, offset, count),
         }
@@ -244,6 +290,7 @@ impl ConnectionLike for Connection {
     fn get_db(&self) -> i64 {
         match &self.0 {
             Link::One(con) => con.get_db(),
+            Link::Plain(con) => con.get_db(),
             #[cfg(feature = "cluster")]
             Link::Cluster(con) => con.get_db(),
         }
@@ -293,7 +340,7 @@ impl Connection {
     /// `CLUSTER SLOTS`: the first node of each slot range serves it).
     pub(crate) async fn key_holders(&self) -> RedisResult<Vec<Node>> {
         match &self.0 {
-            Link::One(_) => Ok(vec![Node::Only]),
+            Link::One(_) | Link::Plain(_) => Ok(vec![Node::Only]),
             #[cfg(feature = "cluster")]
             Link::Cluster(con) => {
                 let ranges: Vec<Value> = redis::cmd("CLUSTER")

@@ -24,10 +24,14 @@
 //! `XREADGROUP … >`, taking turns going first with at most half of `max`, the other kind
 //! taking the rest, so neither starves the other. Every delivery carries its delivery count,
 //! which is its fence. Entries without the payload field are dead-lettered on the spot. When
-//! nothing is there, the fetch waits on a **dedicated connection** with `XREAD BLOCK` on the
-//! stream and the wake stream (below), which consumes nothing (so a dropped wait loses
-//! nothing) and never delays a heartbeat on the command connection, and no longer than until
-//! the next delayed message is due. Both connections reconnect with backoff; a wrong password
+//! nothing is there, the fetch waits on a **dedicated connection**, so it never delays a
+//! heartbeat on the command connection: with `XREADGROUP … BLOCK` on the stream and the wake
+//! stream (below; it has a consumer group of the same name), so a new entry is picked up by the
+//! wait itself, in one round trip (delivery count 1), or, while a delayed message is due before
+//! the wait would end, with an `XREAD BLOCK` that consumes nothing until it is due. A local
+//! timer ends each wait on time (`CLIENT UNBLOCK`, where Redis alone would answer up to 1/`hz`
+//! late); a dropped wait closes its connection, so it takes nothing afterwards. Both
+//! connections reconnect; a wrong password
 //! or TLS setup fails `connect` at once. A vanished group (`NOGROUP`) is recreated by the next
 //! fetch; its leases are reported lost. Every key a script touches is in the stream's Redis
 //! Cluster hash slot (below).
@@ -93,7 +97,10 @@
 //! blocking wait's, so a waiting read never delays a heartbeat — and a cluster connection
 //! holds one link per master: a backend (one stream of a worker) holds **2 connections per
 //! master** (6 on 3 masters), plus a short-lived one per node given at connect to check the
-//! credentials. A [`RedisPublisher`] and a [`RedisInspector`] hold one per master each.
+//! credentials. A [`RedisPublisher`] and a [`RedisInspector`] hold one per master each. On a
+//! cluster a wait's local timer does not send `CLIENT UNBLOCK` (it would have to reach the
+//! stream's master with this connection's client id there): a wait ends by the server's
+//! timeout, up to 1/`hz` late.
 //!
 //! A single-server URL of a cluster node whose stream another master serves fails at once with
 //! a fatal error that says to connect as a cluster: such a connection cannot follow `MOVED`.
@@ -117,13 +124,14 @@
 //! delivered like any new entry (delivery count 1). It answers how long until the next one is
 //! due (zero while more are due), which [`Backend::next_due`](leasehold_core::Backend::next_due)
 //! reports so the worker fetches again then, and, when it took nothing, the wake stream's last
-//! id: the wait blocks on the wake stream after it too, so an idle consumer learns of a message
-//! delayed after it began waiting and due sooner than its wait. The scriptless read pipelines
+//! id: the wait blocks on the wake stream too, so an idle consumer learns of a message
+//! delayed after it began waiting and due sooner than its wait (with the consuming wait, one
+//! consumer of the group learns it, and acknowledges the wake entry). The scriptless read pipelines
 //! a `ZRANGE … 0 0 WITHSCORES` of the delayed set and `TIME` (a fraction of what even an idle
 //! script costs); once that shows a message due, the next read pipelines a small promote
 //! script in their place, before its `XREADGROUP`, which then takes the promoted entries
 //! natively (a read inside a script pays for Lua tables twice). The wait for the due time is
-//! raced with a local timer: Redis times a `BLOCK` out only `hz` times a second.
+//! ended by a local timer: Redis times a `BLOCK` out only `hz` times a second.
 //!
 //! [`Outgoing::check`]: leasehold_core::Outgoing::check
 #![forbid(unsafe_code)]

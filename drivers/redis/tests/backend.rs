@@ -524,6 +524,170 @@ async fn a_waiting_fetch_wakes_on_publish() {
     assert_eq!(batch[0].id, id);
 }
 
+/// `INFO commandstats` as (command, calls), commands the server ran since the last reset.
+async fn command_calls(server: &RedisServer) -> std::collections::BTreeMap<String, u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut redis(server).await)
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|line| {
+            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = stats.strip_prefix("calls=")?.split(',').next()?;
+            Some((name.to_string(), calls.parse().ok()?))
+        })
+        .filter(|&(_, calls)| calls > 0)
+        .collect()
+}
+
+async fn reset_stats(server: &RedisServer) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut redis(server).await)
+        .await
+        .unwrap();
+}
+
+/// Until some client waits blocked in `cmd` (`xread`, `xreadgroup`).
+async fn wait_blocked_in(server: &RedisServer, cmd: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let wanted = format!(" cmd={cmd} ");
+    loop {
+        let clients: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query_async(&mut redis(server).await)
+            .await
+            .unwrap();
+        let blocked = clients
+            .lines()
+            .any(|line| line.contains(" flags=b ") && line.contains(&wanted));
+        if blocked {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no client blocked in {cmd}: {clients}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Until no client waits blocked in anything.
+async fn wait_none_blocked(server: &RedisServer) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let clients: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query_async(&mut redis(server).await)
+            .await
+            .unwrap();
+        if !clients.lines().any(|line| line.contains(" flags=b ")) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a client stays blocked: {clients}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn an_idle_fetch_takes_a_new_entry_in_its_wait_with_no_second_round_trip() {
+    let server = server();
+    let a = std::sync::Arc::new(consumer(&server, "a").await);
+    // The first fetch runs the script (nothing is known yet); from then on an empty stream
+    // costs at most one pipelined read before the wait.
+    assert!(a.fetch(10, Duration::ZERO).await.unwrap().is_empty());
+    reset_stats(&server).await;
+    let waiting = {
+        let a = std::sync::Arc::clone(&a);
+        tokio::spawn(async move { a.fetch(10, Duration::from_secs(60)).await })
+    };
+    wait_blocked_in(&server, "xreadgroup").await;
+    let before = command_calls(&server).await;
+    assert_eq!(
+        before.get("evalsha"),
+        None,
+        "no script before the wait: {before:?}"
+    );
+    // The wait, after a scriptless read unless the last look is recent enough to trust.
+    assert!(
+        matches!(before.get("xreadgroup"), Some(1 | 2)),
+        "{before:?}"
+    );
+    assert_eq!(before.get("xread"), None, "the wait consumes: {before:?}");
+    reset_stats(&server).await;
+    let id: String = redis::cmd("XADD")
+        .arg("jobs")
+        .arg("*")
+        .arg("data")
+        .arg("picked")
+        .query_async(&mut redis(&server).await)
+        .await
+        .unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("the wait returned the new entry")
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].id.as_str(), id);
+    assert_eq!(got[0].payload, Bytes::from_static(b"picked"));
+    assert_eq!((got[0].delivery_count, got[0].fence), (1, Fence(1)));
+    // After the publish the server ran nothing for the worker: the blocked XREADGROUP (counted
+    // when it blocked) delivered the entry.
+    let after = command_calls(&server).await;
+    let names: Vec<&str> = after
+        .keys()
+        .map(String::as_str)
+        .filter(|&name| name != "config|resetstat")
+        .collect();
+    assert_eq!(names, ["xadd"], "{after:?}");
+    // The delivery is the wait's, fenced like any new one: renew and ack accept fence 1.
+    assert_eq!(pending_of(&server, &id).await, Some(("a".into(), 1)));
+    assert_eq!(
+        a.renew(&[lease(&got[0])]).await.unwrap(),
+        [RenewResult::Kept]
+    );
+    assert_eq!(a.ack(&[lease(&got[0])]).await.unwrap(), [SettleResult::Ok]);
+}
+
+#[tokio::test]
+async fn a_dropped_waiting_fetch_takes_nothing_published_after_it() {
+    let server = server();
+    let a = std::sync::Arc::new(consumer(&server, "a").await);
+    let b = consumer(&server, "b").await;
+    let waiting = {
+        let a = std::sync::Arc::clone(&a);
+        tokio::spawn(async move { a.fetch(10, Duration::from_secs(60)).await })
+    };
+    wait_blocked_in(&server, "xreadgroup").await;
+    // What a worker's shutdown or call timeout does: drop the fetch mid-wait.
+    waiting.abort();
+    assert!(waiting.await.unwrap_err().is_cancelled());
+    wait_none_blocked(&server).await;
+    let id = b.publish(Bytes::from_static(b"after")).await.unwrap();
+    let got = b.fetch(10, Duration::ZERO).await.unwrap();
+    assert_eq!(got.len(), 1, "the dropped wait left it to others");
+    assert_eq!((&got[0].id, got[0].delivery_count), (&id, 1));
+    // The next wait of `a` opens its connection again and takes what comes.
+    let again = {
+        let a = std::sync::Arc::clone(&a);
+        tokio::spawn(async move { a.fetch(10, Duration::from_secs(60)).await })
+    };
+    wait_blocked_in(&server, "xreadgroup").await;
+    let id = b.publish(Bytes::from_static(b"later")).await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(20), again)
+        .await
+        .expect("the new wait returned the entry")
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].id, id);
+}
+
 #[tokio::test]
 async fn a_vanished_group_is_recreated_and_its_leases_are_lost() {
     let server = server();

@@ -124,20 +124,19 @@ async fn until_due(publisher: &RedisPublisher) {
     }
 }
 
-/// Waits until the server shows a client blocked in `XREAD` (the consumer's wait).
-async fn wait_for_blocked_xread(server: &RedisServer) {
+/// Until a fetch waits blocked in `XREAD` or `XREADGROUP`.
+async fn wait_for_blocked_read(server: &RedisServer) {
     let deadline = Instant::now() + DEADLINE;
     loop {
         let clients = server.command(["CLIENT", "LIST"]).unwrap();
-        let blocked = clients
-            .as_str()
-            .unwrap()
-            .lines()
-            .any(|line| line.contains("cmd=xread ") && line.contains("flags=b"));
+        let blocked = clients.as_str().unwrap().lines().any(|line| {
+            (line.contains("cmd=xread ") || line.contains("cmd=xreadgroup "))
+                && line.contains("flags=b")
+        });
         if blocked {
             return;
         }
-        assert!(Instant::now() < deadline, "no fetch blocked in XREAD");
+        assert!(Instant::now() < deadline, "no fetch blocked in a read");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -281,7 +280,7 @@ async fn an_idle_fetch_wakes_for_a_message_delayed_after_it_started_waiting() {
         // Far longer than the test may take: only the wake-up can end it in time.
         tokio::spawn(async move { a.fetch(10, Duration::from_secs(300)).await })
     };
-    wait_for_blocked_xread(&server).await;
+    wait_for_blocked_read(&server).await;
     publisher
         .publish(after("wake", Duration::from_millis(300)))
         .await
@@ -294,6 +293,18 @@ async fn an_idle_fetch_wakes_for_a_message_delayed_after_it_started_waiting() {
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].payload, Bytes::from_static(b"wake"));
     assert_eq!(got[0].delivery_count, 1);
+    // The wait took the wake-up through the wake stream's group, and acknowledged it.
+    let wake_pending = server
+        .command(["XPENDING", "{jobs}:delayed:wake", "workers"])
+        .unwrap();
+    assert_eq!(
+        wake_pending
+            .as_array()
+            .and_then(|a| a.first())
+            .and_then(|n| n.as_int()),
+        Some(0),
+        "{wake_pending:?}"
+    );
 
     // After a fetch that found nothing, the backend tells when the next one is due.
     let hour = Duration::from_secs(3600);

@@ -1,6 +1,8 @@
 -- Remove consumers of dead workers: no pending entries and idle for at least ARGV[2] ms.
 -- A consumer with pending entries is never removed (DELCONSUMER would discard its PEL).
--- KEYS: stream. ARGV: group, min idle ms, this consumer. Returns the number removed.
+-- Each goes from the wake stream's group of the same name too, where a consumer holds nothing
+-- but wake-ups it may have failed to acknowledge (the group may not exist: pcall).
+-- KEYS: stream, wake stream. ARGV: group, min idle ms, this consumer. Returns the number removed.
 local stream, group, min_idle, me = KEYS[1], ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local removed = 0
 for _, info in ipairs(redis.call('XINFO', 'CONSUMERS', stream, group)) do
@@ -12,6 +14,7 @@ for _, info in ipairs(redis.call('XINFO', 'CONSUMERS', stream, group)) do
   end
   if name ~= me and pending == 0 and idle >= min_idle then
     redis.call('XGROUP', 'DELCONSUMER', stream, group, name)
+    redis.pcall('XGROUP', 'DELCONSUMER', KEYS[2], group, name)
     removed = removed + 1
   end
 end

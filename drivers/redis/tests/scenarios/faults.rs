@@ -84,6 +84,9 @@ pub async fn killed_connections_reconnect<T: TestRt>(rt: T) {
         .await;
     let mut next = 1;
     for round in 0..2 {
+        // Both connections are open: the command one, and the wait's (opened again by the
+        // first wait after a kill).
+        env.wait_blocked("the worker waits for new entries").await;
         let killed = env.cmd(&["CLIENT", "KILL", "TYPE", "normal"]).await;
         assert!(
             matches!(killed, Reply::Integer(n) if n >= 2),

@@ -292,6 +292,25 @@ impl<T: TestRt> Env<T> {
         }
     }
 
+    /// Polls until some client of the server waits blocked in a read: an idle worker's wait.
+    pub async fn wait_blocked(&self, what: &str) {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let clients = self.cmd(&["CLIENT", "LIST"]).await;
+            let blocked = clients
+                .as_str()
+                .is_some_and(|list| list.lines().any(|line| line.contains(" flags=b ")));
+            if blocked {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "gave up after {PATIENCE:?} waiting for: {what}"
+            );
+            self.sleep(STEP).await;
+        }
+    }
+
     /// Polls until the stream is empty and nothing is pending: every message was acked (or
     /// dead-lettered).
     pub async fn wait_drained(&self, what: &str) {
