@@ -1,8 +1,8 @@
 //! The Redis backend on a 3-master Redis Cluster started by the harness: the conformance
 //! properties (each test's streams on the master next in turn, so every master serves some),
 //! a worker consuming a stream that lives on another master than the one it is given, a live stream
-//! migrating to another master mid-run, the connections a backend holds, and the inspector's
-//! walk of every master.
+//! migrating to another master mid-run, the connections a backend holds, the inspector's walk
+//! of every master, and scripts loaded again where a stream lives after its master forgot them.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -487,4 +487,56 @@ async fn a_single_server_url_of_a_cluster_node_is_refused_clearly() {
         .expect_err("the first master does not serve the stream");
     assert_eq!(e.kind(), ErrorKind::Fatal, "{e}");
     assert!(e.to_string().contains("Servers::cluster"), "{e}");
+}
+
+/// The master serving a stream forgets every script (`SCRIPT FLUSH`, as after a restart or on
+/// a master new to the slot) before each call: each `NOSCRIPT` loads the script again where
+/// the stream is, and the call succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_that_forgot_the_scripts_gets_them_again() {
+    use leasehold_core::{LeaseRef, RenewResult, SettleResult};
+    let cluster = start_cluster();
+    let stream = stream_on(&cluster, 2, "forgetful");
+    let master = owner(&cluster, &stream);
+    let config = RedisConfig::cluster(entry_nodes(&cluster), stream.as_str(), GROUP);
+    let backend = RedisBackend::connect(config).await.expect("connect");
+    for payload in [b"1", b"2"] {
+        backend
+            .publish(Bytes::from_static(payload))
+            .await
+            .expect("publish");
+    }
+    let flush = || expect_ok(master, &["SCRIPT", "FLUSH"]);
+    flush();
+    let fetched = backend.fetch(2, Duration::ZERO).await.expect("fetch");
+    assert_eq!(fetched.len(), 2);
+    let leases: Vec<LeaseRef> = fetched
+        .iter()
+        .map(|m| LeaseRef {
+            id: m.id.clone(),
+            fence: m.fence,
+        })
+        .collect();
+    flush();
+    assert_eq!(
+        backend.renew(&leases).await.expect("renew"),
+        [RenewResult::Kept; 2]
+    );
+    flush();
+    assert_eq!(
+        backend
+            .release(&leases[1], Duration::ZERO)
+            .await
+            .expect("release"),
+        SettleResult::Ok
+    );
+    flush();
+    assert_eq!(
+        backend.ack(&leases[..1]).await.expect("ack"),
+        [SettleResult::Ok]
+    );
+    assert_eq!(
+        master.command(["XLEN", stream.as_str()]).unwrap(),
+        Reply::Integer(1)
+    );
 }
