@@ -49,9 +49,11 @@ pub async fn shutdown_waits_for_running_releases_waiting_and_loses_nothing<T: Te
         }
     };
     // Concurrency 3 and a long re-poll: "waiting" waits in the engine while "finishing" ×2 and
-    // "stuck" run; the queued messages are never fetched.
+    // "stuck" run; with nothing fetched ahead (prefetch 0, not the adaptive default), the
+    // queued messages are never fetched.
     let config = base_config()
         .concurrency(3)
+        .prefetch(0)
         .repoll_interval(Duration::from_secs(10));
     let (backend, taps) = Probe::new(&stream, "w1");
     let worker = builder(&rt, config)
