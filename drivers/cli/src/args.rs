@@ -241,6 +241,21 @@ mod tests {
         ] {
             assert!(Cli::try_parse_from(argv).is_err(), "{argv:?} parsed");
         }
+        for refresh in ["100ms", "2s", "1h"] {
+            let cli = Cli::try_parse_from([
+                "leasehold",
+                "dashboard",
+                "--redis",
+                "redis://x",
+                "--refresh",
+                refresh,
+            ])
+            .unwrap();
+            let Command::Dashboard(args) = cli.command else {
+                panic!("dashboard expected")
+            };
+            assert_eq!(args.options().validate(), Ok(()), "--refresh {refresh}");
+        }
         let cli = Cli::try_parse_from(["leasehold", "demo", "--concurrency", "64"]).unwrap();
         let Command::Demo(args) = cli.command else {
             panic!("demo expected")

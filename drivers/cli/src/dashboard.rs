@@ -42,7 +42,8 @@ pub struct DashboardArgs {
 }
 
 impl DashboardArgs {
-    fn options(&self) -> Options {
+    /// The dashboard's options.
+    pub fn options(&self) -> Options {
         Options {
             bind: self.bind,
             token: self.token.clone(),
@@ -50,6 +51,7 @@ impl DashboardArgs {
             refresh: self.refresh,
             claim_timeout: self.claim_timeout,
             discover_every: Options::default().discover_every.max(self.refresh),
+            history: Options::default().history.min(self.refresh * 1000),
             ..Options::default()
         }
     }
