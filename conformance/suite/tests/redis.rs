@@ -11,7 +11,10 @@ use leasehold_conformance::{
     PublisherFactory,
 };
 use leasehold_redis::{PublisherConfig, RedisBackend, RedisConfig, RedisPublisher};
-use leasehold_redis_harness::{RedisServer, Reply};
+use leasehold_redis_harness::RedisServer;
+
+mod support;
+use support::dead_letter;
 
 struct RedisFactory {
     server: RedisServer,
@@ -76,31 +79,6 @@ impl BackendFactory for RedisFactory {
             .as_array()
             .unwrap_or_else(|| panic!("XRANGE answered {reply:?}"));
         Some(entries.iter().map(dead_letter).collect())
-    }
-}
-
-/// One `XRANGE` entry of the dead-letter stream: `[entry id, [field, value, …]]`.
-fn dead_letter(entry: &Reply) -> DeadLetterInfo {
-    let fields = entry
-        .as_array()
-        .and_then(|e| e.get(1))
-        .and_then(Reply::as_array)
-        .unwrap_or_else(|| panic!("malformed dead-letter entry {entry:?}"));
-    let field = |name: &str| {
-        fields
-            .chunks(2)
-            .find(|pair| pair[0].as_str() == Some(name))
-            .and_then(|pair| pair.get(1))
-            .and_then(Reply::as_str)
-            .unwrap_or_else(|| panic!("dead-letter entry without `{name}`: {entry:?}"))
-            .to_owned()
-    };
-    DeadLetterInfo {
-        original_id: field("id").into(),
-        reason: field("reason"),
-        delivery_count: field("deliveries")
-            .parse()
-            .unwrap_or_else(|e| panic!("dead-letter `deliveries` not a count ({e}): {entry:?}")),
     }
 }
 
