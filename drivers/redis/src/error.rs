@@ -4,7 +4,8 @@
 //! | class | errors | why |
 //! |---|---|---|
 //! | transient | I/O errors, timeouts, dropped or refused connections | the network or the server comes back |
-//! | transient | `LOADING`, `BUSY`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `READONLY`, `MOVED`, `ASK` | the server is starting, busy, failing over or moving slots: the same call succeeds later |
+//! | transient | `LOADING`, `BUSY`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `READONLY`, `UNBLOCKED`, `MOVED`, `ASK` | the server is starting, busy, failing over or moving slots: the same call succeeds later |
+//! | transient | `NOREPLICAS` | fewer replicas than asked for acknowledged a write (the server's `min-replicas-to-write`, or `wait_replicas`): they catch up or come back |
 //! | fatal | `NOAUTH`, `WRONGPASS`, failed authentication, `NOPERM` | credentials or permissions: retrying cannot fix them |
 //! | fatal | `WRONGTYPE` | a key of another type stands where the stream (or a state) should be |
 //! | fatal | script errors, other `ERR` replies, unknown commands, replies that do not parse, bad client configuration | a defect or an incompatible server |
@@ -30,6 +31,8 @@ const TRANSIENT_CODES: &[&str] = &[
     "CLUSTERDOWN",
     "MASTERDOWN",
     "READONLY",
+    "UNBLOCKED",
+    "NOREPLICAS",
     "MOVED",
     "ASK",
 ];
@@ -100,6 +103,8 @@ mod tests {
             known(ServerErrorKind::Moved),
             known(ServerErrorKind::Ask),
             server("BUSY"),
+            server("UNBLOCKED"),
+            server("NOREPLICAS"),
         ] {
             assert_eq!(classify(&e), ErrorKind::Transient, "{e}");
         }

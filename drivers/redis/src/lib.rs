@@ -143,6 +143,7 @@ mod conn;
 mod error;
 mod inspect;
 mod publisher;
+mod replicas;
 mod slot;
 
 pub use backend::{check_credentials, client, RedisBackend};
@@ -151,4 +152,5 @@ pub use conn::{Connection, Servers};
 pub use error::{classify, error as backend_error};
 pub use inspect::RedisInspector;
 pub use publisher::RedisPublisher;
+pub use replicas::{evalsha_cmd, WaitReplicas};
 pub use slot::{hash_tag, key_slot, SLOTS};
