@@ -1,0 +1,329 @@
+//! Workers through a failover, on real topologies the harness starts and stops:
+//!
+//! - behind Redis Sentinel (a master, a replica, three sentinels): `SENTINEL FAILOVER` while
+//!   a worker consumes (without `wait_replicas`); the worker follows the new master, every
+//!   message is handled and acknowledged there, none stays pending. The messages are
+//!   published, on the master and its replica (`wait_replicas` on the publisher), before:
+//!   after `SENTINEL FAILOVER` the old master takes writes (lost later) until a sentinel
+//!   demotes it, and a publish in that window is no part of what is tested here;
+//! - on a Redis Cluster of 3 masters with a replica each: `CLUSTER FAILOVER` of the stream's
+//!   master while two workers consume with `wait_replicas(1, …)`; nothing is lost and no
+//!   message ever runs on two workers at once.
+//!
+//! Each prints what it measured (runs, re-runs, the longest pause in completions). A test
+//! fails, never skips, without `redis-server` (`apt-get install redis-server`).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use leasehold_core::{Outgoing, Publisher};
+use leasehold_redis::{key_slot, PublisherConfig, RedisBackend, RedisConfig, RedisPublisher};
+use leasehold_redis_harness::{Join, RedisCluster, RedisSentinel, Reply};
+use leasehold_tokio::TokioRuntime;
+use leasehold_worker::{Config, Delivery, Worker, WorkerBuilder};
+
+const CLAIM: Duration = Duration::from_secs(1);
+/// How long a test waits for something that must happen: reaching it means it did not.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
+fn need_redis<T>(started: Result<T, leasehold_redis_harness::Error>) -> T {
+    started.unwrap_or_else(|e| {
+        panic!("these tests need redis-server (apt-get install redis-server): {e}")
+    })
+}
+
+fn worker_config() -> Config {
+    Config::default()
+        .concurrency(4)
+        .claim_timeout(CLAIM)
+        .heartbeat_interval(Duration::from_millis(300))
+        .poll_interval(Duration::from_millis(100))
+        .fetch_backoff_max(Duration::from_millis(200))
+        .shutdown_grace(Duration::from_secs(2))
+}
+
+/// What the handlers of every worker saw: runs per message, the messages running now, the
+/// runs that began while another run of the same message was still going, and when each run
+/// ended (for the longest pause between completions).
+#[derive(Default)]
+struct Ledger {
+    runs: HashMap<u64, u32>,
+    running: HashSet<u64>,
+    overlapping: Vec<u64>,
+    ended: Vec<Instant>,
+}
+
+#[derive(Clone, Default)]
+struct Record(Arc<Mutex<Ledger>>);
+
+impl Record {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Ledger> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn begin(&self, message: u64) {
+        let mut ledger = self.lock();
+        *ledger.runs.entry(message).or_default() += 1;
+        if !ledger.running.insert(message) {
+            ledger.overlapping.push(message);
+        }
+    }
+
+    fn end(&self, message: u64) {
+        let mut ledger = self.lock();
+        ledger.running.remove(&message);
+        ledger.ended.push(Instant::now());
+    }
+
+    fn handled(&self) -> usize {
+        self.lock().runs.len()
+    }
+
+    /// (messages run more than once, extra runs in all, runs that overlapped another run of
+    /// their message, the longest pause between two completions)
+    fn summary(&self) -> (usize, u32, usize, Duration) {
+        let ledger = self.lock();
+        let twice = ledger.runs.values().filter(|&&n| n > 1).count();
+        let extra = ledger.runs.values().map(|n| n - 1).sum();
+        let mut ended = ledger.ended.clone();
+        ended.sort();
+        let pause = ended
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .max()
+            .unwrap_or_default();
+        (twice, extra, ledger.overlapping.len(), pause)
+    }
+}
+
+/// A worker on `backend` whose handler records into `record` and takes `work`.
+fn worker(
+    rt: &tokio::runtime::Runtime,
+    backend: RedisBackend,
+    record: &Record,
+    work: Duration,
+) -> Worker<Bytes> {
+    let record = record.clone();
+    let _guard = rt.enter();
+    WorkerBuilder::new(TokioRuntime::current())
+        .config(worker_config())
+        .call_timeout(Duration::from_secs(2))
+        .stream("jobs", backend, move |d: Delivery<u64>| {
+            let (record, message) = (record.clone(), *d.message());
+            async move {
+                record.begin(message);
+                tokio::time::sleep(work).await;
+                record.end(message);
+            }
+        })
+        .start()
+        .expect("a valid worker")
+}
+
+/// Publishes `payloads` in batches of ten, each batch again until it is acknowledged (a
+/// failed one may have been appended too: then it is there twice, which is fine here).
+/// Returns how many batches failed.
+async fn publish_all(publisher: &RedisPublisher, payloads: std::ops::Range<u64>) -> u64 {
+    let mut failed = 0;
+    let payloads: Vec<u64> = payloads.collect();
+    for chunk in payloads.chunks(10) {
+        let batch = || {
+            chunk
+                .iter()
+                .map(|n| Outgoing::new(Bytes::from(n.to_string())))
+                .collect::<Vec<_>>()
+        };
+        let deadline = Instant::now() + PATIENCE;
+        while let Err(e) = publisher.publish_batch(batch()).await {
+            assert!(e.is_transient(), "a publish failed for good: {e}");
+            assert!(Instant::now() < deadline, "publishing kept failing: {e}");
+            failed += 1;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    failed
+}
+
+async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not happen within {PATIENCE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Whether `jobs` on `master` is empty (an ack deletes its entry) with nothing pending.
+fn drained(master: &leasehold_redis_harness::RedisServer) -> bool {
+    let len = master.command(["XLEN", "jobs"]).expect("XLEN");
+    let pending = master
+        .command(["XPENDING", "jobs", "workers"])
+        .expect("XPENDING");
+    let pending = pending
+        .as_array()
+        .and_then(|summary| summary.first())
+        .and_then(Reply::as_int)
+        .unwrap_or_else(|| panic!("XPENDING replied {pending:?}"));
+    len == Reply::Integer(0) && pending == 0
+}
+
+#[test]
+fn a_worker_behind_sentinel_follows_a_failover_without_losing_a_message() {
+    const MESSAGES: u64 = 400;
+    let started = Instant::now();
+    let topology = Arc::new(need_redis(RedisSentinel::start()));
+    let (sentinels, name) = (topology.sentinel_urls(), topology.master_name().to_owned());
+    let rt = runtime();
+    let record = Record::default();
+    let config = RedisConfig::sentinel(sentinels.clone(), &name, "jobs", "workers")
+        .consumer("w1")
+        .claim_timeout(CLAIM)
+        .command_timeout(Duration::from_secs(2));
+    let publisher = rt
+        .block_on(RedisPublisher::connect(
+            PublisherConfig::sentinel(sentinels, &name, "jobs")
+                .wait_replicas(1, Duration::from_millis(500)),
+        ))
+        .expect("a publisher through the sentinels");
+    let failed = rt.block_on(publish_all(&publisher, 0..MESSAGES));
+    let backend = rt
+        .block_on(RedisBackend::connect(config))
+        .expect("connect through the sentinels");
+    let worker = worker(&rt, backend, &record, Duration::from_millis(50));
+    let old = topology.master().expect("a master").port();
+    let failover_at = rt.block_on(async {
+        wait_for("a third of the messages handled", || {
+            record.handled() as u64 >= MESSAGES / 3
+        })
+        .await;
+        let topology = Arc::clone(&topology);
+        let failover_at = Instant::now();
+        let new = tokio::task::spawn_blocking(move || {
+            topology.failover(PATIENCE).map(|master| master.port())
+        })
+        .await
+        .expect("the failover task")
+        .expect("SENTINEL FAILOVER");
+        assert_ne!(new, old);
+        wait_for("every message handled", || {
+            record.handled() as u64 == MESSAGES
+        })
+        .await;
+        failover_at
+    });
+    let handled_after = failover_at.elapsed();
+    // Every entry acknowledged on the new master, none pending: entries whose ack the old
+    // master took (and lost) are pending there, taken over after the claim timeout, run
+    // again and acknowledged.
+    let master = topology.master().expect("a master");
+    rt.block_on(wait_for(
+        "every entry acknowledged on the new master",
+        || drained(&master),
+    ));
+    rt.block_on(worker.shutdown(Duration::from_secs(2)));
+    let (twice, extra, overlapping, pause) = record.summary();
+    eprintln!(
+        "sentinel failover: {MESSAGES} messages, all handled; {failed} publish batches \
+         retried; {twice} messages ran more than once ({extra} extra runs, \
+         {overlapping} while another run of theirs was going); longest pause between \
+         completions {pause:?}; every message done {handled_after:?} after the failover began; \
+         test took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(record.handled() as u64, MESSAGES, "a message was lost");
+}
+
+#[test]
+fn cluster_failover_with_wait_replicas_loses_nothing_and_runs_nothing_twice_at_once() {
+    const MESSAGES: u64 = 400;
+    let started = Instant::now();
+    let cluster = Arc::new(need_redis(
+        RedisCluster::builder()
+            .masters(3)
+            .replicas(1)
+            .join(Join::RedisCli)
+            .args(["--cluster-node-timeout", "2000"])
+            .start(),
+    ));
+    let nodes = cluster.urls();
+    let rt = runtime();
+    let record = Record::default();
+    let wait = Duration::from_millis(500);
+    let config = |consumer: &str| {
+        RedisConfig::cluster(nodes.clone(), "jobs", "workers")
+            .consumer(consumer)
+            .claim_timeout(CLAIM)
+            .command_timeout(Duration::from_secs(2))
+            .wait_replicas(1, wait)
+    };
+    let publisher = rt
+        .block_on(RedisPublisher::connect(
+            PublisherConfig::cluster(nodes.clone(), "jobs").wait_replicas(1, wait),
+        ))
+        .expect("a cluster publisher");
+    let failed = rt.block_on(publish_all(&publisher, 0..MESSAGES));
+    let workers: Vec<Worker<Bytes>> = ["w1", "w2"]
+        .into_iter()
+        .map(|name| {
+            let backend = rt
+                .block_on(RedisBackend::connect(config(name)))
+                .expect("connect to the cluster");
+            worker(&rt, backend, &record, Duration::from_millis(50))
+        })
+        .collect();
+    let slot = key_slot(b"jobs");
+    let old = cluster.owner(slot).expect("the stream's master").port();
+    let failover_at = rt.block_on(async {
+        wait_for("a third of the messages handled", || {
+            record.handled() as u64 >= MESSAGES / 3
+        })
+        .await;
+        let cluster = Arc::clone(&cluster);
+        let failover_at = Instant::now();
+        let new = tokio::task::spawn_blocking(move || {
+            cluster.failover(slot, PATIENCE).map(|master| master.port())
+        })
+        .await
+        .expect("the failover task")
+        .expect("CLUSTER FAILOVER");
+        assert_ne!(new, old);
+        wait_for("every message handled", || {
+            record.handled() as u64 == MESSAGES
+        })
+        .await;
+        failover_at
+    });
+    let handled_after = failover_at.elapsed();
+    let master = cluster.owner(slot).expect("the stream's master");
+    rt.block_on(wait_for(
+        "every entry acknowledged on the new master",
+        || drained(master),
+    ));
+    for worker in workers {
+        rt.block_on(worker.shutdown(Duration::from_secs(2)));
+    }
+    let (twice, extra, overlapping, pause) = record.summary();
+    eprintln!(
+        "cluster failover with wait_replicas(1, {wait:?}): {MESSAGES} messages, all handled; \
+         {failed} publish batches retried; {twice} messages ran more than once ({extra} extra \
+         runs), {overlapping} runs overlapped another run of their message; longest pause \
+         between completions {pause:?}; every message done {handled_after:?} after the \
+         failover began; test took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(record.handled() as u64, MESSAGES, "a message was lost");
+    assert_eq!(overlapping, 0, "a message ran on two workers at once");
+}
