@@ -296,6 +296,40 @@ impl RedisSentinel {
         self.server(new)
     }
 
+    /// Waits up to `timeout` until every replica of the master has every write the master had
+    /// when this was called (by `INFO replication` offsets): what a failover then promotes
+    /// holds it, whichever replica the sentinels pick.
+    pub fn wait_replicated(&self, timeout: Duration) -> Result<(), Error> {
+        let master = self.master()?;
+        let offset = |info: &str, key: &str| -> Option<i64> {
+            info.lines()
+                .find_map(|l| l.trim().strip_prefix(key))
+                .and_then(|v| v.parse().ok())
+        };
+        let target = offset(&info(master, "replication")?, "master_repl_offset:")
+            .ok_or_else(|| setup("INFO replication without master_repl_offset"))?;
+        let replicas: Vec<&RedisServer> = self
+            .servers
+            .iter()
+            .filter(|s| s.port() != master.port() && s.is_running())
+            .collect();
+        wait_until(
+            Instant::now() + timeout,
+            timeout,
+            "every replica catching up",
+            || {
+                for replica in &replicas {
+                    let info = info(replica, "replication")?;
+                    let done = offset(&info, "slave_repl_offset:").is_some_and(|o| o >= target);
+                    if !done {
+                        return Ok(Some(format!("port {}: {info}", replica.port())));
+                    }
+                }
+                Ok(None)
+            },
+        )
+    }
+
     /// Waits up to `timeout` until every running sentinel names the same master, every other
     /// running data server (the old master too, after a failover) replicates from it with its
     /// link up, and every sentinel knows each of them as a replica in good standing.

@@ -327,3 +327,105 @@ fn cluster_failover_with_wait_replicas_loses_nothing_and_runs_nothing_twice_at_o
     assert_eq!(record.handled() as u64, MESSAGES, "a message was lost");
     assert_eq!(overlapping, 0, "a message ran on two workers at once");
 }
+
+/// Writes with `wait_replicas(1, …)` on a master with one replica: they succeed, and fail
+/// (transient `NOREPLICAS`, saying how many acknowledged) once the replica is gone, while the
+/// write itself is on the master. Prints the median fetch + ack round trip with and without
+/// it: the cost of waiting for the replica on every write.
+#[test]
+fn wait_replicas_waits_for_a_replica_and_fails_without_one() {
+    use leasehold_core::Backend;
+    const ROUNDS: usize = 1000;
+    let master = need_redis(leasehold_redis_harness::RedisServer::start());
+    let port = master.port().to_string();
+    let replica = need_redis(
+        leasehold_redis_harness::RedisServer::builder()
+            .args(["--replicaof", "127.0.0.1", &port])
+            .start(),
+    );
+    let deadline = Instant::now() + PATIENCE;
+    while !replica
+        .command(["INFO", "replication"])
+        .unwrap()
+        .as_str()
+        .unwrap_or_default()
+        .contains("master_link_status:up")
+    {
+        assert!(Instant::now() < deadline, "the replica never synced");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let rt = runtime();
+    let config = |consumer: &str| {
+        RedisConfig::new(master.url(), "jobs", "workers")
+            .consumer(consumer)
+            .claim_timeout(CLAIM)
+    };
+    // A bad setting is refused before anything is sent.
+    let refused = rt
+        .block_on(RedisBackend::connect(
+            config("bad").wait_replicas(0, Duration::from_millis(100)),
+        ))
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("at least one replica"),
+        "{refused}"
+    );
+    let plain = rt.block_on(RedisBackend::connect(config("plain"))).unwrap();
+    let waiting = rt
+        .block_on(RedisBackend::connect(
+            config("waiting").wait_replicas(1, Duration::from_millis(500)),
+        ))
+        .unwrap();
+    let round = |backend: &RedisBackend, i: usize| {
+        rt.block_on(async {
+            backend.publish(Bytes::from(i.to_string())).await.unwrap();
+            let started = Instant::now();
+            let fetched = backend.fetch(1, Duration::ZERO).await.unwrap();
+            let lease = leasehold_core::LeaseRef {
+                id: fetched[0].id.clone(),
+                fence: fetched[0].fence,
+            };
+            let acked = backend.ack(&[lease]).await.unwrap();
+            assert_eq!(acked, [leasehold_core::SettleResult::Ok]);
+            started.elapsed()
+        })
+    };
+    // Taking turns, so both see the same machine load.
+    let (mut without, mut with) = (Vec::new(), Vec::new());
+    for i in 0..ROUNDS {
+        without.push(round(&plain, i));
+        with.push(round(&waiting, i));
+    }
+    let median = |took: &mut Vec<Duration>| {
+        took.sort();
+        took[took.len() / 2]
+    };
+    eprintln!(
+        "fetch + ack (two writes), median of {ROUNDS} rounds taking turns: without \
+         wait_replicas {:?}, with wait_replicas(1, 500ms) {:?} (master and replica on \
+         loopback)",
+        median(&mut without),
+        median(&mut with)
+    );
+    // With the replica gone, a write fails, transient, and says why; it happened on the
+    // master all the same.
+    replica.kill().unwrap();
+    let started = Instant::now();
+    let failed = rt
+        .block_on(waiting.publish(Bytes::from_static(b"lonely")))
+        .unwrap_err();
+    let waited = started.elapsed();
+    assert!(failed.is_transient(), "{failed}");
+    assert!(
+        failed
+            .to_string()
+            .contains("acknowledged by 0 of the 1 replicas"),
+        "{failed}"
+    );
+    assert_eq!(
+        master.command(["XLEN", "jobs"]).unwrap(),
+        Reply::Integer(1),
+        "the write is on the master"
+    );
+    eprintln!("a publish with no replica left failed after {waited:?}: {failed}");
+}
