@@ -231,7 +231,7 @@ fn a_worker_behind_sentinel_follows_a_failover_without_losing_a_message() {
     let master = topology.master().expect("a master");
     rt.block_on(wait_for(
         "every entry acknowledged on the new master",
-        || drained(&master),
+        || drained(master),
     ));
     rt.block_on(worker.shutdown(Duration::from_secs(2)));
     let (twice, extra, overlapping, pause) = record.summary();
