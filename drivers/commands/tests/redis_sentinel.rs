@@ -13,6 +13,7 @@ use common::{builder, queue, Calls, Double, Fixture, PATIENCE};
 use leasehold_commands::{
     Command, CommandStore, QueueError, RedisCommandStore, RedisStoreConfig, Status,
 };
+use leasehold_redis::Servers;
 use leasehold_redis_harness::RedisSentinel;
 
 const QUEUE: &str = "cmds";
@@ -25,14 +26,11 @@ impl Fixture for Sentinel {
     type Store = RedisCommandStore;
 
     async fn store(&self) -> RedisCommandStore {
-        let config = RedisStoreConfig::sentinel(
-            self.topology.sentinel_urls(),
-            self.topology.master_name(),
-            QUEUE,
-        )
-        // Generous: a replica acknowledges within milliseconds, but the tests run side by
-        // side on a loaded machine; a shortfall is a failed submit here.
-        .wait_replicas(1, Duration::from_secs(2));
+        let servers = Servers::sentinel(self.topology.sentinel_urls(), self.topology.master_name());
+        let config = RedisStoreConfig::with_servers(servers, QUEUE)
+            // Generous: a replica acknowledges within milliseconds, but the tests run side by
+            // side on a loaded machine; a shortfall is a failed submit here.
+            .wait_replicas(1, Duration::from_secs(2));
         RedisCommandStore::connect(config)
             .await
             .expect("connect the command store through the sentinels")
