@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use leasehold_core::{Outgoing, Publisher};
-use leasehold_redis::{key_slot, PublisherConfig, RedisBackend, RedisConfig, RedisPublisher};
+use leasehold_redis::{
+    key_slot, PublisherConfig, RedisBackend, RedisConfig, RedisInspector, RedisPublisher,
+};
 use leasehold_redis_harness::{Join, RedisCluster, RedisSentinel, Reply};
 use leasehold_tokio::TokioRuntime;
 use leasehold_worker::{Config, Delivery, Worker, WorkerBuilder};
@@ -234,6 +236,14 @@ fn a_worker_behind_sentinel_follows_a_failover_without_losing_a_message() {
         || drained(master),
     ));
     rt.block_on(worker.shutdown(Duration::from_secs(2)));
+    // The inspector finds the stream on the new master too.
+    let streams = rt.block_on(async {
+        let inspector = RedisInspector::connect_sentinel(topology.sentinel_urls(), &name)
+            .await
+            .expect("an inspector through the sentinels");
+        inspector.streams(10).await.expect("the streams")
+    });
+    assert_eq!(streams, ["jobs"]);
     let (twice, extra, overlapping, pause) = record.summary();
     eprintln!(
         "sentinel failover: {MESSAGES} messages, all handled; {failed} publish batches \
