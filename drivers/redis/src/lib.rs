@@ -143,8 +143,10 @@
 //!   result, a cancel, the submit itself lost).
 //!
 //! The Sentinel test (`tests/failover.rs`) shows the third kind: 400 messages through
-//! `SENTINEL FAILOVER`, none lost, 84–92 run a second time (their acks went to the old master
-//! before the worker moved).
+//! `SENTINEL FAILOVER`, none lost, 80–92 run a second time (their acks went to the old master
+//! before the worker moved). With `wait_replicas(1, …)` and two replicas, 76 ran twice all
+//! the same: the replica not promoted acknowledged the old master's writes until the
+//! sentinels pointed it at the new one.
 //!
 //! **With `wait_replicas(n, timeout)`**, every write is followed, on the same connection and
 //! in the same pipeline, by `WAIT n timeout` (on a cluster the pair is routed to the master
