@@ -614,12 +614,11 @@ impl RedisBackend {
             }
         };
         let reply = match (reply, self.config.target.wait) {
-            (Ok(reply), Some(replicas)) if consuming && reply != Value::Nil => {
-                let acked = replicas.cmd().query_async(&mut blocking.con).await;
-                acked
-                    .and_then(|acked| replicas.check(&acked))
-                    .map(|()| reply)
-            }
+            (Ok(reply), Some(replicas)) if consuming && reply != Value::Nil => blocking
+                .con
+                .wait_for_replicas(replicas, self.config.target.stream.as_bytes())
+                .await
+                .map(|()| reply),
             (reply, _) => reply,
         };
         // A reply, or an error the server answered on a master: the connection is fine.

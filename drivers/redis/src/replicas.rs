@@ -131,6 +131,24 @@ impl Connection {
         redis::from_redis_value(value).map_err(Into::into)
     }
 
+    /// `WAIT` alone, for the writes this connection made (on a cluster, on its link to the
+    /// master serving `key`'s slot: sent as a plain command, a keyless `WAIT` would go to
+    /// every master).
+    pub(crate) async fn wait_for_replicas(
+        &self,
+        wait: WaitReplicas,
+        key: &[u8],
+    ) -> redis::RedisResult<()> {
+        let mut pipe = redis::pipe();
+        pipe.add_command(wait.cmd());
+        let acked = self
+            .pipeline_at(&pipe, key)
+            .await?
+            .pop()
+            .unwrap_or(Value::Nil);
+        wait.check(&acked.extract_error()?)
+    }
+
     async fn write_once(
         &self,
         cmd: &Cmd,

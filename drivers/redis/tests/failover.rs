@@ -347,8 +347,50 @@ fn cluster_failover_with_wait_replicas_loses_nothing_and_runs_nothing_twice_at_o
         "every entry acknowledged on the new master",
         || drained(master),
     ));
+    // Idle workers take new messages with their blocking read, which waits for the replica
+    // after it, on its own connection.
+    rt.block_on(async {
+        for n in MESSAGES..MESSAGES + 20 {
+            publish_all(&publisher, n..n + 1).await;
+            wait_for("a message taken by a waiting worker", || {
+                record.handled() as u64 > n
+            })
+            .await;
+        }
+    });
+    rt.block_on(wait_for("every entry acknowledged", || drained(master)));
     for worker in workers {
         rt.block_on(worker.shutdown(Duration::from_secs(2)));
+    }
+    // Every WAIT went to the master that took the write (the old one, then the new one): a
+    // keyless WAIT sent elsewhere would answer at once for a connection that wrote nothing.
+    let waits = |node: &leasehold_redis_harness::RedisServer| {
+        let stats = node.command(["INFO", "commandstats"]).expect("INFO");
+        stats
+            .as_str()
+            .unwrap_or_default()
+            .lines()
+            .find_map(|line| line.strip_prefix("cmdstat_wait:calls="))
+            .and_then(|rest| rest.split(',').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let new = master.port();
+    for node in cluster.nodes() {
+        let calls = waits(node);
+        if node.port() == old || node.port() == new {
+            assert!(
+                calls > 0,
+                "no WAIT reached the stream's master on port {}",
+                node.port()
+            );
+        } else {
+            assert_eq!(
+                calls,
+                0,
+                "WAIT reached port {}, which serves another slot",
+                node.port()
+            );
+        }
     }
     let (twice, extra, overlapping, pause) = record.summary();
     eprintln!(
@@ -359,7 +401,7 @@ fn cluster_failover_with_wait_replicas_loses_nothing_and_runs_nothing_twice_at_o
          failover began; test took {:?}",
         started.elapsed()
     );
-    assert_eq!(record.handled() as u64, MESSAGES, "a message was lost");
+    assert_eq!(record.handled() as u64, MESSAGES + 20, "a message was lost");
     assert_eq!(overlapping, 0, "a message ran on two workers at once");
 }
 
