@@ -258,6 +258,54 @@ impl RedisSentinel {
             Reply::Simple(ok) if ok == "OK" => {}
             other => return Err(setup(format!("SENTINEL FAILOVER replied {other:?}"))),
         }
+        self.wait_promoted(old, deadline, timeout)
+    }
+
+    /// Kills the master (`SIGKILL`, a crash) once every sentinel knows the others (they must
+    /// agree it is down: a quorum, then a leader, which needs them to know each other), and
+    /// waits up to `timeout` until every running sentinel names a replica promoted in its
+    /// place and it answers `ROLE` as a master (about `down-after-milliseconds` plus an
+    /// election). Returns the new master; the old one stays down.
+    pub fn crash_master(&self, timeout: Duration) -> Result<&RedisServer, Error> {
+        let deadline = Instant::now() + timeout;
+        let others = self.sentinels.len() - 1;
+        wait_until(
+            deadline,
+            timeout,
+            "the sentinels knowing each other",
+            || {
+                for sentinel in &self.sentinels {
+                    let known = sentinel.command(["SENTINEL", "SENTINELS", &self.master_name])?;
+                    let known = known.as_array().map_or(0, <[Reply]>::len);
+                    if known < others {
+                        return Ok(Some(format!(
+                            "sentinel port {} knows {known} of {others} others",
+                            sentinel.port()
+                        )));
+                    }
+                }
+                Ok(None)
+            },
+        )?;
+        let master = self.master()?;
+        let old = master.port();
+        master.kill()?;
+        self.wait_promoted(old, deadline, timeout)
+    }
+
+    /// Waits until a sentinel names another master than `old`, then until every running
+    /// sentinel names it and it answers `ROLE` as a master.
+    fn wait_promoted(
+        &self,
+        old: u16,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> Result<&RedisServer, Error> {
+        let sentinel = self
+            .sentinels
+            .iter()
+            .find(|s| s.is_running())
+            .ok_or_else(|| setup("no sentinel is running"))?;
         let mut new = None;
         wait_until(deadline, timeout, "a sentinel naming a new master", || {
             let port = self.named_master(sentinel)?;

@@ -184,7 +184,14 @@ fn drained(master: &leasehold_redis_harness::RedisServer) -> bool {
 
 #[test]
 fn a_worker_behind_sentinel_follows_a_failover_without_losing_a_message() {
-    sentinel_failover(1, None);
+    sentinel_failover(How::Command, 1, None);
+}
+
+/// The master crashes (`SIGKILL`): the worker's calls fail with connection errors until the
+/// sentinels have agreed it is down and promoted its replica, then go to the new master.
+#[test]
+fn a_worker_behind_sentinel_follows_its_crashed_master_replaced() {
+    sentinel_failover(How::Crash, 1, None);
 }
 
 /// With `wait_replicas(1, …)` and two replicas (so the one not promoted, pointed at the new
@@ -193,12 +200,21 @@ fn a_worker_behind_sentinel_follows_a_failover_without_losing_a_message() {
 /// master, it acknowledges what the worker still writes to the old one.
 #[test]
 fn a_worker_behind_sentinel_with_wait_replicas_follows_a_failover() {
-    sentinel_failover(2, Some(Duration::from_millis(500)));
+    sentinel_failover(How::Command, 2, Some(Duration::from_millis(500)));
 }
 
-/// `SENTINEL FAILOVER` of a topology with `replicas` replicas while a worker (with
+/// How the master is replaced.
+#[derive(Debug, Clone, Copy)]
+enum How {
+    /// `SENTINEL FAILOVER`: the old master stays up.
+    Command,
+    /// The master is killed; the sentinels agree it is down and fail over.
+    Crash,
+}
+
+/// A failover (`how`) of a topology with `replicas` replicas while a worker (with
 /// `wait_replicas(1, wait)` when `wait` is set) consumes 400 messages published before.
-fn sentinel_failover(replicas: usize, wait: Option<Duration>) {
+fn sentinel_failover(how: How, replicas: usize, wait: Option<Duration>) {
     const MESSAGES: u64 = 400;
     let started = Instant::now();
     let topology = Arc::new(need_redis(
@@ -238,11 +254,15 @@ fn sentinel_failover(replicas: usize, wait: Option<Duration>) {
         let topology = Arc::clone(&topology);
         let failover_at = Instant::now();
         let new = tokio::task::spawn_blocking(move || {
-            topology.failover(PATIENCE).map(|master| master.port())
+            match how {
+                How::Command => topology.failover(PATIENCE),
+                How::Crash => topology.crash_master(PATIENCE),
+            }
+            .map(|master| master.port())
         })
         .await
         .expect("the failover task")
-        .expect("SENTINEL FAILOVER");
+        .expect("the failover");
         assert_ne!(new, old);
         wait_for("every message handled", || {
             record.handled() as u64 == MESSAGES
@@ -270,7 +290,8 @@ fn sentinel_failover(replicas: usize, wait: Option<Duration>) {
     assert_eq!(streams, ["jobs"]);
     let (twice, extra, overlapping, pause) = record.summary();
     eprintln!(
-        "sentinel failover, {replicas} replicas, wait_replicas {wait:?}: {MESSAGES} messages, \
+        "sentinel failover ({how:?}), {replicas} replicas, wait_replicas {wait:?}: \
+         {MESSAGES} messages, \
          all handled; {failed} publish batches \
          retried; {twice} messages ran more than once ({extra} extra runs, \
          {overlapping} while another run of theirs was going); longest pause between \
