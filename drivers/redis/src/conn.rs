@@ -908,3 +908,71 @@ impl Follower {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(code: &str) -> redis::RedisError {
+        redis::make_extension_error(code.into(), Some("detail".into()))
+    }
+
+    /// What makes a Sentinel connection ask the sentinels again: its node gone, or no master.
+    #[test]
+    fn a_gone_or_demoted_node_is_a_changed_node() {
+        for e in [
+            redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "reset",
+            )),
+            redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "timed out",
+            )),
+            server("READONLY"),
+            server("UNBLOCKED"),
+            server("MASTERDOWN"),
+        ] {
+            assert!(node_changed(&e), "{e}");
+        }
+        for e in [server("NOGROUP"), server("NOSCRIPT"), server("BUSY")] {
+            assert!(!node_changed(&e), "{e}");
+        }
+    }
+
+    #[cfg(feature = "sentinel")]
+    #[test]
+    fn a_readonly_reply_in_a_pipeline_is_a_changed_node() {
+        let reply = |code: &str| {
+            Value::ServerError(redis::ServerError::try_from(server(code)).expect("a server error"))
+        };
+        assert!(value_says_node_changed(&reply("READONLY")));
+        assert!(value_says_node_changed(&reply("MASTERDOWN")));
+        assert!(!value_says_node_changed(&reply("NOGROUP")));
+        assert!(!value_says_node_changed(&Value::Okay));
+    }
+
+    #[cfg(feature = "sentinel")]
+    #[test]
+    fn sentinel_servers_are_validated_without_connecting() {
+        let ok = Servers::sentinel(["redis://127.0.0.1:26379"], "mymaster");
+        assert_eq!(ok.validate(), Ok(()));
+        assert!(ok.is_sentinel() && !ok.is_cluster());
+        assert_eq!(
+            Servers::sentinel(Vec::<String>::new(), "m").validate(),
+            Err(RedisConfigError::Empty("sentinel url"))
+        );
+        assert_eq!(
+            Servers::sentinel(["redis://x"], "").validate(),
+            Err(RedisConfigError::Empty("sentinel master name"))
+        );
+        assert!(matches!(
+            Servers::sentinel_with_master_auth(["redis://x"], "m", "not a url").validate(),
+            Err(RedisConfigError::Url(_))
+        ));
+        let auth = Servers::sentinel_with_master_auth(["redis://x"], "m", "redis://:pw@h/3");
+        assert_eq!(auth.validate(), Ok(()));
+        let debug = format!("{:?}", Servers::sentinel(["redis://:secret@x"], "m"));
+        assert!(!debug.contains("secret"), "{debug}");
+    }
+}
