@@ -45,6 +45,9 @@
 //! free loopback port, and returns once every sentinel names the master and knows every
 //! replica. [`RedisSentinel::failover`] sends `SENTINEL FAILOVER` and waits until every
 //! sentinel names the promoted replica and it answers as a master;
+//! [`RedisSentinel::crash_master`] kills the master instead and waits until the sentinels have
+//! agreed it is down and promoted a replica; [`RedisSentinel::wait_replicated`] waits until
+//! every replica holds what the master holds;
 //! [`RedisSentinel::wait_converged`] waits until every other server replicates from it too. The
 //! old master, still up, keeps answering as a master until a sentinel's next look at it (every
 //! 10 s) turns it into a replica: that takes 10–20 s, which a test need not wait for.
