@@ -434,7 +434,12 @@ fn cluster_failover_with_wait_replicas_loses_nothing_and_runs_nothing_twice_at_o
 fn wait_replicas_waits_for_a_replica_and_fails_without_one() {
     use leasehold_core::Backend;
     const ROUNDS: usize = 1000;
-    let master = need_redis(leasehold_redis_harness::RedisServer::start());
+    // A replica's first sync at once, not after waiting 5 s for more replicas.
+    let master = need_redis(
+        leasehold_redis_harness::RedisServer::builder()
+            .args(["--repl-diskless-sync-delay", "0"])
+            .start(),
+    );
     let port = master.port().to_string();
     let replica = need_redis(
         leasehold_redis_harness::RedisServer::builder()
