@@ -115,6 +115,7 @@ mod engine;
 mod inspect;
 mod lease;
 mod publish;
+pub mod shard;
 mod timers;
 mod types;
 
@@ -133,6 +134,7 @@ pub use lease::Lease;
 pub use publish::{
     Dedupe, DelayedSummary, Due, Outgoing, PublishRejected, Published, Publisher, MAX_DELAY,
 };
+pub use shard::{ShardError, Shards, MAX_SHARDS};
 pub use types::{
     AckId, CancelReason, DeadLetterReason, Fence, Fetched, InvocationId, LeaseId, LossReason,
     MessageId, Outcome, RenewId, RenewResult, SettleResult, StreamId,
