@@ -114,6 +114,7 @@ mod effect;
 mod engine;
 mod inspect;
 mod lease;
+pub mod membership;
 mod publish;
 pub mod shard;
 mod timers;
@@ -131,6 +132,7 @@ pub use inspect::{
     Overview, Page, PendingEntry, PendingQuery, Purged, Requeued, Selection,
 };
 pub use lease::Lease;
+pub use membership::{Members, Membership, MembershipConfig, MembershipError, MembershipSettings};
 pub use publish::{
     Dedupe, DelayedSummary, Due, Outgoing, PublishRejected, Published, Publisher, MAX_DELAY,
 };
