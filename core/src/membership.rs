@@ -28,6 +28,14 @@ pub trait Members: Send + Sync + 'static {
     /// name, which must be unique anyway).
     fn member(&self) -> &str;
 
+    /// The queue and shard this handle serves, when it knows (a Redis stream named like a
+    /// shard, a memory queue's consumer): a worker checks it against the shard it is given
+    /// for, so a list of backends in the wrong order is an error, not shards fetched twice and
+    /// others never.
+    fn shard(&self) -> Option<(&str, u16)> {
+        None
+    }
+
     /// Records this member as live in `queue` now, forgets members not heard of for `ttl`, and
     /// answers the live ones (this one included).
     fn heartbeat(
