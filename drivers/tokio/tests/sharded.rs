@@ -71,6 +71,8 @@ impl Log {
 struct Freezable {
     inner: MemoryBackend,
     frozen: Arc<AtomicBool>,
+    /// Only the membership calls fail (transiently).
+    members_fail: Arc<AtomicBool>,
 }
 
 impl Freezable {
@@ -131,6 +133,11 @@ impl Members for Freezable {
     }
     async fn heartbeat(&self, queue: &str, ttl: Duration) -> BackendResult<Vec<String>> {
         self.check().await;
+        if self.members_fail.load(Ordering::SeqCst) {
+            return Err(leasehold_tokio::core::BackendError::transient(
+                "membership down",
+            ));
+        }
         self.inner.heartbeat(queue, ttl).await
     }
     async fn leave(&self, queue: &str) -> BackendResult<()> {
@@ -146,6 +153,17 @@ fn start(
     membership: MembershipConfig,
     log: &Log,
 ) -> (Worker<Bytes>, Arc<AtomicBool>) {
+    start_with(queue, n, membership, log, Arc::default())
+}
+
+/// [`start`], its membership calls failing while `members_fail` is set.
+fn start_with(
+    queue: &MemoryQueue,
+    n: usize,
+    membership: MembershipConfig,
+    log: &Log,
+    members_fail: Arc<AtomicBool>,
+) -> (Worker<Bytes>, Arc<AtomicBool>) {
     let frozen = Arc::new(AtomicBool::new(false));
     let backends = queue
         .consumers(&format!("w{n}"))
@@ -154,6 +172,7 @@ fn start(
         .map(|inner| Freezable {
             inner,
             frozen: frozen.clone(),
+            members_fail: members_fail.clone(),
         });
     let log = log.clone();
     let worker = leasehold_tokio::worker()
@@ -354,6 +373,40 @@ async fn a_crashed_workers_shards_move_and_its_leases_are_reclaimed() {
     }
     assert_eq!(queue.pending_len(), 0);
     drop(c);
+}
+
+/// Membership I/O failing stops no work: the worker keeps its last assignment and its held
+/// work goes on; once the membership has been unknown for its ttl it fetches from every shard
+/// (so none is left without a fetcher), and back to its share when the membership answers.
+#[tokio::test(start_paused = true)]
+async fn failing_membership_keeps_the_assignment_then_fetches_everything() {
+    let queue = queue();
+    let log = Log::default();
+    let one = MembershipConfig::default().owners(1);
+    let fail = Arc::new(AtomicBool::new(false));
+    let (a, _) = start_with(&queue, 0, one.clone(), &log, fail.clone());
+    let (b, _) = start(&queue, 1, one, &log);
+    tokio::time::sleep(SETTLE).await;
+    let mine = fetching(&a).await;
+    assert!(!mine.is_empty() && mine.len() < 8, "{mine:?}");
+    fail.store(true, Ordering::SeqCst);
+    publish(&queue, 0..100).await;
+    // Two failed heartbeats (1 s apart): the assignment stays.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    assert_eq!(fetching(&a).await, mine);
+    // A ttl (3 s) after its last answered heartbeat was sent: every shard.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(fetching(&a).await.len(), 8);
+    wait_empty(&queue).await;
+    each_done(&log, 100, &[0, 1]);
+    fail.store(false, Ordering::SeqCst);
+    tokio::time::sleep(SETTLE).await;
+    assert_eq!(fetching(&a).await, mine, "back to its share");
+    assert_eq!(fetchers(&[&a, &b]).await, [1; 8]);
+    for w in [a, b] {
+        assert_eq!(w.shutdown(Duration::from_secs(5)).await.lost, 0);
+    }
+    assert_eq!(log.done().len(), 100, "each once");
 }
 
 /// Keyed messages go to their key's shard in publish order, and with one fetcher per shard
