@@ -116,8 +116,8 @@ pub mod memory {
 #[cfg(feature = "redis")]
 pub mod redis {
     pub use leasehold_redis::{
-        ConnectError, PublisherConfig, RedisBackend, RedisConfig, RedisConfigError, RedisInspector,
-        RedisPublisher,
+        members_key, ConnectError, PublisherConfig, RedisBackend, RedisConfig, RedisConfigError,
+        RedisInspector, RedisPublisher,
     };
 }
 
