@@ -71,13 +71,25 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
             sharding.io.heartbeat(queue, ttl)
         });
         let first = sharding.first;
+        let mut changed = false;
         while let Some((shard, fetching)) = sharding.membership.poll_assignment() {
+            changed = true;
             let stream = first + usize::from(shard);
             let s = &self.streams[stream];
             tracing::debug!(stream = %s.name, fetching, "shard assignment changed");
             s.backend.set_fetching(fetching);
             self.engine
                 .handle_assignment(now, StreamId(stream as u16), fetching);
+        }
+        if changed {
+            let m = &sharding.membership;
+            tracing::info!(
+                queue = m.shards().queue(),
+                fetching = m.assigned().len(),
+                shards = m.shards().count(),
+                known = m.is_known(now),
+                "shard assignment changed; the leases of every shard are still served"
+            );
         }
         if let Some(call) = heartbeat {
             self.call(call, Event::Members);
