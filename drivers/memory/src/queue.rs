@@ -25,7 +25,8 @@ use std::sync::Arc;
 /// use leasehold_memory::{MemoryQueue, StreamConfig};
 ///
 /// let queue = MemoryQueue::new(Shards::new("orders", 4)?, StreamConfig::new(Duration::from_secs(30)))?;
-/// queue.stream(queue.shards().for_key(b"customer-7")).publish("order 1");
+/// let shard = queue.shards().for_key(b"customer-7");
+/// queue.stream(shard).expect("for_key is a shard").publish("order 1");
 /// let backends = queue.consumers("worker-1")?; // one per shard, in shard order
 /// assert_eq!(backends.len(), 4);
 /// assert_eq!(queue.len(), 1);
@@ -84,13 +85,9 @@ impl MemoryQueue {
         &self.shards
     }
 
-    /// Shard `shard`'s stream.
-    ///
-    /// # Panics
-    ///
-    /// If `shard` is not below the shard count.
-    pub fn stream(&self, shard: u16) -> &MemoryStream {
-        &self.streams[usize::from(shard)]
+    /// Shard `shard`'s stream (`None` beyond the shard count).
+    pub fn stream(&self, shard: u16) -> Option<&MemoryStream> {
+        self.streams.get(usize::from(shard))
     }
 
     /// Every shard's stream, shard 0 first.
