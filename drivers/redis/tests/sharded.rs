@@ -1,7 +1,8 @@
 //! A sharded queue on a real, throwaway `redis-server`: two workers share 8 shards through the
 //! membership sorted set, each message is done once, keyed and deduplicated publishing route
-//! by key, a worker holds a blocking connection only for the shards it fetches from, and a
-//! worker that shuts down leaves the membership.
+//! by key, a worker holds a blocking connection only for the shards it fetches from, a worker
+//! that shuts down leaves the membership, and one killed mid-work hands its shards and its
+//! lapsed leases over.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -165,4 +166,104 @@ async fn two_workers_share_a_sharded_queue() {
     a.shutdown(Duration::from_secs(5)).await;
     let runs = runs.lock().unwrap();
     assert!(runs.values().all(|&n| n == 1), "each once: {runs:?}");
+}
+
+/// A worker on a runtime of its own, killed mid-work (no shutdown, no leave): its member
+/// entry lapses after the ttl and its shards (one owner each) move to the others, which
+/// reclaim its lapsed leases; every message is done, none lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_workers_shards_move_and_its_leases_are_reclaimed() {
+    let server = RedisServer::start().expect("these tests need redis-server");
+    let shards = Shards::new("jobs", 8).unwrap();
+    // (worker, message, delivery count) of each finished run.
+    let runs: Arc<Mutex<Vec<(usize, u64, u32)>>> = Arc::default();
+    let start = |n: usize, rt: leasehold_tokio::TokioRuntime| {
+        let (url, shards, runs) = (server.url(), shards.clone(), runs.clone());
+        async move {
+            let config = RedisConfig::new(url, "unused", "workers")
+                .consumer(format!("w{n}"))
+                .claim_timeout(Duration::from_secs(2));
+            let backends = RedisBackend::connect_shards(config, &shards)
+                .await
+                .expect("connect");
+            leasehold_tokio::WorkerBuilder::new(rt)
+                .config(self::config())
+                .membership(MembershipConfig::default().owners(1))
+                .sharded(shards.clone(), backends, move |d: Delivery<u64>| {
+                    let runs = runs.clone();
+                    async move {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        let run = (n, *d.message(), d.delivery_count());
+                        runs.lock().unwrap().push(run);
+                        Outcome::Done
+                    }
+                })
+                .start()
+                .expect("start")
+        }
+    };
+    let isolated = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let handle = leasehold_tokio::TokioRuntime::from_handle(isolated.handle().clone());
+    let victim = isolated
+        .spawn(start(2, handle))
+        .await
+        .expect("the victim started");
+    let current = leasehold_tokio::TokioRuntime::current;
+    let a = start(0, current()).await;
+    let b = start(1, current()).await;
+    until("the shards split three ways", async || {
+        let (fa, fb) = (fetching(&a).await, fetching(&b).await);
+        fa.len() + fb.len() < 8 && !fa.is_empty() && !fb.is_empty()
+    })
+    .await;
+    let publishers =
+        RedisPublisher::connect_shards(PublisherConfig::new(server.url(), "unused"), &shards)
+            .await
+            .expect("connect");
+    let producer: ShardedProducer<u64, _> =
+        ShardedProducer::new(shards.clone(), publishers).unwrap();
+    producer
+        .publish_batch(&(0..200).collect::<Vec<u64>>())
+        .await
+        .unwrap();
+    until("the victim holds leases", async || {
+        victim.snapshot().await.is_some_and(|s| s.held() > 0)
+    })
+    .await;
+    isolated.shutdown_background();
+    until("every message done", async || {
+        let runs = runs.lock().unwrap();
+        runs.iter().map(|r| r.1).collect::<BTreeSet<_>>().len() == 200
+    })
+    .await;
+    until("a and b fetch every shard", async || {
+        fetching(&a).await.len() + fetching(&b).await.len() == 8
+    })
+    .await;
+    assert_eq!(members(&server, "jobs"), ["w0", "w1"]);
+    let reclaimed = runs
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(w, _, count)| *w != 2 && *count > 1)
+        .count();
+    assert!(
+        reclaimed > 0,
+        "a and b reclaimed the victim's lapsed leases"
+    );
+    for w in [a, b] {
+        assert_eq!(w.shutdown(Duration::from_secs(5)).await.lost, 0);
+    }
+    for stream in shards.streams() {
+        let pending = server
+            .command(["XPENDING", stream.as_str(), "workers"])
+            .expect("XPENDING");
+        let count = pending.as_array().and_then(|p| p[0].as_int());
+        assert_eq!(count, Some(0), "{stream}: nothing left pending");
+    }
+    drop(victim);
 }
