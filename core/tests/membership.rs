@@ -2,8 +2,11 @@
 //! answer assigns it, that failures keep the last assignment, and that a membership unknown
 //! for longer than its ttl falls back to every shard.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::TestRng;
 use leasehold_core::{Membership, MembershipConfig, MembershipError, Shards};
 
 fn ms(n: u64) -> Duration {
@@ -165,4 +168,73 @@ fn leaving_stops_heartbeats_and_stray_answers_are_ignored() {
     m.leave();
     assert!(!m.poll_heartbeat(t0 + ms(5000)));
     assert_eq!(m.poll_timeout(), None);
+}
+
+/// Random runs (seeded) of heartbeats, answers with random live sets, failures and time
+/// passing: at every step the assignment is what the rules say — nothing before the first
+/// answer, every shard once no answer came for a ttl, else `Shards::assign` of the last
+/// answer — the changes polled add up to it, and nothing is due in the past.
+#[test]
+fn random_runs_follow_the_rules() {
+    let names = ["w0", "w1", "w2", "w3", "w4"];
+    for seed in 1..=300u64 {
+        let mut rng = TestRng::new(seed);
+        let t0 = Instant::now();
+        let owners = 1 + rng.below(3) as usize;
+        let settings = MembershipConfig::default()
+            .owners(owners)
+            .validate(ms(3000))
+            .unwrap();
+        let shards = Shards::new("q", 1 + rng.below(12) as u32).unwrap();
+        let mut m = Membership::new(shards.clone(), "w0", settings, t0);
+        let mut told = vec![true; usize::from(shards.count())];
+        let mut now = t0;
+        // Send time of the heartbeat in flight; of the last answered one; its live set.
+        let mut in_flight: Option<Instant> = None;
+        let mut answered: Option<(Instant, Vec<&str>)> = None;
+        for step in 0..200 {
+            now += ms(rng.below(1200));
+            match rng.below(4) {
+                0 | 1 if m.poll_heartbeat(now) => in_flight = Some(now),
+                2 if in_flight.is_some() => {
+                    let live: Vec<&str> =
+                        names.iter().copied().filter(|_| rng.chance(60)).collect();
+                    m.handle_members(now, &live);
+                    let sent = in_flight.take().unwrap();
+                    answered = Some((sent, live));
+                }
+                3 if in_flight.is_some() => {
+                    m.handle_failed(now);
+                    in_flight = None;
+                }
+                _ => m.handle_timeout(now),
+            }
+            let expected: Vec<u16> = match &answered {
+                _ if now >= answered.as_ref().map_or(t0, |(sent, _)| *sent) + ms(3000) => {
+                    (0..shards.count()).collect()
+                }
+                Some((_, live)) => shards.assign("w0", live, owners),
+                None => Vec::new(),
+            };
+            assert_eq!(m.assigned(), expected, "seed {seed} step {step}");
+            while let Some((shard, on)) = m.poll_assignment() {
+                assert_ne!(
+                    told[usize::from(shard)],
+                    on,
+                    "a change that changes nothing"
+                );
+                told[usize::from(shard)] = on;
+            }
+            let fetching: Vec<u16> = (0..shards.count())
+                .filter(|&s| told[usize::from(s)])
+                .collect();
+            assert_eq!(
+                fetching, expected,
+                "seed {seed} step {step}: changes add up"
+            );
+            if let Some(at) = m.poll_timeout() {
+                assert!(at > now || in_flight.is_none(), "seed {seed} step {step}");
+            }
+        }
+    }
 }
