@@ -20,7 +20,6 @@ pub(crate) struct ShardedQueue {
     pub(crate) first: usize,
     pub(crate) member: String,
     pub(crate) io: Arc<dyn MemberIo>,
-    pub(crate) membership: MembershipConfig,
 }
 
 /// One codec shared by every shard's dispatcher.
@@ -95,13 +94,11 @@ where
                 make: crate::dispatch::make(Shared(codec.clone()), move |d| handler(d)),
             });
         }
-        let membership = self.membership.clone();
         self.sharded = Some(ShardedQueue {
             member: backends[0].member().to_owned(),
             io: Arc::new(backends[0].clone()),
             shards,
             first,
-            membership,
         });
         self
     }
@@ -116,9 +113,6 @@ where
     /// [`start`](Self::start).
     #[must_use]
     pub fn membership(mut self, config: MembershipConfig) -> Self {
-        if let Some(queue) = &mut self.sharded {
-            queue.membership = config.clone();
-        }
         self.membership = config;
         self
     }

@@ -246,7 +246,7 @@ where
         let settings = engine.settings().clone();
         let sharding = match self.sharded.take() {
             Some(queue) => {
-                let policy = queue.membership.validate(settings.claim_timeout)?;
+                let policy = self.membership.validate(settings.claim_timeout)?;
                 let membership =
                     Membership::new(queue.shards, queue.member, policy, self.runtime.now());
                 Some(Sharding::new(membership, queue.io, queue.first))
