@@ -607,8 +607,13 @@ impl RedisBackend {
         // A reply, or an error the server answered: the connection is fine (and kept while the
         // stream is fetched from).
         let fine = reply.as_ref().map_or_else(|e| e.code().is_some(), |_| true);
-        if fine && self.fetching.load(Ordering::Relaxed) {
-            *self.blocking.lock().unwrap_or_else(|e| e.into_inner()) = Some(blocking);
+        if fine {
+            // Read under the lock `set_fetching` takes after its store: either this sees it
+            // stopped, or `set_fetching` finds the connection here and closes it.
+            let mut slot = self.blocking.lock().unwrap_or_else(|e| e.into_inner());
+            if self.fetching.load(Ordering::Relaxed) {
+                *slot = Some(blocking);
+            }
         }
         reply
     }
