@@ -170,15 +170,15 @@ fn leaving_stops_heartbeats_and_stray_answers_are_ignored() {
     assert_eq!(m.poll_timeout(), None);
 }
 
-/// Random runs (seeded) of heartbeats, answers with random live sets, failures and time
+/// Random runs (reproducible, one generator per run number) of heartbeats, answers with random live sets, failures and time
 /// passing: at every step the assignment is what the rules say — nothing before the first
 /// answer, every shard once no answer came for a ttl, else `Shards::assign` of the last
 /// answer — the changes polled add up to it, and nothing is due in the past.
 #[test]
 fn random_runs_follow_the_rules() {
     let names = ["w0", "w1", "w2", "w3", "w4"];
-    for seed in 1..=300u64 {
-        let mut rng = TestRng::new(seed);
+    for run in 1..=300u64 {
+        let mut rng = TestRng::new(run);
         let t0 = Instant::now();
         let owners = 1 + rng.below(3) as usize;
         let settings = MembershipConfig::default()
@@ -216,7 +216,7 @@ fn random_runs_follow_the_rules() {
                 Some((_, live)) => shards.assign("w0", live, owners),
                 None => Vec::new(),
             };
-            assert_eq!(m.assigned(), expected, "seed {seed} step {step}");
+            assert_eq!(m.assigned(), expected, "run {run} step {step}");
             while let Some((shard, on)) = m.poll_assignment() {
                 assert_ne!(
                     told[usize::from(shard)],
@@ -228,12 +228,9 @@ fn random_runs_follow_the_rules() {
             let fetching: Vec<u16> = (0..shards.count())
                 .filter(|&s| told[usize::from(s)])
                 .collect();
-            assert_eq!(
-                fetching, expected,
-                "seed {seed} step {step}: changes add up"
-            );
+            assert_eq!(fetching, expected, "run {run} step {step}: changes add up");
             if let Some(at) = m.poll_timeout() {
-                assert!(at > now || in_flight.is_none(), "seed {seed} step {step}");
+                assert!(at > now || in_flight.is_none(), "run {run} step {step}");
             }
         }
     }
