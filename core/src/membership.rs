@@ -2,7 +2,7 @@
 //! tracker of it.
 //!
 //! Every worker serving a sharded queue heartbeats its name into the queue's membership
-//! ([`Members`](crate::Members): a sorted set on Redis scored by the server's clock, a table
+//! ([`Members`]: a sorted set on Redis scored by the server's clock, a table
 //! in memory), reads the live members back, and fetches from the shards that
 //! [`Shards::assign`] gives it. It holds every shard's leases whatever it fetches from: a
 //! shard that moves to another worker is handed over gracefully (the engine serves its leases
