@@ -255,8 +255,8 @@ impl RedisConfig {
     /// reclaimed after the claim timeout), renew, ack, release and dead-letter, and
     /// publishing. Off by default: Redis replicates asynchronously, so a failover can lose a
     /// write the old master acknowledged (a fetch, an ack, a renew); with this on, a write
-    /// that succeeded is on `replicas` replicas. It costs a wait for the slowest of them on
-    /// every write. `replicas` at least 1; `timeout` at least 1 ms and below the command
+    /// that succeeded is on `replicas` replicas. It costs a wait on every write until `replicas`
+    /// replicas have it. `replicas` at least 1; `timeout` at least 1 ms and below the command
     /// timeout.
     #[must_use]
     pub fn wait_replicas(mut self, replicas: u32, timeout: Duration) -> Self {

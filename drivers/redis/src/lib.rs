@@ -173,9 +173,9 @@
 //! up after a failover, a replica not yet pointed at the new master acknowledges writes that
 //! are then lost (`WAIT` is no consensus). A failed write may still have happened on the
 //! master: a retried ack then answers `Lost`, a retried publish may append twice (a
-//! deduplication key makes it safe), a retried submit is idempotent. What it costs: the wait
-//! for the slowest of `n` replicas on every write, a replica round trip (`WAIT` asks them for
-//! an acknowledgement at once), and writes fail while fewer than `n` replicas are connected.
+//! deduplication key makes it safe), a retried submit is idempotent. What it costs: a wait on
+//! every write until `n` replicas have it, a master-to-replica round trip (`WAIT` asks them
+//! for an acknowledgement at once), and writes fail while fewer than `n` are connected.
 //! Measured (`tests/failover.rs`, master and replica on loopback, debug build, a loaded
 //! 2-core machine): the median fetch + ack, two writes, went from 296–382 µs to 365–448 µs
 //! (+65 µs, about a sixth). A `CLUSTER FAILOVER` with `wait_replicas(1, 500 ms)` under two
