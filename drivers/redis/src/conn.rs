@@ -706,8 +706,9 @@ impl SentinelSpec {
 /// partition, it stays up as a master — taking writes that are lost — until a sentinel's
 /// next look at it (every 10 s) turns it into a replica. So the first call at least
 /// [`RECHECK`] after the last look also asks a sentinel where the master is (one
-/// `SENTINEL GET-MASTER-ADDR-BY-NAME`, on a connection kept for it), and moves to the
-/// master it names: a connection leaves a demoted master within about a second.
+/// `SENTINEL GET-MASTER-ADDR-BY-NAME`, on a connection kept for it, given up after
+/// [`LOOK_TIMEOUT`]), and moves to the master it names: a connection leaves a demoted master
+/// within about a second.
 #[cfg(feature = "sentinel")]
 #[derive(Clone)]
 struct Follower(std::sync::Arc<FollowerState>);
@@ -716,6 +717,12 @@ struct Follower(std::sync::Arc<FollowerState>);
 /// master moved: at most once per this, on the first call after it.
 #[cfg(feature = "sentinel")]
 const RECHECK: Duration = Duration::from_secs(1);
+
+/// Bound on that look, which delays the call it rides on: a sentinel answers in a round trip,
+/// and sentinels that are slow or unreachable must not hold up the writes to a master that
+/// works (the look is given up, and tried again a [`RECHECK`] later).
+#[cfg(feature = "sentinel")]
+const LOOK_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// The connection in use: its generation, so that a failure seen on an older one does not drop
 /// a newer one, and the master's address it goes to.
@@ -824,7 +831,13 @@ impl Follower {
         let Some((host, port)) = &current.address else {
             return true;
         };
-        match self.ask_sentinel().await {
+        match within(
+            LOOK_TIMEOUT,
+            "no sentinel answered in time",
+            self.ask_sentinel(),
+        )
+        .await
+        {
             Ok(Some((named_host, named_port))) => named_host == *host && named_port == *port,
             Ok(None) => true,
             Err(e) => {

@@ -130,7 +130,8 @@
 //! stays up as a master, taking writes that are lost, until a sentinel's next look at it
 //! (every 10 s) demotes it. So a connection also asks a sentinel where the master is on its
 //! first call a second or more after the last look, and moves when it moved: it leaves a
-//! demoted master within about a second. The blocking connection is opened anew once the
+//! demoted master within about a second. That look is given up after 250 ms, so sentinels that
+//! hang do not hold up a master that works. The blocking connection is opened anew once the
 //! command connection moved. Not supported yet: TLS to the master (`rediss://` sentinels are
 //! reached with TLS, the master without), and replicas for reads.
 //!

@@ -532,3 +532,55 @@ fn wait_replicas_waits_for_a_replica_and_fails_without_one() {
     );
     eprintln!("a publish with no replica left failed after {waited:?}: {failed}");
 }
+
+/// Sentinels that hang (stopped with `SIGSTOP`: they accept connections and never answer) do
+/// not hold up a worker whose master works: its once-a-second look for a moved master is
+/// given up soon, so heartbeats stay on time. Handlers run longer than the claim timeout, so
+/// a renew held up for long would lose their leases.
+#[test]
+fn hanging_sentinels_do_not_hold_up_a_worker() {
+    const MESSAGES: u64 = 12;
+    let topology = need_redis(RedisSentinel::start());
+    let (sentinels, name) = (topology.sentinel_urls(), topology.master_name().to_owned());
+    let rt = runtime();
+    let publisher = rt
+        .block_on(RedisPublisher::connect(PublisherConfig::sentinel(
+            sentinels.clone(),
+            &name,
+            "jobs",
+        )))
+        .expect("a publisher through the sentinels");
+    rt.block_on(publish_all(&publisher, 0..MESSAGES));
+    let config = RedisConfig::sentinel(sentinels, &name, "jobs", "workers")
+        .consumer("w1")
+        .claim_timeout(CLAIM);
+    let backend = rt
+        .block_on(RedisBackend::connect(config))
+        .expect("connect through the sentinels");
+    let signal = |signal: &str| {
+        for sentinel in topology.sentinels() {
+            let pid = sentinel.pid().expect("the sentinel runs").to_string();
+            let status = std::process::Command::new("kill")
+                .args([signal, &pid])
+                .status()
+                .expect("kill runs");
+            assert!(status.success(), "kill {signal} {pid}");
+        }
+    };
+    signal("-STOP");
+    let record = Record::default();
+    let worker = worker(&rt, backend, &record, CLAIM + CLAIM / 2);
+    let master = topology.servers()[0].port();
+    rt.block_on(wait_for("every message handled", || {
+        record.handled() as u64 == MESSAGES
+    }));
+    let server = &topology.servers()[0];
+    assert_eq!(server.port(), master);
+    rt.block_on(wait_for("every entry acknowledged", || drained(server)));
+    let stats = rt.block_on(worker.stats()).expect("the worker runs");
+    signal("-CONT");
+    rt.block_on(worker.shutdown(Duration::from_secs(2)));
+    let (twice, _, _, _) = record.summary();
+    assert_eq!(twice, 0, "a message ran twice");
+    assert_eq!((stats.lost, stats.expired), (0, 0), "{stats:?}");
+}
