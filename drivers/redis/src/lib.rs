@@ -121,7 +121,7 @@
 //!
 //! With the `sentinel` feature, `RedisConfig::sentinel`, `PublisherConfig::sentinel` and
 //! `RedisInspector::connect_sentinel` take the sentinels' URLs and the master's name
-//! ([`Servers::sentinel`]; [`Servers::sentinel_with_master_auth`] for a master with a password
+//! (`Servers::sentinel`; `Servers::sentinel_with_master_auth` for a master with a password
 //! or another database). A connection asks the sentinels for the master (and checks it
 //! answers `ROLE` as one), and asks again after a connection error, a timeout, or a reply
 //! that says the node is no master any more (`READONLY`, `UNBLOCKED`, `MASTERDOWN`); the call
