@@ -38,6 +38,10 @@
 //! 7. `poll_timeout` is in the future whenever nothing can happen now;
 //! 8. every event costs O(1) amortized (O(log n) at worst), a heartbeat O(n) once.
 //!
+//! A stream unassigned with [`handle_assignment`](LeaseEngine::handle_assignment) (a shard of a
+//! sharded queue that other workers fetch from, see [`Membership`]) is never fetched from, and
+//! its held leases are served by these rules to the end.
+//!
 //! ## Driving it by hand
 //!
 //! A driver is a loop: feed inputs, execute effects, sleep until the timeout. Here the "backend"
@@ -114,7 +118,9 @@ mod effect;
 mod engine;
 mod inspect;
 mod lease;
+pub mod membership;
 mod publish;
+pub mod shard;
 mod timers;
 mod types;
 
@@ -130,9 +136,11 @@ pub use inspect::{
     Overview, Page, PendingEntry, PendingQuery, Purged, Requeued, Selection,
 };
 pub use lease::Lease;
+pub use membership::{Members, Membership, MembershipConfig, MembershipError, MembershipSettings};
 pub use publish::{
     Dedupe, DelayedSummary, Due, Outgoing, PublishRejected, Published, Publisher, MAX_DELAY,
 };
+pub use shard::{ShardError, Shards, MAX_SHARDS};
 pub use types::{
     AckId, CancelReason, DeadLetterReason, Fence, Fetched, InvocationId, LeaseId, LossReason,
     MessageId, Outcome, RenewId, RenewResult, SettleResult, StreamId,
