@@ -47,7 +47,7 @@ use crate::config::{
     unique_consumer_name, ConnectError, DelayedKeys, RedisConfig, RedisConfigError,
 };
 use crate::conn::{Connection, Servers};
-use crate::error::{error, is_nogroup};
+use crate::error::{error, is_nogroup, is_unblocked};
 
 /// A script made of shared Lua helpers followed by its own file.
 macro_rules! script {
@@ -512,10 +512,11 @@ impl RedisBackend {
             .arg(">")
             .arg(">");
         let reply = match self.block_on(&cmd, wait).await {
-            // The stream, the wake stream or a group was deleted: recreated, and the script
-            // reads again.
-            Err(e) if is_nogroup(&e) => {
-                tracing::warn!(%stream, "consumer group vanished; recreating");
+            // The stream, the wake stream or a group was deleted (a stream deleted while the
+            // read blocks on it ends the read with `UNBLOCKED`): recreated, and the script reads
+            // again.
+            Err(e) if is_nogroup(&e) || is_unblocked(&e) => {
+                tracing::warn!(%stream, "stream or consumer group vanished; recreating");
                 self.ensure_group().await?;
                 return Ok(Woken::Again);
             }

@@ -750,6 +750,31 @@ async fn a_vanished_group_is_recreated_and_its_leases_are_lost() {
     assert_eq!(again[0].id, first.id);
 }
 
+/// A stream deleted while a fetch waits on it (Redis ends that read with `UNBLOCKED`) is created
+/// again with its group, as after `NOGROUP`, and the fetch goes on waiting: it takes what is
+/// published next instead of failing.
+#[tokio::test]
+async fn a_stream_deleted_under_a_waiting_fetch_is_recreated_and_the_wait_goes_on() {
+    let server = server();
+    let a = std::sync::Arc::new(consumer(&server, "a").await);
+    let waiting = tokio::spawn({
+        let a = a.clone();
+        async move { a.fetch(1, Duration::from_secs(10)).await }
+    });
+    wait_blocked_in(&server, "xreadgroup").await;
+    let _: redis::Value = redis::cmd("DEL")
+        .arg("jobs")
+        .query_async(&mut redis(&server).await)
+        .await
+        .unwrap();
+    // Recreated: the wait blocks on the stream again.
+    wait_blocked_in(&server, "xreadgroup").await;
+    let published = a.publish(Bytes::from_static(b"after")).await.unwrap();
+    let fetched = waiting.await.unwrap().expect("the fetch carries on");
+    assert_eq!(fetched.len(), 1);
+    assert_eq!(fetched[0].id, published);
+}
+
 /// Names of the group's consumers.
 async fn consumers(server: &RedisServer) -> Vec<String> {
     let infos: Vec<std::collections::HashMap<String, redis::Value>> = redis::cmd("XINFO")
