@@ -253,7 +253,7 @@ fn queue_report(q: &QueueOverview) -> Report {
             ]
         }),
     ));
-    text.push('\n');
+    text.push_str("\n\n");
     text.push_str(&table(
         &[
             "shard",
