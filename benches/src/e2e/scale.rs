@@ -13,12 +13,15 @@
 //! Measured per round: messages per second (the worker's start to the last ack); on every
 //! master, Redis CPU (`INFO cpu` user + sys) and command time (`INFO commandstats` usec) per
 //! message **that master served**, whose spread over the masters is shown; the process's CPU
-//! (every thread, `/proc/self/task/*/schedstat`) per message. Medians of the measured rounds
+//! (every thread, `/proc/self/task/*/schedstat`) per message; and, around the publishing before
+//! the clock starts, each master's Redis CPU per message published to it. Medians of the
+//! measured rounds
 //! (sizes interleaved within each round, after one warm-up round) with their ranges.
 //!
-//! What it projects: a master serves at most `1 s / (Redis CPU per message)` messages per
-//! second (Redis runs commands on one thread), so `1 M msg/s` needs `1 M / that` masters, at
-//! full load; the client side is sized separately from its CPU per message.
+//! What it projects: a master takes in and serves at most `1 s / (Redis CPU per message
+//! published + per message consumed)` messages per second (Redis runs commands on one
+//! thread), so `1 M msg/s` needs `1 M / that` masters, at full load; the client side is sized
+//! separately from its CPU per message.
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -133,6 +136,9 @@ pub struct ScaleRow {
     pub calls_per_msg: Vec<f64>,
     /// Per measured round: Redis CPU µs of all masters together per message.
     pub total_cpu_us: Vec<f64>,
+    /// Per measured round, per master: Redis CPU µs per message published to it (pipelined
+    /// `XADD`s, 1000 a round trip, before the clock starts).
+    pub node_publish_us: Vec<Vec<f64>>,
     /// Per measured round: the process's CPU µs per message.
     pub client_cpu_us: Vec<f64>,
     /// Shards per master, in the last round (the same in every round: the names are chosen so).
@@ -156,10 +162,22 @@ impl ScaleRow {
         per_node_medians(&self.node_cmd_us)
     }
 
-    /// Messages per second one master serves at 100 % of its CPU: from the costliest master's
-    /// median CPU per message (the one that saturates first).
+    /// Per master: the median over rounds of its Redis CPU µs per message published to it.
+    pub fn node_publish_medians(&self) -> Vec<f64> {
+        per_node_medians(&self.node_publish_us)
+    }
+
+    /// Messages per second one master takes in and serves at 100 % of its CPU: from the
+    /// costliest master's median CPU per message consumed plus per message published (the
+    /// master that saturates first).
     pub fn per_master_capacity(&self) -> f64 {
-        let worst = self.node_cpu_medians().into_iter().fold(0.0_f64, f64::max);
+        let consume = self.node_cpu_medians();
+        let publish = self.node_publish_medians();
+        let worst = consume
+            .iter()
+            .enumerate()
+            .map(|(i, c)| c + publish.get(i).copied().unwrap_or(0.0))
+            .fold(0.0_f64, f64::max);
         if worst > 0.0 {
             1e6 / worst
         } else {
@@ -189,6 +207,10 @@ impl ScaleRow {
             "redis_cpu_us_per_msg_all_masters": {
                 "median": median(&self.total_cpu_us),
                 "rounds": self.total_cpu_us,
+            },
+            "publish_redis_cpu_us_per_msg_per_master": {
+                "median": self.node_publish_medians(),
+                "rounds": self.node_publish_us,
             },
             "client_cpu_us_per_msg": {
                 "median": median(&self.client_cpu_us),
@@ -267,9 +289,10 @@ impl fmt::Display for ScaleReport {
             f,
             "| masters | shards (per master) | msg/s [range] | Redis CPU µs/msg per master \
              (spread over masters) | Redis cmd µs/msg per master | Redis commands/msg | Redis \
-             CPU µs/msg all masters | client CPU µs/msg | msg/s per master at 100 % CPU |"
+             CPU µs/msg all masters | client CPU µs/msg | publish: Redis CPU µs/msg per \
+             master | msg/s per master at 100 % CPU (publish + consume) |"
         )?;
-        writeln!(f, "|---|---|---|---|---|---|---|---|---|")?;
+        writeln!(f, "|---|---|---|---|---|---|---|---|---|---|")?;
         for row in &self.rows {
             let (lo, hi) = range(&row.rates);
             let per_node: Vec<String> = row
@@ -279,7 +302,7 @@ impl fmt::Display for ScaleReport {
                 .collect();
             writeln!(
                 f,
-                "| {} | {} ({}) | {} [{}–{}] | {} | {} | {:.3} | {:.1} [{}] | {:.1} [{}] | {} |",
+                "| {} | {} ({}) | {} [{}–{}] | {} | {} | {:.3} | {:.1} [{}] | {:.1} [{}] | {} | {} |",
                 row.masters,
                 row.shards,
                 per_node.join("/"),
@@ -293,14 +316,15 @@ impl fmt::Display for ScaleReport {
                 spread(&row.total_cpu_us),
                 median(&row.client_cpu_us),
                 spread(&row.client_cpu_us),
+                spread(&row.node_publish_medians()),
                 grouped(row.per_master_capacity()),
             )?;
         }
         if let Some(masters) = self.masters_for(1e6) {
             writeln!(
                 f,
-                "1 M msg/s needs {masters:.1} masters at 100 % CPU on each ({:.0} at 70 %), \
-                 from the costliest master of the largest cluster",
+                "1 M msg/s (published and consumed) needs {masters:.1} masters at 100 % CPU on \
+                 each ({:.0} at 70 %), from the costliest master of the largest cluster",
                 (masters / 0.7).ceil()
             )?;
         }
@@ -430,6 +454,7 @@ pub fn run(args: &ScaleArgs) -> Result<ScaleReport, BenchError> {
             node_cmd_us: Vec::new(),
             calls_per_msg: Vec::new(),
             total_cpu_us: Vec::new(),
+            node_publish_us: Vec::new(),
             client_cpu_us: Vec::new(),
             shards_per_node: Vec::new(),
         })
@@ -455,6 +480,7 @@ pub fn run(args: &ScaleArgs) -> Result<ScaleReport, BenchError> {
             row.node_cmd_us.push(measured.node_cmd_us);
             row.calls_per_msg.push(measured.calls_per_msg);
             row.total_cpu_us.push(measured.total_cpu_us);
+            row.node_publish_us.push(measured.node_publish_us);
             row.client_cpu_us.push(measured.client_cpu_us);
             row.shards_per_node = measured.shards_per_node;
         }
@@ -476,6 +502,7 @@ struct Measured {
     node_cmd_us: Vec<f64>,
     calls_per_msg: f64,
     total_cpu_us: f64,
+    node_publish_us: Vec<f64>,
     client_cpu_us: f64,
     shards_per_node: Vec<usize>,
 }
@@ -500,6 +527,11 @@ async fn one_round(
         per_node[owner] += per_shard[shard];
         shards_per_node[owner] += 1;
     }
+    let masters = topology.cluster.masters();
+    let before_publish = masters
+        .iter()
+        .map(server_counters)
+        .collect::<Result<Vec<_>, _>>()?;
     let mut publishes = tokio::task::JoinSet::new();
     for (stream, &count) in queue.streams().zip(&per_shard) {
         let urls = urls.clone();
@@ -525,6 +557,16 @@ async fn one_round(
     while let Some(published) = publishes.join_next().await {
         published.map_err(|e| BenchError::Invalid(format!("a publishing task failed: {e}")))??;
     }
+    let after_publish = masters
+        .iter()
+        .map(server_counters)
+        .collect::<Result<Vec<_>, _>>()?;
+    let node_publish_us = before_publish
+        .iter()
+        .zip(&after_publish)
+        .zip(&per_node)
+        .map(|((b, a), &served)| (a.0 - b.0).max(0.0) * 1e6 / served.max(1) as f64)
+        .collect();
 
     let mut backends = Vec::with_capacity(usize::from(shards));
     for stream in queue.streams() {
@@ -538,7 +580,6 @@ async fn one_round(
         backends.push((stream, backend));
     }
     let done = Arc::new((AtomicUsize::new(0), Notify::new()));
-    let masters = topology.cluster.masters();
     let before = masters
         .iter()
         .map(server_counters)
@@ -598,6 +639,7 @@ async fn one_round(
         node_cmd_us,
         calls_per_msg: calls as f64 / messages as f64,
         total_cpu_us: total_cpu / messages as f64,
+        node_publish_us,
         client_cpu_us,
         shards_per_node,
     })
@@ -636,11 +678,12 @@ mod tests {
             node_cmd_us: vec![vec![5.0, 6.0]; 3],
             calls_per_msg: vec![0.1; 3],
             total_cpu_us: vec![15.0; 3],
+            node_publish_us: vec![vec![3.0, 3.0]; 3],
             client_cpu_us: vec![30.0; 3],
             shards_per_node: vec![4, 4],
         };
         assert_eq!(row.node_cpu_medians(), [11.0, 22.0]);
-        assert!((row.per_master_capacity() - 1e6 / 22.0).abs() < 1e-6);
+        assert!((row.per_master_capacity() - 1e6 / 25.0).abs() < 1e-6);
         let report = ScaleReport {
             redis: "redis 7".into(),
             threads: 2,
@@ -650,7 +693,7 @@ mod tests {
             rows: vec![row],
         };
         let masters = report.masters_for(1e6).unwrap();
-        assert!((masters - 22.0).abs() < 1e-6, "{masters}");
+        assert!((masters - 25.0).abs() < 1e-6, "{masters}");
         let table = report.to_string();
         assert!(
             table.contains("| 2 | 8 (4/4) | 20 [10–30] | 11.0–22.0 |"),
