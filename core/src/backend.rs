@@ -147,6 +147,15 @@ pub trait Backend: Send + Sync + 'static {
         None
     }
 
+    /// Whether the worker fetches from this stream from now on (a shard of a sharded queue
+    /// assigned to it or to others; see [`Membership`](crate::Membership)). Leases keep being
+    /// renewed, acked and released either way. A backend may free what only fetches need while
+    /// it is not fetched from: the Redis backend closes its blocking connection, so a worker
+    /// holds one only per shard it fetches from. The default does nothing.
+    fn set_fetching(&self, fetching: bool) {
+        let _ = fetching;
+    }
+
     /// Takes up to `max` messages for this consumer: reclaimable ones (not renewed for the
     /// claim timeout, or released and past their delay) and new ones, neither starving the
     /// other; delayed messages that are due join the stream first (see

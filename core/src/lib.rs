@@ -38,6 +38,10 @@
 //! 7. `poll_timeout` is in the future whenever nothing can happen now;
 //! 8. every event costs O(1) amortized (O(log n) at worst), a heartbeat O(n) once.
 //!
+//! A stream unassigned with [`handle_assignment`](LeaseEngine::handle_assignment) (a shard of a
+//! sharded queue that other workers fetch from, see [`Membership`]) is never fetched from, and
+//! its held leases are served by these rules to the end.
+//!
 //! ## Driving it by hand
 //!
 //! A driver is a loop: feed inputs, execute effects, sleep until the timeout. Here the "backend"
@@ -114,6 +118,7 @@ mod effect;
 mod engine;
 mod inspect;
 mod lease;
+pub mod membership;
 mod publish;
 pub mod shard;
 mod timers;
@@ -132,6 +137,7 @@ pub use inspect::{
     QueueGroupOverview, QueueOverview, Requeued, Selection,
 };
 pub use lease::Lease;
+pub use membership::{Members, Membership, MembershipConfig, MembershipError, MembershipSettings};
 pub use publish::{
     Dedupe, DelayedSummary, Due, Outgoing, PublishRejected, Published, Publisher, MAX_DELAY,
 };

@@ -454,6 +454,11 @@ impl Harness {
                 model.timeout(now);
                 engine.handle_timeout(now);
             }
+            Step::Assign { stream, fetching } => {
+                let stream = StreamId(u16::from(*stream) % model.fetches.len() as u16);
+                model.assignment(now, stream, *fetching);
+                engine.handle_assignment(now, stream, *fetching);
+            }
             Step::Wait(_) | Step::Stall(_) | Step::Tick | Step::Skew { .. } | Step::Burst(_) => {
                 unreachable!("not an input")
             }

@@ -110,7 +110,7 @@
 //! the stream, each lease's stream and current fence; an answer leaving a lease out counts as
 //! failed. The fetches of one drain share the whole budget left after the inputs (free slots
 //! and prefetch room not promised to ready or blocked leases or to outstanding fetches, within
-//! `max_leases`), each at most `fetch_batch_size`, never from a halted stream, nothing after
+//! `max_leases`), each at most `fetch_batch_size`, never from a halted or an unassigned stream, nothing after
 //! shutdown. A `Renew` round's chunks name their stream's leases with their stream and fence at
 //! the input that sent it, as few per stream as `renew_batch_size` allows. The model also checks
 //! that the engine's `held`, `running`, fences, delivery counts, attempts and payloads agree with

@@ -342,6 +342,8 @@ pub(crate) struct Model {
     pub fetches: Vec<Option<FetchOut>>,
     /// Per stream, whether a fatal error stopped its intake.
     pub halted: Vec<bool>,
+    /// Per stream, whether it is assigned (`handle_assignment`): only then fetched from.
+    pub assigned: Vec<bool>,
     /// Per stream, the `Ack` in flight.
     pub acking: Vec<Option<AckOut>>,
     /// Per stream, consecutive `Ack` calls that failed as a whole (the late acks' backoff).
@@ -405,6 +407,7 @@ impl Model {
             seen_acks: BTreeSet::new(),
             fetches: vec![None; streams],
             halted: vec![false; streams],
+            assigned: vec![true; streams],
             acking: vec![None; streams],
             ack_failures: vec![0; streams],
             round: None,
@@ -853,6 +856,17 @@ impl Model {
     /// `handle_timeout`.
     pub(crate) fn timeout(&mut self, now: Instant) {
         self.begin(now);
+        self.finish();
+    }
+
+    /// `handle_assignment`: whether `stream` may be fetched from; its leases are served either
+    /// way, so nothing else changes.
+    pub(crate) fn assignment(&mut self, now: Instant, stream: StreamId, fetching: bool) {
+        self.begin(now);
+        match self.assigned.get_mut(usize::from(stream.0)) {
+            Some(assigned) => *assigned = fetching,
+            None => self.counts.unexpected += 1,
+        }
         self.finish();
     }
 

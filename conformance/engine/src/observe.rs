@@ -188,6 +188,13 @@ impl Model {
                 format!("Fetch from stream {s}, whose intake a fatal error halted"),
             );
         }
+        if !self.assigned.get(s).copied().unwrap_or(true) {
+            problem(
+                out,
+                Rule::Model,
+                format!("Fetch from stream {s}, which is not assigned"),
+            );
+        }
         if max == 0 {
             problem(
                 out,

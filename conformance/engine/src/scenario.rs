@@ -392,6 +392,14 @@ pub enum Step {
         /// How far back, in ms (modulo 500).
         back_ms: u16,
     },
+    /// The stream stops or starts being fetched from (`handle_assignment`): a shard of a
+    /// sharded queue handed to another worker, or back.
+    Assign {
+        /// The stream (modulo the number of streams).
+        stream: u8,
+        /// Fetch from it from now on.
+        fetching: bool,
+    },
     /// Several inputs fed back to back at the same clock, and the effects drained once after the
     /// last of them, as a worker does when handlers finish together or several answers arrive at
     /// once. Decoded with 2 to [`MAX_BURST`] inputs, mostly outcomes and answers, and `Skew`
@@ -434,6 +442,7 @@ impl Step {
             248..=249 => 96,  // Unsolicited
             250..=251 => 241, // Shutdown
             252..=253 => 243, // Skew
+            254 => 252,       // Assign
             _ => 251,         // Wake
         };
         Step::decode_selected(selector, u)
@@ -512,6 +521,11 @@ impl Step {
             },
             243..=249 => Step::Skew {
                 back_ms: u16::arbitrary(u)?,
+            },
+            // Assignments take another selector of the old `Wake` range.
+            252 => Step::Assign {
+                stream: pick(u)?,
+                fetching: bool::arbitrary(u)?,
             },
             // Bursts take the two selectors of the old `Wake` range that the committed corpus
             // (almost) never uses, so its inputs keep their meaning.

@@ -373,6 +373,39 @@ fn a_lease_valid_with_a_wrong_until_is_reported() {
     assert_reports(&violation, Rule::Model, "not told its lease is valid");
 }
 
+/// An unassigned stream is not fetched from, and the model says so when the engine does.
+#[test]
+fn a_fetch_from_an_unassigned_stream_is_reported() {
+    let mut harness = Harness::new(&one_slot()).unwrap();
+    apply(
+        &mut harness,
+        &[
+            Step::FetchFailed {
+                pick: 0,
+                fatal: false,
+            },
+            Step::Assign {
+                stream: 0,
+                fetching: false,
+            },
+        ],
+    );
+    let before = harness.effects().len();
+    apply(&mut harness, &[Step::Wait(Jump::Long(255))]);
+    let after = &harness.effects()[before..];
+    assert!(
+        !after.iter().any(|e| matches!(e, Effect::Fetch { .. })),
+        "no fetch once unassigned: {after:?}"
+    );
+    let fetch = Effect::Fetch {
+        stream: StreamId(0),
+        max: 1,
+        wait: Duration::ZERO,
+    };
+    let violation = expect_violation(&mut harness, fetch, Rule::Model);
+    assert_reports(&violation, Rule::Model, "not assigned");
+}
+
 /// A fatal fetch error halts the stream: `Halt` once, and no fetch from it again.
 #[test]
 fn a_fetch_from_a_halted_stream_is_reported() {

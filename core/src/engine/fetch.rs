@@ -195,7 +195,7 @@ impl<P: Clone> LeaseEngine<P> {
             .map(|e| e.due.saturating_sub(now));
         if let [src] = &mut self.streams[..] {
             // The loop below for one due stream: it gets the whole budget, and may block.
-            if src.outstanding.is_some() || src.fetch_at() > now || src.halted {
+            if !src.fetchable() || src.fetch_at() > now {
                 return None;
             }
             let wait = src.wait_at(now);
@@ -210,7 +210,7 @@ impl<P: Clone> LeaseEngine<P> {
     /// the budget round-robin.
     fn fetch_shared(&mut self, mut budget: usize, until_repoll: Option<Tick>) {
         let now = self.now;
-        let is_due = |s: &Pacing| s.outstanding.is_none() && s.fetch_at() <= now && !s.halted;
+        let is_due = |s: &Pacing| s.fetchable() && s.fetch_at() <= now;
         let due = self.streams.iter().filter(|s| is_due(s)).count();
         if due == 0 {
             return;

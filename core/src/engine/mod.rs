@@ -3,12 +3,14 @@
 //! This module holds the engine's state, its outputs, the timer pass every input starts with
 //! ([`advance`](LeaseEngine::advance)) and ends with ([`finish`](LeaseEngine::finish)), and the
 //! state transitions that keep counters and timers in step. The inputs live by topic:
-//! [`fetch`] (deliveries and fetch pacing), [`heartbeat`] (renew rounds and local expiry) and
+//! [`fetch`] (deliveries and fetch pacing), [`assign`] (which streams are fetched from),
+//! [`heartbeat`] (renew rounds and local expiry) and
 //! [`settle`] (outcomes, acks, releases, dead letters, lost leases, shutdown).
 //!
 //! Time inside the engine is a [`Tick`] (nanoseconds since the instant the engine was created):
 //! `Instant`s are converted once per input and back only in `poll_timeout` and `valid_until`.
 
+mod assign;
 mod fetch;
 mod heartbeat;
 mod settle;
@@ -38,6 +40,9 @@ struct Pacing {
     failures: u32,
     /// A fatal error stopped the stream's intake: it is never fetched from again.
     halted: bool,
+    /// The stream is assigned to this engine ([`LeaseEngine::handle_assignment`]): only then
+    /// is it fetched from. Its held leases are served either way.
+    assigned: bool,
     /// Leases due to be acked, waiting for the next `Ack` of the stream.
     acks: Vec<LeaseId>,
     /// The stream's `Ack` in flight: one at a time, so a backend whose calls take a round trip
@@ -52,6 +57,13 @@ struct Pacing {
 }
 
 impl Pacing {
+    /// Whether the stream may be fetched from at all: assigned, not halted, no fetch of it
+    /// outstanding (its pacing decides when).
+    #[inline]
+    fn fetchable(&self) -> bool {
+        self.outstanding.is_none() && self.assigned && !self.halted
+    }
+
     /// When the next fetch is due: after the pacing's delay, or when a delayed message is.
     #[inline]
     fn fetch_at(&self) -> Tick {
@@ -282,11 +294,7 @@ impl<P> LeaseEngine<P> {
                 return Some(others.map_or(shutdown.deadline, |o| o.min(shutdown.deadline)));
             }
         } else if self.fetch_budget() > 0 {
-            for stream in self
-                .streams
-                .iter()
-                .filter(|s| s.outstanding.is_none() && !s.halted)
-            {
+            for stream in self.streams.iter().filter(|s| s.fetchable()) {
                 consider(stream.fetch_at());
             }
         }
@@ -517,6 +525,7 @@ impl<P: Clone> LeaseEngine<P> {
             due: Tick::MAX,
             failures: 0,
             halted: false,
+            assigned: true,
             acks: Vec::new(),
             acking: None,
             ack_failures: 0,

@@ -68,13 +68,14 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use leasehold_core::{
-    CancelReason, Config, ConfigError, DeadLetterReason, DelayedSummary, Fence, MessageId,
-    Published, RetryPolicy, Settings, Stats,
+    CancelReason, Config, ConfigError, DeadLetterReason, DelayedSummary, Fence, MembershipConfig,
+    MembershipError, MessageId, Published, RetryPolicy, Settings, ShardError, Shards, Stats,
 };
 pub use leasehold_worker::{
     consume, Cancellation, Codec, CodecError, Decode, Delivery, Encode, HaltedStream, Health,
-    IntoAck, IntoOutcome, Json, Outcome, Producer, PublishError, PublishOptions, Raw, Runtime,
-    ShutdownReport, Snapshot, StreamSnapshot, Worker, WorkerBuilder, WorkerError,
+    IntoAck, IntoOutcome, Json, Outcome, Placed, Producer, PublishError, PublishOptions, Raw,
+    Runtime, ShardCountError, ShardedProducer, ShutdownReport, Snapshot, StreamSnapshot, Worker,
+    WorkerBuilder, WorkerError,
 };
 
 /// The names of the metrics workers record through the [`metrics`](https://docs.rs/metrics)
@@ -107,7 +108,7 @@ pub mod smol {
 pub mod memory {
     pub use leasehold_memory::{
         Bytes, Clock, DeadLetter, ManualClock, MemoryBackend, MemoryError, MemoryInspector,
-        MemoryStream, PendingInfo, StreamConfig, SystemClock,
+        MemoryQueue, MemoryStream, PendingInfo, StreamConfig, SystemClock,
     };
 }
 
@@ -115,8 +116,8 @@ pub mod memory {
 #[cfg(feature = "redis")]
 pub mod redis {
     pub use leasehold_redis::{
-        ConnectError, PublisherConfig, RedisBackend, RedisConfig, RedisConfigError, RedisInspector,
-        RedisPublisher,
+        members_key, ConnectError, PublisherConfig, RedisBackend, RedisConfig, RedisConfigError,
+        RedisInspector, RedisPublisher,
     };
 }
 

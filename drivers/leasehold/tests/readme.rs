@@ -18,6 +18,7 @@ fn the_readme_shows_its_examples_verbatim() {
         "redis_worker.rs",
         "commands.rs",
         "metrics.rs",
+        "sharded.rs",
     ] {
         let example = read(&crate_dir.join("examples").join(name));
         let code: String = example

@@ -30,6 +30,8 @@ pub struct MemoryBackend {
     name: Arc<str>,
     /// When the earliest delayed message was due, as this consumer's last fetch saw it.
     next_due: Mutex<Option<Instant>>,
+    /// The membership of its sharded queue and its shard, for a consumer from a `MemoryQueue`.
+    pub(crate) members: Option<(Arc<crate::queue::MemberTable>, u16)>,
 }
 
 impl MemoryStream {
@@ -49,6 +51,7 @@ impl MemoryStream {
             stream: self.clone(),
             name,
             next_due: Mutex::new(None),
+            members: None,
         })
     }
 }

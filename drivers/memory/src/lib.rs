@@ -46,6 +46,9 @@
 //!   the stream's clock) a publish with it enqueues nothing and answers the first message's id
 //!   with `duplicate: true`; after it, the key publishes again. Expired keys are dropped, oldest
 //!   first, as later publishes come, so they do not pile up.
+//! - **Sharded queues**: a [`MemoryQueue`] is a stream per shard on one clock, and a
+//!   membership table its consumers heartbeat in ([`leasehold_core::Members`]: live = heard of
+//!   within the ttl on the queue's clock), so several workers share its shards as on Redis.
 //! - **Time** comes from an injectable [`Clock`]: [`SystemClock`] by default, [`ManualClock`]
 //!   for deterministic tests and simulations.
 //! - **Waiting**: when there is nothing to fetch, `fetch(max, wait)` waits up to `wait` for a
@@ -129,6 +132,7 @@ mod id;
 mod inspect;
 mod inspector;
 mod publish;
+mod queue;
 mod store;
 mod stream;
 mod sync;
@@ -139,6 +143,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{MemoryError, StreamConfig};
 pub use inspect::{DeadLetter, PendingInfo};
 pub use inspector::MemoryInspector;
+pub use queue::MemoryQueue;
 pub use stream::MemoryStream;
 
 /// The payload type of this backend: cloning it bumps a reference count, no copy.

@@ -103,6 +103,10 @@ pub struct RedisBackend {
     /// the nodes). A wait takes it out and puts it back when it ends; a wait dropped midway
     /// drops it (see the module docs), and the next opens another.
     blocking: Mutex<Option<Blocking>>,
+    /// Whether the worker fetches from this stream (`Backend::set_fetching`): while it does
+    /// not, no blocking connection is kept. A shard of a sharded queue assigned to other
+    /// workers so costs no connection of its own.
+    fetching: AtomicBool,
     /// The `XAUTOCLAIM` cursor, carried between fetches so lapsed entries are reclaimed in turn.
     cursor: Mutex<String>,
     /// Reclaims and new entries take turns going first.
@@ -196,13 +200,25 @@ impl RedisBackend {
         let blocking = Blocking::open(servers, timeout)
             .await
             .map_err(|e| error("connect", e))?;
+        Self::set_up(config, commands, Some(blocking)).await
+    }
+
+    /// The backend of `config` over the command connection `commands` (shared by the shards of
+    /// a sharded queue), its blocking connection open already or opened at the first wait;
+    /// creates the stream and group if missing. The config is validated.
+    pub(crate) async fn set_up(
+        config: RedisConfig,
+        commands: Connection,
+        blocking: Option<Blocking>,
+    ) -> Result<Self, ConnectError> {
         let backend = Self {
             consumer: config.consumer.clone().unwrap_or_else(unique_consumer_name),
             dead_key: config.dead_letter_key()?,
             delayed_keys: DelayedKeys::of(&config.target.stream)?,
             config,
             commands,
-            blocking: Mutex::new(Some(blocking)),
+            blocking: Mutex::new(blocking),
+            fetching: AtomicBool::new(true),
             cursor: Mutex::new("0-0".into()),
             reclaim_turn: AtomicBool::new(true),
             reclaims_seen: AtomicBool::new(true),
@@ -218,6 +234,11 @@ impl RedisBackend {
             .await
             .map_err(|e| error("load the promote script", e))?;
         Ok(backend)
+    }
+
+    /// The command connection (shared by the shards of a sharded queue).
+    pub(crate) fn command_connection(&self) -> &Connection {
+        &self.commands
     }
 
     /// This worker's consumer name.
@@ -583,9 +604,16 @@ impl RedisBackend {
                 }
             }
         };
-        // A reply, or an error the server answered: the connection is fine.
-        if reply.as_ref().map_or_else(|e| e.code().is_some(), |_| true) {
-            *self.blocking.lock().unwrap_or_else(|e| e.into_inner()) = Some(blocking);
+        // A reply, or an error the server answered: the connection is fine (and kept while the
+        // stream is fetched from).
+        let fine = reply.as_ref().map_or_else(|e| e.code().is_some(), |_| true);
+        if fine {
+            // Read under the lock `set_fetching` takes after its store: either this sees it
+            // stopped, or `set_fetching` finds the connection here and closes it.
+            let mut slot = self.blocking.lock().unwrap_or_else(|e| e.into_inner());
+            if self.fetching.load(Ordering::Relaxed) {
+                *slot = Some(blocking);
+            }
         }
         reply
     }
@@ -806,6 +834,20 @@ impl Backend for RedisBackend {
 
     fn claim_timeout(&self) -> Option<Duration> {
         Some(self.config.claim_timeout)
+    }
+
+    /// Not fetched from: the idle blocking connection is closed (one waiting now is closed
+    /// when its wait ends); the next wait opens another.
+    fn set_fetching(&self, fetching: bool) {
+        self.fetching.store(fetching, Ordering::Relaxed);
+        if !fetching {
+            drop(
+                self.blocking
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take(),
+            );
+        }
     }
 
     /// An entry id `ms-seq` starts with the Redis server's clock at the append, in
@@ -1125,7 +1167,7 @@ fn parse_entries(entries: Value, field: &[u8]) -> Option<Vec<(String, Option<Byt
 
 /// The dedicated connection for waits, and its id on the server for `CLIENT UNBLOCK` (`None`
 /// when `CLIENT ID` failed, the user may not unblock, or on a cluster).
-struct Blocking {
+pub(crate) struct Blocking {
     con: Connection,
     id: Option<i64>,
 }

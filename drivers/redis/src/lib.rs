@@ -102,6 +102,17 @@
 //! stream's master with this connection's client id there): a wait ends by the server's
 //! timeout, up to 1/`hz` late.
 //!
+//! **Sharded queues.** [`RedisBackend::connect_shards`] gives a backend per shard of a
+//! [`Shards`](leasehold_core::Shards) queue over **one** command connection, and each shard
+//! opens its blocking connection only when its first wait begins, and closes it while the
+//! shard is assigned to other workers ([`Backend::set_fetching`](leasehold_core::Backend::set_fetching)):
+//! a worker of a queue of `n` shards holds 1 + (the shards it fetches from) connections (on a
+//! cluster, each a link per master), however large `n` is. A worker whose budget cannot cover
+//! a fetch on every due shard at once fetches without waiting, and so holds none. The
+//! queue's membership is the sorted set [`members_key`]`(queue)` = `{queue}:members`:
+//! consumer names scored by the server's `TIME` (Unix ms) at their last heartbeat, pruned of
+//! those older than the member ttl by every heartbeat's script.
+//!
 //! A single-server URL of a cluster node whose stream another master serves fails at once with
 //! a fatal error that says to connect as a cluster: such a connection cannot follow `MOVED`.
 //! [`RedisInspector::streams`] walks every master's keyspace.
@@ -143,6 +154,7 @@ mod conn;
 mod error;
 mod inspect;
 mod publisher;
+mod sharded;
 mod slot;
 
 pub use backend::{check_credentials, client, RedisBackend};
@@ -151,4 +163,5 @@ pub use conn::{Connection, Servers};
 pub use error::{classify, error as backend_error};
 pub use inspect::RedisInspector;
 pub use publisher::RedisPublisher;
+pub use sharded::members_key;
 pub use slot::{hash_tag, key_slot, SLOTS};

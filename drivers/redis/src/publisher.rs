@@ -65,6 +65,14 @@ impl RedisPublisher {
         let timeout = config.command_timeout;
         config.servers.check_credentials(timeout).await?;
         let commands = config.servers.connect(timeout, Some(timeout)).await?;
+        Self::from_parts(config, commands)
+    }
+
+    /// A publisher of `config` over `commands` (shared by the shards of a sharded queue).
+    pub(crate) fn from_parts(
+        config: PublisherConfig,
+        commands: Connection,
+    ) -> Result<Self, ConnectError> {
         Ok(Self {
             inner: Arc::new(Inner {
                 keys: DelayedKeys::of(&config.stream)?,

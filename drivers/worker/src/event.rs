@@ -34,4 +34,6 @@ pub(crate) enum Event<P> {
     DeadLettered(LeaseId, StreamId, Dead, BackendResult<SettleResult>),
     Shutdown(Duration, Option<oneshot::Sender<ShutdownReport>>),
     Snapshot(oneshot::Sender<Snapshot>),
+    /// A membership heartbeat's answer: the sharded queue's live members.
+    Members(BackendResult<Vec<String>>),
 }

@@ -47,6 +47,10 @@ mod report;
 #[cfg(not(loom))]
 mod runtime;
 #[cfg(not(loom))]
+mod sharded;
+#[cfg(not(loom))]
+mod sharded_producer;
+#[cfg(not(loom))]
 mod worker;
 
 #[cfg(not(loom))]
@@ -65,5 +69,7 @@ pub use producer::{Producer, PublishError, PublishOptions};
 pub use report::{HaltedStream, ShutdownReport, Snapshot, StreamSnapshot};
 #[cfg(not(loom))]
 pub use runtime::{BoxFuture, Runtime};
+#[cfg(not(loom))]
+pub use sharded_producer::{Placed, ShardCountError, ShardedProducer};
 #[cfg(not(loom))]
 pub use worker::{Worker, WorkerBuilder, WorkerError};

@@ -67,9 +67,15 @@ where
 {
     /// A producer encoding with `codec` (e.g. [`Raw`](crate::Raw) for bytes).
     pub fn with_codec(publisher: P, codec: C) -> Self {
+        Self::from_parts(Arc::new(publisher), Arc::new(codec))
+    }
+
+    /// A producer over a shared publisher and codec (the shards of a sharded producer share
+    /// one codec).
+    pub(crate) fn from_parts(publisher: Arc<P>, codec: Arc<C>) -> Self {
         Self {
-            publisher: Arc::new(publisher),
-            codec: Arc::new(codec),
+            publisher,
+            codec,
             _message: PhantomData,
         }
     }
@@ -201,6 +207,11 @@ impl PublishOptions {
     pub fn at(mut self, at: SystemTime) -> Self {
         self.due = Some(Due::At(at));
         self
+    }
+
+    /// The deduplication key, if any: a sharded producer routes by it.
+    pub(crate) fn dedupe_key(&self) -> Option<&str> {
+        self.dedupe.as_ref().map(|d| d.key.as_str())
     }
 
     /// Deduplicated by `key` for `ttl` after the first publish: a producer that retries a

@@ -115,6 +115,9 @@ pub struct StreamSnapshot {
     pub waiting: usize,
     /// The fatal error that halted its intake, if one did.
     pub halted: Option<String>,
+    /// Whether the worker fetches from it: always, except for the shards of a sharded queue
+    /// assigned to other workers (their leases held here are still served).
+    pub fetching: bool,
 }
 
 impl Snapshot {

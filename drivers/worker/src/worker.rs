@@ -5,19 +5,23 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::channel::oneshot;
-use leasehold_core::{Backend, Config, ConfigError, LeaseEngine, Settings, Stats};
+use leasehold_core::{
+    Backend, Config, ConfigError, LeaseEngine, Membership, MembershipConfig, MembershipError,
+    Settings, Stats,
+};
 use serde::de::DeserializeOwned;
 
 use crate::codec::{Decode, Json};
 use crate::delivery::{Delivery, IntoOutcome};
 use crate::dispatch::{Env, MakeDispatch};
-use crate::driver::{Driver, DriverOptions, Stream};
+use crate::driver::{Driver, DriverOptions, Sharding, Stream};
 use crate::event::Event;
 use crate::health::{Health, HealthCell};
 use crate::inbox::Inbox;
 use crate::meters::StreamMeters;
 use crate::report::{ShutdownReport, Snapshot};
 use crate::runtime::Runtime;
+use crate::sharded::ShardedQueue;
 
 /// Why a worker could not start.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +42,13 @@ pub enum WorkerError {
     /// A driver option is out of range.
     #[error("{0}")]
     Option(&'static str),
+    /// A sharded queue cannot be served as given (backends missing, of other shards or
+    /// consumers, a second queue).
+    #[error("{0}")]
+    Sharded(String),
+    /// The membership configuration of a sharded queue is invalid.
+    #[error(transparent)]
+    Membership(#[from] MembershipError),
     /// A backend lets others take leases after a different idle time than the config says.
     #[error(
         "stream {stream:?}: the backend's claim timeout is {backend:?} but the worker's config \
@@ -71,10 +82,10 @@ pub enum WorkerError {
 }
 
 /// A stream added to the builder: its dispatcher is made at `start`, when the inbox exists.
-struct Added<R, B: Backend> {
-    name: Arc<str>,
-    backend: Arc<B>,
-    make: MakeDispatch<R, B::Payload>,
+pub(crate) struct Added<R, B: Backend> {
+    pub(crate) name: Arc<str>,
+    pub(crate) backend: Arc<B>,
+    pub(crate) make: MakeDispatch<R, B::Payload>,
 }
 
 /// Builds a [`Worker`]: engine config, driver options, and one entry per stream.
@@ -82,7 +93,12 @@ pub struct WorkerBuilder<R: Runtime, B: Backend> {
     runtime: R,
     config: Config,
     options: DriverOptions,
-    streams: Vec<Added<R, B>>,
+    pub(crate) streams: Vec<Added<R, B>>,
+    /// The sharded queue among the streams, if any.
+    pub(crate) sharded: Option<ShardedQueue>,
+    pub(crate) membership: MembershipConfig,
+    /// The first mistake a builder method found: `start` returns it.
+    pub(crate) error: Option<WorkerError>,
 }
 
 impl<R: Runtime, B: Backend> WorkerBuilder<R, B>
@@ -98,6 +114,9 @@ where
                 call_timeout: Duration::from_secs(10),
             },
             streams: Vec::new(),
+            sharded: None,
+            membership: MembershipConfig::default(),
+            error: None,
         }
     }
 
@@ -204,7 +223,10 @@ where
     }
 
     /// Validates everything and starts the worker's driver task.
-    pub fn start(self) -> Result<Worker<B::Payload>, WorkerError> {
+    pub fn start(mut self) -> Result<Worker<B::Payload>, WorkerError> {
+        if let Some(error) = self.error.take() {
+            return Err(error);
+        }
         if self.streams.is_empty() {
             return Err(WorkerError::NoStreams);
         }
@@ -222,6 +244,15 @@ where
         let config = self.config_with_claim_timeout()?;
         let engine = LeaseEngine::with_streams(&config, sources, self.runtime.now())?;
         let settings = engine.settings().clone();
+        let sharding = match self.sharded.take() {
+            Some(queue) => {
+                let policy = self.membership.validate(settings.claim_timeout)?;
+                let membership =
+                    Membership::new(queue.shards, queue.member, policy, self.runtime.now());
+                Some(Sharding::new(membership, queue.io, queue.first))
+            }
+            None => None,
+        };
         let cancel_grace = settings.cancel_grace;
         let inbox = Arc::new(Inbox::new());
         let env = Env {
@@ -254,7 +285,8 @@ where
             health.clone(),
             self.options,
             base,
-        );
+        )
+        .with_sharding(sharding);
         self.runtime.spawn(Box::pin(driver.run()));
         Ok(Worker {
             inbox,

@@ -173,7 +173,7 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
     }
 
     /// Runs a backend call bounded by the call timeout; its result becomes an event.
-    fn call<T: Send + 'static>(
+    pub(super) fn call<T: Send + 'static>(
         &mut self,
         call: impl Future<Output = BackendResult<T>> + Send + 'static,
         event: impl FnOnce(BackendResult<T>) -> Event<B::Payload> + Send + 'static,

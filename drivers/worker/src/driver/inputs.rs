@@ -97,6 +97,7 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
             Event::Shutdown(grace, reply) => {
                 self.waiters.extend(reply);
                 self.engine.handle_shutdown(now, now + grace);
+                self.leave();
                 // No more fetches are needed: stop the ones waiting for new entries.
                 self.fetch_abandon
                     .iter_mut()
@@ -105,6 +106,7 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
             Event::Snapshot(reply) => {
                 let _ = reply.send(self.snapshot());
             }
+            Event::Members(result) => self.members_answered(now, result),
         }
         // Every input this driver gives is one the engine asked for, exactly once.
         debug_assert_eq!(

@@ -11,6 +11,7 @@ mod execute;
 mod inputs;
 mod invocations;
 mod notices;
+mod sharding;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -31,6 +32,7 @@ use crate::runtime::Runtime;
 
 use invocations::Invocations;
 use notices::Throttle;
+pub(crate) use sharding::{MemberIo, Sharding};
 
 /// One stream served by the worker.
 pub(crate) struct Stream<B: Backend> {
@@ -96,6 +98,8 @@ pub(crate) struct Driver<R: Runtime, B: Backend> {
     drained: bool,
     /// The instant of the current pass over the effects, once read (see `execute`).
     pass_now: Option<Instant>,
+    /// The sharded queue it serves, if any: its membership and shard assignment.
+    sharding: Option<Sharding>,
 }
 
 impl<R: Runtime, B: Backend> Driver<R, B> {
@@ -128,7 +132,14 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
             base,
             drained: false,
             pass_now: None,
+            sharding: None,
         }
+    }
+
+    /// The driver of a worker serving a sharded queue (its shards among `streams`).
+    pub(crate) fn with_sharding(mut self, sharding: Option<Sharding>) -> Self {
+        self.sharding = sharding;
+        self
     }
 
     /// Runs until shutdown has drained every lease.
@@ -138,6 +149,7 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
         let mut burst: Vec<Event<B::Payload>> = Vec::new();
         let mut busy = 0usize;
         loop {
+            self.membership();
             self.execute();
             if self.drained {
                 self.publish_load();
@@ -215,8 +227,10 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
     /// Makes sure a timer fires no later than the engine's next deadline. A timer armed for an
     /// earlier deadline is kept: firing early only costs a look at the engine.
     fn arm_timer(&mut self) {
-        let Some(at) = self.engine.poll_timeout() else {
-            return;
+        let at = match (self.engine.poll_timeout(), self.membership_timeout()) {
+            (Some(a), Some(b)) => a.min(b),
+            (Some(at), None) | (None, Some(at)) => at,
+            (None, None) => return,
         };
         if !matches!(&self.timer, Some((armed, _)) if *armed <= at) {
             self.timer = Some((at, Box::pin(self.rt.sleep_until(at))));

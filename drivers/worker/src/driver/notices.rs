@@ -27,7 +27,7 @@ pub(crate) struct Throttle {
 
 impl Throttle {
     /// Whether to log a failure at `now`; if so, how many went unlogged since the last line.
-    fn admit(&mut self, now: Instant) -> Option<u64> {
+    pub(super) fn admit(&mut self, now: Instant) -> Option<u64> {
         match self.logged {
             Some(at) if now.saturating_duration_since(at) < LOG_EVERY => {
                 self.suppressed += 1;
@@ -98,6 +98,7 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
                         .iter()
                         .find(|h| *h.stream == *s.name)
                         .map(|h| h.error.clone()),
+                    fetching: self.engine.is_assigned(StreamId(i as u16)),
                 }
             })
             .collect();
