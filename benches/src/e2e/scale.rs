@@ -5,7 +5,9 @@
 //! the same cluster client), the queue has `shards-per-master × masters` shard streams
 //! (`{queue:i}`, each its own hash tag). A round publishes `messages` raw messages spread round
 //! robin over the shards (pipelined, before the clock starts), then one leasehold worker with a
-//! no-op handler serves every shard (`.stream(..)` per shard, `RedisConfig::cluster` for each)
+//! no-op handler serves every shard (`.stream(..)` per shard, the backends from
+//! `RedisBackend::connect_shards` on `RedisConfig::cluster`, sharing one command connection;
+//! with `--connection-per-shard`, `RedisBackend::connect` per shard)
 //! until every message is acked. Each round uses a fresh queue name, chosen so that its shards'
 //! slots land evenly on the masters (CRC16 of `{queue:i}` is random: a random name would put,
 //! say, 2 and 6 shards on two masters); the shards per master are printed.
@@ -69,6 +71,10 @@ pub struct ScaleArgs {
     /// The worker's concurrency.
     #[arg(long, default_value_t = 64, value_parser = value_parser!(u32).range(1..=100_000))]
     pub concurrency: u32,
+    /// A backend per shard with connections of its own (`RedisBackend::connect` each), instead
+    /// of the shards sharing one command connection (`RedisBackend::connect_shards`).
+    #[arg(long)]
+    pub connection_per_shard: bool,
     /// Measured rounds, cluster sizes interleaved within each (plus one warm-up round).
     #[arg(long, default_value_t = 3, value_parser = value_parser!(u16).range(1..=1000))]
     pub rounds: u16,
@@ -241,6 +247,8 @@ pub struct ScaleReport {
     pub rounds: usize,
     /// The worker's concurrency.
     pub concurrency: usize,
+    /// Whether each shard's backend had connections of its own (else one shared).
+    pub connection_per_shard: bool,
     /// One row per cluster size.
     pub rows: Vec<ScaleRow>,
 }
@@ -262,6 +270,7 @@ impl ScaleReport {
             "cores": self.cores,
             "rounds": self.rounds,
             "concurrency": self.concurrency,
+            "connection_per_shard": self.connection_per_shard,
             "rows": self.rows.iter().map(ScaleRow::to_json).collect::<Vec<_>>(),
             "masters_for_1m_msgs_per_sec": self.masters_for(1e6),
         })
@@ -282,8 +291,17 @@ impl fmt::Display for ScaleReport {
         writeln!(
             f,
             "one queue over Redis Cluster masters ({}, {} tokio threads on {} cores, \
-             concurrency {}, no-op handler), medians of {} rounds [range]",
-            self.redis, self.threads, self.cores, self.concurrency, self.rounds
+             concurrency {}, no-op handler, {}), medians of {} rounds [range]",
+            self.redis,
+            self.threads,
+            self.cores,
+            self.concurrency,
+            if self.connection_per_shard {
+                "connections per shard"
+            } else {
+                "one command connection for all shards"
+            },
+            self.rounds
         )?;
         writeln!(
             f,
@@ -471,6 +489,7 @@ pub fn run(args: &ScaleArgs) -> Result<ScaleReport, BenchError> {
                 row.shards as u16,
                 messages,
                 args.concurrency as usize,
+                args.connection_per_shard,
             ))?;
             if round == 0 {
                 continue; // warm-up
@@ -492,6 +511,7 @@ pub fn run(args: &ScaleArgs) -> Result<ScaleReport, BenchError> {
         cores: std::thread::available_parallelism().map_or(1, usize::from),
         rounds: usize::from(args.rounds),
         concurrency: args.concurrency as usize,
+        connection_per_shard: args.connection_per_shard,
         rows,
     })
 }
@@ -513,6 +533,7 @@ async fn one_round(
     shards: u16,
     messages: usize,
     concurrency: usize,
+    connection_per_shard: bool,
 ) -> Result<Measured, BenchError> {
     let (queue, owners) = topology.balanced_queue(base, shards)?;
     let urls = topology.cluster.urls();
@@ -569,15 +590,25 @@ async fn one_round(
         .collect();
 
     let mut backends = Vec::with_capacity(usize::from(shards));
-    for stream in queue.streams() {
-        let backend = RedisBackend::connect(
-            RedisConfig::cluster(urls.clone(), &stream, GROUP)
-                .consumer("bench")
-                .claim_timeout(CLAIM_TIMEOUT),
-        )
-        .await
-        .map_err(|e| BenchError::Redis(format!("connect {stream}: {e}")))?;
-        backends.push((stream, backend));
+    if connection_per_shard {
+        for stream in queue.streams() {
+            let backend = RedisBackend::connect(
+                RedisConfig::cluster(urls.clone(), &stream, GROUP)
+                    .consumer("bench")
+                    .claim_timeout(CLAIM_TIMEOUT),
+            )
+            .await
+            .map_err(|e| BenchError::Redis(format!("connect {stream}: {e}")))?;
+            backends.push((stream, backend));
+        }
+    } else {
+        let config = RedisConfig::cluster(urls.clone(), queue.queue(), GROUP)
+            .consumer("bench")
+            .claim_timeout(CLAIM_TIMEOUT);
+        let shared = RedisBackend::connect_shards(config, &queue)
+            .await
+            .map_err(|e| BenchError::Redis(format!("connect the shards: {e}")))?;
+        backends.extend(queue.streams().zip(shared));
     }
     let done = Arc::new((AtomicUsize::new(0), Notify::new()));
     let before = masters
@@ -690,6 +721,7 @@ mod tests {
             cores: 2,
             rounds: 3,
             concurrency: 64,
+            connection_per_shard: false,
             rows: vec![row],
         };
         let masters = report.masters_for(1e6).unwrap();
