@@ -77,6 +77,16 @@ impl MemoryInspector {
         self
     }
 
+    /// Knows every shard of `queue` under its stream name (`{queue:i}`), so that it shows as
+    /// one sharded queue ([`discover`](Self::discover), [`queue`](Self::queue)).
+    #[must_use]
+    pub fn with_queue(mut self, queue: &crate::MemoryQueue) -> Self {
+        for (name, stream) in queue.shards().streams().zip(queue.streams()) {
+            self.add(name, stream);
+        }
+        self
+    }
+
     /// The names of the streams it knows, sorted.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.streams.keys().map(String::as_str)

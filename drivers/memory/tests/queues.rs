@@ -44,3 +44,21 @@ fn shards_are_grouped_into_their_queue_with_totals() {
     assert_eq!(block_on(inspector.queue("plain")).unwrap(), None);
     assert_eq!(block_on(inspector.queue("none")).unwrap(), None);
 }
+
+#[test]
+fn a_memory_queue_is_known_by_its_shards() {
+    use leasehold_core::Shards;
+    use leasehold_memory::MemoryQueue;
+
+    let queue = MemoryQueue::new(Shards::new("jobs", 4).unwrap(), StreamConfig::default()).unwrap();
+    for (i, stream) in queue.streams().iter().enumerate() {
+        for n in 0..i {
+            stream.publish(format!("{i}-{n}"));
+        }
+    }
+    let inspector = MemoryInspector::new().with_queue(&queue);
+    let names: Vec<&str> = inspector.names().collect();
+    assert_eq!(names, ["{jobs:0}", "{jobs:1}", "{jobs:2}", "{jobs:3}"]);
+    let overview = block_on(inspector.queue("jobs")).unwrap().expect("a queue");
+    assert_eq!((overview.shards.len(), overview.length), (4, 6));
+}
