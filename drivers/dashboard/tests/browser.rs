@@ -320,6 +320,18 @@ async fn a_seeded_system_seen_and_acted_on_in_chromium() {
         "4"
     );
     assert_eq!(browser.count("tr[data-queue^='jobs:']").await, 0);
+    // Its streams: one row over its two shards.
+    let jobs_streams = "tr[data-sharded='leasehold:{jobs}:stream']";
+    assert_eq!(
+        browser
+            .text(&format!("{jobs_streams} [data-field='shards']"))
+            .await,
+        "(2 shards)"
+    );
+    assert_eq!(
+        browser.count("tr[data-stream^='leasehold:{jobs:']").await,
+        0
+    );
     browser.screenshot("overview").await;
 
     // The sharded queue's page: its shards, each linking to its stream page.

@@ -31,7 +31,7 @@ pub(crate) fn overview(snapshot: &Snapshot) -> Markup {
                         th.n { "consumers" } th { "settled / s" } th { "depth" }
                     } }
                     tbody {
-                        @for found in group_streams(snapshot.streams.iter().map(|s| s.name.clone())) {
+                        @for found in grouped(snapshot) {
                             @match found {
                                 Discovered::Stream(name) => {
                                     @if let Some(stream) = snapshot.stream(&name) {
@@ -122,6 +122,47 @@ fn figures(o: &Overview) -> Markup {
     }
 }
 
+/// The snapshot's streams, the shards of each sharded queue grouped: streams `{q:i}` under
+/// `q` ([`group_streams`]), and a sharded command queue's streams `leasehold:{q:i}:stream`
+/// under `leasehold:{q}:stream`.
+pub(crate) fn grouped(snapshot: &Snapshot) -> Vec<Discovered> {
+    use std::collections::BTreeMap;
+    let mut commands: BTreeMap<String, Vec<(u16, String)>> = BTreeMap::new();
+    let mut found: Vec<Discovered> = Vec::new();
+    for d in group_streams(snapshot.streams.iter().map(|s| s.name.clone())) {
+        match d {
+            Discovered::Stream(name) => match command_shard(&name) {
+                Some((queue, shard)) => commands
+                    .entry(format!("leasehold:{{{queue}}}:stream"))
+                    .or_default()
+                    .push((shard, name)),
+                None => found.push(Discovered::Stream(name)),
+            },
+            queue => found.push(queue),
+        }
+    }
+    found.extend(commands.into_iter().map(|(queue, mut shards)| {
+        shards.sort();
+        Discovered::Queue { queue, shards }
+    }));
+    found.sort_by(|a, b| a.name().cmp(b.name()));
+    found
+}
+
+/// The sharded queue whose shard stream `stream` is, as [`grouped`] names it.
+pub(crate) fn queue_of_shard(stream: &str) -> Option<String> {
+    if let Some((queue, _)) = leasehold_core::Shards::parse(stream) {
+        return Some(queue.to_owned());
+    }
+    command_shard(stream).map(|(queue, _)| format!("leasehold:{{{queue}}}:stream"))
+}
+
+/// The command queue and shard of a sharded command queue's stream `leasehold:{q:i}:stream`.
+fn command_shard(stream: &str) -> Option<(&str, u16)> {
+    let tag = stream.strip_prefix("leasehold:")?.strip_suffix(":stream")?;
+    leasehold_core::Shards::parse(tag)
+}
+
 /// The shards of sharded queue `queue` in `snapshot`: their totals (of those read), the states
 /// of all, and the errors of those that could not be read.
 pub(crate) fn sharded<'a>(
@@ -210,7 +251,7 @@ fn sharded_row(snapshot: &Snapshot, queue: &str, shards: &[(u16, String)]) -> Ma
 /// The page of sharded queue `queue`: its totals, its groups over the shards, and a row per
 /// shard linking to the shard's stream page. `None` when no shard of it is shown.
 pub(crate) fn sharded_page(snapshot: &Snapshot, queue: &str) -> Option<Markup> {
-    let shards = group_streams(snapshot.streams.iter().map(|s| s.name.clone()))
+    let shards = grouped(snapshot)
         .into_iter()
         .find_map(|found| match found {
             Discovered::Queue {
@@ -285,4 +326,59 @@ pub(crate) fn sharded_page(snapshot: &Snapshot, queue: &str) -> Option<Markup> {
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(name: &str) -> StreamState {
+        StreamState {
+            name: name.into(),
+            overview: Err("unread".into()),
+            history: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn shards_and_command_queue_shards_are_grouped() {
+        let snapshot = Snapshot {
+            streams: [
+                "{orders:1}",
+                "{orders:0}",
+                "leasehold:{jobs:1}:stream",
+                "leasehold:{jobs:0}:stream",
+                "leasehold:{vms}:stream",
+                "plain",
+            ]
+            .map(state)
+            .into(),
+            ..Snapshot::default()
+        };
+        let names: Vec<(String, usize)> = grouped(&snapshot)
+            .iter()
+            .map(|d| match d {
+                Discovered::Stream(name) => (name.clone(), 0),
+                Discovered::Queue { queue, shards } => (queue.clone(), shards.len()),
+            })
+            .collect();
+        let expected = [
+            ("leasehold:{jobs}:stream", 2),
+            ("leasehold:{vms}:stream", 0),
+            ("orders", 2),
+            ("plain", 0),
+        ];
+        assert_eq!(names, expected.map(|(n, c)| (n.to_owned(), c)).to_vec());
+        let page = sharded_page(&snapshot, "leasehold:{jobs}:stream")
+            .expect("a page")
+            .into_string();
+        assert!(page.contains("data-shard=\"1\""), "{page}");
+        assert!(sharded_page(&snapshot, "plain").is_none());
+        assert_eq!(queue_of_shard("{orders:1}").as_deref(), Some("orders"));
+        assert_eq!(
+            queue_of_shard("leasehold:{jobs:0}:stream").as_deref(),
+            Some("leasehold:{jobs}:stream")
+        );
+        assert_eq!(queue_of_shard("leasehold:{vms}:stream"), None);
+    }
 }

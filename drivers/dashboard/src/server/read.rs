@@ -92,8 +92,9 @@ pub(super) async fn stream_page<S: Source>(
         },
     };
     // A shard's page sits under its queue's.
-    let queue = leasehold_core::Shards::parse(&name).map(|(queue, _)| queue);
+    let queue = overview::queue_of_shard(&name);
     let crumbs: Vec<(&str, String)> = queue
+        .as_deref()
         .map(|queue| (queue, pages::sharded_url(queue)))
         .into_iter()
         .collect();
