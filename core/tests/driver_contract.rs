@@ -46,12 +46,18 @@ fn effects_carry_what_their_execution_needs() {
     let (invocation, lease) = (run.invocation, run.invocation.lease());
 
     // A re-run carries its attempt (once the fetches that took the free slots are answered).
+    // Stream 1's full answer made its next fetch non-blocking; its empty answer lets the one
+    // after block, but no longer than the re-poll is due (t0 + 420 ms), whose answer at the end
+    // of that wait frees the slot the re-run takes.
     e.handle_outcome(t0 + ms(20), invocation, Outcome::Pending);
-    for (stream, _, _) in fetches(&drain(&mut e)) {
-        e.handle_fetched(t0 + ms(30), stream, vec![]);
-    }
-    drain(&mut e);
-    e.handle_timeout(t0 + ms(420));
+    assert_eq!(
+        fetches(&drain(&mut e)),
+        vec![(s1, 1, ms(0))],
+        "stream 0's first fetch is still out"
+    );
+    e.handle_fetched(t0 + ms(30), s1, vec![]);
+    assert_eq!(fetches(&drain(&mut e)), vec![(s1, 1, ms(390))]);
+    e.handle_fetched(t0 + ms(420), s1, vec![]);
     let fx = drain_all(&mut e);
     let rerun = fx
         .iter()

@@ -1,7 +1,8 @@
 //! Fetch pacing: when the next `Fetch` goes out, and whether the backend may block on it.
 //!
-//! An empty fetch is followed one `poll_interval` after it was sent; a short one at once, allowed
-//! to block; a full one at once, without waiting. Failed fetches back off exponentially up to
+//! An empty fetch is followed one `poll_interval` after it was sent, unless it waited out all it
+//! was allowed to (a non-blocking one included): then at once, allowed to block; a short one at
+//! once, allowed to block; a full one at once, without waiting. Failed fetches back off exponentially up to
 //! `fetch_backoff_max`, and a success resets that. An idle worker thus does not spin on the
 //! backend, a busy one does not idle, and a failing backend is not hammered.
 
@@ -10,7 +11,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use leasehold_core::{Config, Effect, Outcome};
+use leasehold_core::{Config, Effect, Outcome, SettleResult};
 
 /// An empty fetch → the next `Fetch` not before its send time + `poll_interval` (`poll_timeout()`
 /// names it); an empty answer that took that long already → fetch at once.
@@ -61,6 +62,38 @@ fn short_fetch_refetches_waiting_full_fetch_without_waiting() {
     e.handle_outcome(t0 + ms(30), inv_b, Outcome::Done);
     let fx = drain(&mut e);
     assert_eq!(fetches(&fx), vec![(S0, 1, Duration::ZERO)]);
+}
+
+/// A fetch asked not to block (the one before was full) that finds nothing has waited out all it
+/// was allowed to: the next fetch goes at once and may block for new entries, instead of the
+/// stream pausing a poll interval. At concurrency 1 without prefetch every message is such a
+/// full fetch of one, so a pause here would idle the worker up to a poll interval per burst.
+/// A blocking fetch the backend answered early, empty, still paces the stream.
+#[test]
+fn an_empty_answer_to_a_non_blocking_fetch_lets_the_next_block_at_once() {
+    let t0 = Instant::now();
+    let mut e = engine(&config().concurrency(1), t0);
+    assert_eq!(drain(&mut e), vec![fetch(1, ms(1000))]);
+    e.handle_fetched(t0 + ms(10), S0, vec![msg(1)]);
+    let (inv, a) = one_run(&drain(&mut e));
+    e.handle_outcome(t0 + ms(20), inv, Outcome::Done);
+    assert_eq!(
+        drain(&mut e),
+        vec![fetch(1, Duration::ZERO), Seen::Ack { leases: vec![a] }]
+    );
+    e.handle_acked(t0 + ms(20), [(a, SettleResult::Ok)]);
+    assert_eq!(drain(&mut e), vec![]);
+    // Drained: the empty answer comes back within the same instant it was sent.
+    e.handle_fetched(t0 + ms(20), S0, vec![]);
+    assert_eq!(drain(&mut e), vec![fetch(1, ms(1000))]);
+    assert_no_busy_loop(&e, t0 + ms(20));
+    // That one may block; answered before its wait was over, empty, it paces the stream to a
+    // poll interval after it was sent.
+    e.handle_fetched(t0 + ms(30), S0, vec![]);
+    assert_eq!(drain(&mut e), vec![]);
+    assert_eq!(e.poll_timeout(), Some(t0 + ms(1020)));
+    e.handle_timeout(t0 + ms(1020));
+    assert_eq!(drain(&mut e), vec![fetch(1, ms(1000))]);
 }
 
 /// Failed fetches back off `poll_interval × 2^(n-1)` per consecutive failure, capped at
@@ -133,13 +166,11 @@ fn a_fetch_blocks_no_longer_than_its_deliveries_lease_allows() {
         fx.iter().any(|f| matches!(f, Effect::Renew { .. })),
         "{fx:?}"
     );
-    // The last fetch was full: the next asks without blocking; after it came back empty, the
-    // one a poll interval later may block again, capped again.
+    // The last fetch was full: the next asks without blocking; once it came back empty, the
+    // next goes at once and may block again, capped again.
     let freed = t0 + wait + ms(10);
     e.handle_outcome(freed, run.invocation, Outcome::Done);
     assert_eq!(fetches(&drain(&mut e)), vec![(S0, 1, Duration::ZERO)]);
-    e.handle_fetched(freed, S0, vec![]);
-    drain(&mut e);
-    e.handle_timeout(freed + secs(1));
+    e.handle_fetched(freed + ms(1), S0, vec![]);
     assert_eq!(fetches(&drain(&mut e)), vec![(S0, 1, heartbeat)]);
 }

@@ -82,14 +82,19 @@ fn pending_is_rerun_after_exactly_repoll_interval() {
 
     e.handle_outcome(t0 + ms(100), inv1, Outcome::Pending);
     assert_eq!(drain(&mut e), vec![fetch(1, Duration::ZERO)]);
-    // Nothing new: the next fetch is paced to t0+1100.
+    // Nothing new: the next fetch goes at once and may block, but no longer than the re-run
+    // is due (t0+500).
     e.handle_fetched(t0 + ms(110), S0, vec![]);
-    assert_eq!(drain(&mut e), vec![]);
+    assert_eq!(drain(&mut e), vec![fetch(1, ms(390))]);
 
     assert_eq!(e.poll_timeout(), Some(t0 + ms(500)));
     e.handle_timeout(t0 + ms(499));
     assert_eq!(drain(&mut e), vec![], "no re-run before repoll_interval");
+    // Due, but the one slot is the blocking fetch's until the backend answers, which it does at
+    // the end of the wait: then the re-run starts, and no fetch takes the slot.
     e.handle_timeout(t0 + ms(500));
+    assert_eq!(drain(&mut e), vec![]);
+    e.handle_fetched(t0 + ms(500), S0, vec![]);
     let fx = drain(&mut e);
     let (inv2, lease) = one_run(&fx);
     assert_eq!(
@@ -169,13 +174,16 @@ fn first_repoll_is_spread_then_the_cadence_is_exact() {
     e.handle_fetched(t0, S0, vec![msg(1)]);
     let (inv, _) = one_run(&drain(&mut e));
     e.handle_outcome(t0, inv, Outcome::Pending);
-    // The freed slot fetches; nothing new is there.
-    for effect in drain(&mut e) {
-        if let Seen::Fetch { stream, .. } = effect {
-            e.handle_fetched(t0, stream, vec![]);
+    // The freed slot fetches; nothing new is there. That fetch did not block, so the next one
+    // goes at once; the backend answers it early, empty too, which paces the stream.
+    let mut queue: std::collections::VecDeque<Seen> = drain(&mut e).into();
+    while let Some(effect) = queue.pop_front() {
+        match effect {
+            Seen::Fetch { stream, .. } => e.handle_fetched(t0, stream, vec![]),
+            other => panic!("unexpected {other:?}"),
         }
+        queue.extend(drain(&mut e));
     }
-    drain(&mut e);
     let mut reruns = Vec::new();
     while reruns.len() < 3 {
         let now = e.poll_timeout().expect("a re-poll is due");

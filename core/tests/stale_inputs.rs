@@ -31,19 +31,24 @@ fn stale_or_unknown_outcomes_are_ignored() {
     let (inv1, a) = one_run(&drain(&mut e));
     e.handle_outcome(t0 + ms(20), inv1, Outcome::Pending);
     assert_eq!(drain(&mut e), vec![fetch(1, Duration::ZERO)]);
+    // Nothing new: the next fetch goes at once, blocking until the re-run is due.
     e.handle_fetched(t0 + ms(25), S0, vec![]);
-    drain(&mut e);
+    assert_eq!(drain(&mut e), vec![fetch(1, ms(395))]);
     // A second outcome of the same (finished) invocation: ignored, no ack.
     e.handle_outcome(t0 + ms(30), inv1, Outcome::Done);
     assert_eq!(drain(&mut e), vec![]);
     e.handle_timeout(t0 + ms(420));
+    e.handle_fetched(t0 + ms(420), S0, vec![]);
     let (inv2, _) = one_run(&drain(&mut e));
     // The earlier run's outcome arrives again during the re-run: ignored.
     e.handle_outcome(t0 + ms(430), inv1, Outcome::Done);
     assert_eq!(drain(&mut e), vec![]);
     assert_eq!(e.running(), 1);
     e.handle_outcome(t0 + ms(440), inv2, Outcome::Done);
-    assert_eq!(drain(&mut e), vec![Seen::Ack { leases: vec![a] }]);
+    assert_eq!(
+        drain(&mut e),
+        vec![fetch(1, ms(1000)), Seen::Ack { leases: vec![a] }]
+    );
     // A second Done for the acked invocation: no second ack.
     e.handle_outcome(t0 + ms(450), inv2, Outcome::Done);
     assert_eq!(drain(&mut e), vec![]);

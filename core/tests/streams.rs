@@ -65,6 +65,37 @@ fn fetches_go_round_robin() {
     assert_eq!(order, vec![0, 1, 2, 0, 1, 2]);
 }
 
+/// With more streams due than free slots, fetches do not block (a blocking one would hold the
+/// slot while another stream has messages), and a stream whose non-blocking fetch found nothing
+/// waits a poll interval from its send time: the others get their turns, and empty streams are
+/// not fetched in a loop of non-blocking fetches.
+#[test]
+fn a_starved_stream_that_found_nothing_waits_a_poll_interval() {
+    let t0 = Instant::now();
+    let mut e = engine_with_streams(&config().concurrency(1), 2, t0);
+    let s1 = StreamId(1);
+    // Two streams due, one slot: stream 0 first, without blocking.
+    assert_eq!(drain(&mut e), vec![fetch(1, ms(0))]);
+    e.handle_fetched(t0 + ms(5), S0, vec![]);
+    // Stream 0 pauses; stream 1, now the only one due, gets the slot and may block.
+    assert_eq!(
+        drain(&mut e),
+        vec![Seen::Fetch {
+            stream: s1,
+            max: 1,
+            wait: ms(1000)
+        }]
+    );
+    e.handle_fetched(t0 + ms(10), s1, vec![]);
+    assert_eq!(drain(&mut e), vec![]);
+    assert_eq!(e.poll_timeout(), Some(t0 + ms(1000)));
+    e.handle_timeout(t0 + ms(999));
+    assert_eq!(drain(&mut e), vec![]);
+    // Stream 0's pause is over (stream 1's comes 5 ms later): alone due, it may block.
+    e.handle_timeout(t0 + ms(1000));
+    assert_eq!(drain(&mut e), vec![fetch(1, ms(1000))]);
+}
+
 /// A `Pending` message on stream 0 does not block stream 1; equal ids on two streams are two
 /// messages.
 #[test]

@@ -462,8 +462,8 @@ pub struct PickupArgs {
     #[arg(long, default_value_t = 1000, value_parser = value_parser!(u32).range(1..=100_000))]
     pub rate: u32,
     /// The worker's concurrency. At 1 (with `prefetch` 0) every fetch asks for one message and
-    /// a full answer is followed by a fetch that does not wait: an empty answer to it pauses
-    /// intake for a poll interval (the engine's fetch pacing), which this bench is not about.
+    /// a full answer is followed by a fetch that does not wait; an empty answer to that one is
+    /// followed at once by a blocking fetch.
     #[arg(long, default_value_t = 10, value_parser = value_parser!(u32).range(1..=1_000_000))]
     pub concurrency: u32,
     /// Measured rounds per side, interleaved (plus one warm-up round).

@@ -393,10 +393,21 @@ impl Shared {
         }
     }
 
-    /// The handler of `run` returned `outcome`.
-    pub(crate) fn returned(&mut self, run: usize, outcome: &Outcome) {
+    /// The handler of `run` returned `outcome`, `overran` if it did so `max_processing_time` or
+    /// more after it started, by its replica's clock. Such a result reaches the engine at or
+    /// after the invocation's deadline, which the engine passes first: the invocation is
+    /// cancelled for its time limit, a failed attempt, even if the cancellation could not reach
+    /// the handler before it returned (a clock stall that ends after both were due).
+    pub(crate) fn returned(&mut self, run: usize, outcome: &Outcome, overran: bool) {
         let rec = &mut self.runs[run];
-        let cancelled = rec.cancellation.is_cancelled();
+        let cancelled = rec.cancellation.is_cancelled() || overran;
+        if overran {
+            let (msg, consumer) = (rec.msg, rec.consumer);
+            if !self.msgs[msg].failed_by.contains(&consumer) {
+                self.msgs[msg].failed_by.push(consumer);
+            }
+        }
+        let rec = &mut self.runs[run];
         rec.outcome = Some((outcome.clone(), cancelled));
         rec.ended = true;
         let (msg, consumer, r) = (rec.msg, rec.consumer, rec.replica);

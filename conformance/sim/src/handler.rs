@@ -45,7 +45,8 @@ pub(crate) fn handler(
         let shared = shared.clone();
         let rt = rt.clone();
         Box::pin(async move {
-            let (run, plan, react, done_anyway) = {
+            let started = rt.now();
+            let (run, plan, react, done_anyway, limit) = {
                 let mut s = lock(&shared);
                 let (run, n) = s.start_run(
                     replica,
@@ -60,7 +61,7 @@ pub(crate) fn handler(
                 let grace = s.settings.cancel_grace;
                 let react = s.rng.duration(Duration::ZERO, grace);
                 let done_anyway = s.rng.chance(0.5);
-                (run, plan, react, done_anyway)
+                (run, plan, react, done_anyway, cfg.max_processing_time)
             };
             let mut guard = Guard {
                 shared: shared.clone(),
@@ -93,7 +94,8 @@ pub(crate) fn handler(
                     }
                 }
             };
-            lock(&shared).returned(run, &outcome);
+            let overran = rt.now().saturating_duration_since(started) >= limit;
+            lock(&shared).returned(run, &outcome, overran);
             guard.returned = true;
             outcome
         })

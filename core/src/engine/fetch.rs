@@ -28,7 +28,12 @@ impl<P: Clone> LeaseEngine<P> {
             .get_mut(usize::from(stream.0))
             .and_then(|s| s.outstanding.take())
         {
-            Some(Outstanding { max, epoch, wait }) => {
+            Some(Outstanding {
+                max,
+                epoch,
+                wait,
+                starved,
+            }) => {
                 self.reserved -= max;
                 let sent_at = self.epochs.sent_at(epoch);
                 let now = self.now;
@@ -39,11 +44,15 @@ impl<P: Clone> LeaseEngine<P> {
                 }
                 let src = &mut self.streams[usize::from(stream.0)];
                 src.failures = 0;
-                // Empty: the next fetch comes a poll interval after this one was sent — at once
-                // if the backend already blocked for its whole wait, since waiting again here
-                // would only delay new messages. Short: fetch again at once, letting the backend
-                // block for new entries. Full: there is probably more, fetch at once, no blocking.
-                let waited_out = wait != 0 && now >= sent_at.saturating_add(wait);
+                // Empty: the next fetch comes at once, and may block, if this one waited out
+                // whatever it was allowed to wait, a fetch asked not to block included (it found
+                // the stream drained: waiting a poll interval here would only idle the worker
+                // while new messages arrive). Only a fetch the backend answered before its wait
+                // was over, or one kept from blocking to share a starved budget between
+                // streams, pauses the stream until a poll interval after it was sent. Short:
+                // fetch again at once, letting the backend block for new entries. Full: there
+                // is probably more, fetch at once, no blocking.
+                let waited_out = !starved && now >= sent_at.saturating_add(wait);
                 (src.next_at, src.wait) = match messages.len() {
                     0 if waited_out => (now, block),
                     0 => (sent_at.saturating_add(poll), block),
@@ -200,7 +209,7 @@ impl<P: Clone> LeaseEngine<P> {
             }
             let wait = src.wait_at(now);
             let wait = until_repoll.map_or(wait, |until| wait.min(until));
-            return Some(self.open_fetch(0, budget.min(batch), wait));
+            return Some(self.open_fetch(0, budget.min(batch), wait, false));
         }
         self.fetch_shared(budget, until_repoll);
         None
@@ -239,18 +248,23 @@ impl<P: Clone> LeaseEngine<P> {
                 wait = wait.min(until);
             }
             self.next_stream = if i + 1 == n { 0 } else { i + 1 };
-            let fetch = self.open_fetch(i, max, wait);
+            let fetch = self.open_fetch(i, max, wait, starved);
             self.effects.push_back(fetch);
         }
     }
 
     /// Marks a fetch of up to `max` for stream `i` outstanding, its room reserved.
     #[inline]
-    fn open_fetch(&mut self, i: usize, max: usize, wait: Tick) -> Effect<P> {
+    fn open_fetch(&mut self, i: usize, max: usize, wait: Tick, starved: bool) -> Effect<P> {
         let epoch = self.epochs.open(self.now);
         self.observed.fresh = false;
         let src = &mut self.streams[i];
-        src.outstanding = Some(Outstanding { max, epoch, wait });
+        src.outstanding = Some(Outstanding {
+            max,
+            epoch,
+            wait,
+            starved,
+        });
         // The fetch promotes what is due and reports the next due time afresh.
         src.due = Tick::MAX;
         self.reserved += max;

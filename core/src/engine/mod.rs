@@ -95,6 +95,10 @@ struct Outstanding {
     epoch: u64,
     /// How long the backend was allowed to block.
     wait: Tick,
+    /// Sent without waiting because more streams were due than the budget could serve: an
+    /// empty answer pauses the stream a poll interval, so the other streams get their turns
+    /// instead of a loop of non-blocking fetches.
+    starved: bool,
 }
 
 /// The renew round in flight: one or more `Renew` chunks sent together.

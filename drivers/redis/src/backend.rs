@@ -47,7 +47,7 @@ use crate::config::{
     unique_consumer_name, ConnectError, DelayedKeys, RedisConfig, RedisConfigError,
 };
 use crate::conn::{Connection, Servers};
-use crate::error::{error, is_nogroup};
+use crate::error::{error, is_nogroup, is_unblocked};
 
 /// A script made of shared Lua helpers followed by its own file.
 macro_rules! script {
@@ -69,10 +69,10 @@ pub(crate) static DELAYED_SUMMARY: LazyLock<Script> =
 /// The fast path's promotion, once its probe saw a delayed message due.
 static PROMOTE: LazyLock<Script> = script!("lua/delayed.lua", "lua/promote.lua");
 /// Batch scripts share the one-`XPENDING` fence check.
-static RENEW: LazyLock<Script> = script!("lua/fenced_batch.lua", "lua/renew.lua");
+static RENEW: LazyLock<Script> = script!("lua/ids.lua", "lua/fenced_batch.lua", "lua/renew.lua");
 static ACK: LazyLock<Script> = script!(
-    "lua/fenced_batch.lua",
     "lua/ids.lua",
+    "lua/fenced_batch.lua",
     "lua/last_delivered.lua",
     "lua/ack.lua"
 );
@@ -512,10 +512,11 @@ impl RedisBackend {
             .arg(">")
             .arg(">");
         let reply = match self.block_on(&cmd, wait).await {
-            // The stream, the wake stream or a group was deleted: recreated, and the script
-            // reads again.
-            Err(e) if is_nogroup(&e) => {
-                tracing::warn!(%stream, "consumer group vanished; recreating");
+            // The stream, the wake stream or a group was deleted (a stream deleted while the
+            // read blocks on it ends the read with `UNBLOCKED`): recreated, and the script reads
+            // again.
+            Err(e) if is_nogroup(&e) || is_unblocked(&e) => {
+                tracing::warn!(%stream, "stream or consumer group vanished; recreating");
                 self.ensure_group().await?;
                 return Ok(Woken::Again);
             }
@@ -744,12 +745,15 @@ impl RedisBackend {
         script: &Script,
         what: &str,
         leases: &[LeaseRef],
+        tail: Option<&str>,
     ) -> BackendResult<Vec<bool>> {
         let mut results = vec![false; leases.len()];
+        // Only ids as Redis writes them (the script compares them as strings): any other
+        // spelling names no entry, so that lease is not held.
         let mut order: Vec<(StreamId, usize)> = leases
             .iter()
             .enumerate()
-            .filter_map(|(i, lease)| Some((StreamId::parse(lease.id.as_str())?, i)))
+            .filter_map(|(i, lease)| Some((StreamId::parse_canonical(lease.id.as_str())?, i)))
             .collect();
         order.sort_unstable();
         for chunk in order.chunks(SCRIPT_BATCH) {
@@ -773,6 +777,9 @@ impl RedisBackend {
             }
             for &(_, i) in chunk {
                 cmd.arg(leases[i].id.as_str());
+            }
+            if let Some(tail) = tail {
+                cmd.arg(tail);
             }
             match evalsha::<Vec<usize>>(&self.commands, script, &cmd).await {
                 Ok(lost) => {
@@ -955,7 +962,7 @@ impl Backend for RedisBackend {
     }
 
     async fn renew(&self, leases: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
-        let kept = self.fenced(&RENEW, "renew", leases).await?;
+        let kept = self.fenced(&RENEW, "renew", leases, Some("JUSTID")).await?;
         Ok(kept
             .into_iter()
             .map(|kept| {
@@ -969,7 +976,7 @@ impl Backend for RedisBackend {
     }
 
     async fn ack(&self, leases: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
-        let acked = self.fenced(&ACK, "ack", leases).await?;
+        let acked = self.fenced(&ACK, "ack", leases, None).await?;
         Ok(acked
             .into_iter()
             .map(|acked| {
@@ -1050,6 +1057,16 @@ impl StreamId {
             return None;
         }
         Some(Self(ms.parse().ok()?, seq.parse().ok()?))
+    }
+
+    /// [`parse`](Self::parse), for an id spelled exactly as Redis writes it: no leading zeros.
+    fn parse_canonical(id: &str) -> Option<Self> {
+        let (ms, seq) = id.split_once('-')?;
+        let canonical = |s: &str| s.len() == 1 || !s.starts_with('0');
+        if !(canonical(ms) && canonical(seq)) {
+            return None;
+        }
+        Self::parse(id)
     }
 }
 
@@ -1404,5 +1421,18 @@ mod tests {
         let mut ids = ["10-0", "9-5", "9-10", "0-1"].map(|s| StreamId::parse(s).unwrap());
         ids.sort_unstable();
         assert_eq!(ids.map(|id| id.to_string()), ["0-1", "9-5", "9-10", "10-0"]);
+    }
+
+    /// The fenced scripts compare ids as Redis spells them: another spelling of the same id
+    /// is sent to no script (its lease is not held).
+    #[test]
+    fn only_canonical_ids_go_to_the_fenced_scripts() {
+        for good in ["0-0", "0-1", "10-0", "1700000000000-17"] {
+            let id = StreamId::parse_canonical(good).expect(good);
+            assert_eq!(id.to_string(), good);
+        }
+        for bad in ["01-1", "1-01", "00-0", "0-00", "1-", "x-1"] {
+            assert_eq!(StreamId::parse_canonical(bad), None, "{bad:?}");
+        }
     }
 }

@@ -14,8 +14,9 @@
 //! single-server connection `MOVED` / `ASK` are fatal instead, with a message saying to connect
 //! as a cluster: that connection can never follow them.
 //!
-//! Two are handled where they happen instead: `NOGROUP` (the consumer group vanished: it is
-//! created again, and its leases are lost) and `NOSCRIPT` (a restarted server forgot a script:
+//! Three are handled where they happen instead: `NOGROUP` (the consumer group vanished: it is
+//! created again, and its leases are lost), `UNBLOCKED` ending a blocking `XREADGROUP` (its
+//! stream was deleted meanwhile: the same) and `NOSCRIPT` (a restarted server forgot a script:
 //! it is loaded again). A worker retries transient errors with backoff; a fatal one halts the
 //! stream it happened on (see `leasehold_core::ErrorKind`).
 
@@ -57,6 +58,13 @@ pub fn error(what: &str, e: RedisError) -> BackendError {
 /// The consumer group (or the stream) is gone.
 pub(crate) fn is_nogroup(e: &RedisError) -> bool {
     e.code() == Some("NOGROUP") || e.to_string().contains("NOGROUP")
+}
+
+/// A blocking `XREADGROUP` was ended by the server: its stream key was deleted while it waited
+/// (`UNBLOCKED the stream key no longer exists`), or a client ended it with `CLIENT UNBLOCK …
+/// ERROR`. Either way nothing was read, and the next look finds out what is there.
+pub(crate) fn is_unblocked(e: &RedisError) -> bool {
+    e.code() == Some("UNBLOCKED")
 }
 
 #[cfg(test)]
@@ -136,5 +144,12 @@ mod tests {
     fn nogroup_is_recognised() {
         assert!(is_nogroup(&server("NOGROUP")));
         assert!(!is_nogroup(&server("WRONGTYPE")));
+    }
+
+    #[test]
+    fn an_ended_wait_is_recognised() {
+        assert!(is_unblocked(&server("UNBLOCKED")));
+        assert!(!is_unblocked(&server("NOGROUP")));
+        assert!(!is_unblocked(&server("WRONGTYPE")));
     }
 }

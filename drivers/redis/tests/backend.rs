@@ -178,6 +178,45 @@ async fn mixed_batches_answer_per_lease() {
     assert_eq!(b.pending().await.unwrap(), 1);
 }
 
+/// A batch that names only some of the entries this consumer holds inside its id span (the
+/// script walks the consumer's pending entries and the batch side by side, skipping the ones
+/// not named), and one id named twice with two fences: each lease is answered on its own, and
+/// only the named entries are renewed or acked.
+#[tokio::test]
+async fn a_batch_skips_held_entries_it_does_not_name() {
+    let server = server();
+    let a = consumer(&server, "a").await;
+    for _ in 0..6 {
+        a.publish(Bytes::from_static(b"x")).await.unwrap();
+    }
+    let m = a.fetch(6, Duration::ZERO).await.unwrap();
+    let stale = LeaseRef {
+        id: m[3].id.clone(),
+        fence: Fence(2),
+    };
+    let batch = [lease(&m[4]), lease(&m[1]), stale, lease(&m[3])];
+    use RenewResult::{Kept, Lost};
+    assert_eq!(a.renew(&batch).await.unwrap(), [Kept, Kept, Lost, Kept]);
+    use SettleResult::{Lost as Gone, Ok as Acked};
+    assert_eq!(a.ack(&batch).await.unwrap(), [Acked, Acked, Gone, Acked]);
+    for (i, message) in m.iter().enumerate() {
+        let expected = [0, 2, 5].contains(&i).then(|| ("a".to_string(), 1));
+        assert_eq!(
+            pending_of(&server, message.id.as_str()).await,
+            expected,
+            "m[{i}]"
+        );
+    }
+    // The skipped ones are still held with their fence.
+    assert_eq!(
+        a.ack(&[lease(&m[5]), lease(&m[0]), lease(&m[2])])
+            .await
+            .unwrap(),
+        [Acked; 3]
+    );
+    assert!(stream_ids(&server).await.is_empty());
+}
+
 /// One batch mixing every case, out of order, with fences that differ within it: leases owned
 /// with their fence (fence 1, and fence 2 after this consumer's own reclaim), the same entry
 /// with its old fence, an entry another consumer holds, one never delivered and an id that is
@@ -709,6 +748,31 @@ async fn a_vanished_group_is_recreated_and_its_leases_are_lost() {
     let again = a.fetch(1, Duration::ZERO).await.unwrap();
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].id, first.id);
+}
+
+/// A stream deleted while a fetch waits on it (Redis ends that read with `UNBLOCKED`) is created
+/// again with its group, as after `NOGROUP`, and the fetch goes on waiting: it takes what is
+/// published next instead of failing.
+#[tokio::test]
+async fn a_stream_deleted_under_a_waiting_fetch_is_recreated_and_the_wait_goes_on() {
+    let server = server();
+    let a = std::sync::Arc::new(consumer(&server, "a").await);
+    let waiting = tokio::spawn({
+        let a = a.clone();
+        async move { a.fetch(1, Duration::from_secs(10)).await }
+    });
+    wait_blocked_in(&server, "xreadgroup").await;
+    let _: redis::Value = redis::cmd("DEL")
+        .arg("jobs")
+        .query_async(&mut redis(&server).await)
+        .await
+        .unwrap();
+    // Recreated: the wait blocks on the stream again.
+    wait_blocked_in(&server, "xreadgroup").await;
+    let published = a.publish(Bytes::from_static(b"after")).await.unwrap();
+    let fetched = waiting.await.unwrap().expect("the fetch carries on");
+    assert_eq!(fetched.len(), 1);
+    assert_eq!(fetched[0].id, published);
 }
 
 /// Names of the group's consumers.

@@ -11,9 +11,9 @@
 -- go by XDEL. (Like XDEL itself, this assumes the stream is consumed by this one group.)
 local stream, group, consumer = KEYS[1], ARGV[1], ARGV[2]
 
-local ids, kept, lost = held(stream, group, consumer)
-if kept > 0 then
-  redis.call('XACK', stream, group, unpack(ids, 1, kept))
+local ids, from, to, lost = held(stream, group, consumer, 0)
+if to >= from then
+  redis.call('XACK', stream, group, unpack(ids, from, to))
   local summary = redis.call('XPENDING', stream, group)
   local below
   if summary[1] > 0 then
@@ -29,15 +29,15 @@ if kept > 0 then
   if below then redis.call('XTRIM', stream, 'MINID', '=', below) end
   -- ids ascend: those at or above `below` are a suffix, found by bisection (each comparison
   -- parses two ids).
-  local first = 1
+  local first = from
   if below then
-    local lo, hi = 1, kept + 1
+    local lo, hi = from, to + 1
     while lo < hi do
       local mid = math.floor((lo + hi) / 2)
       if before(ids[mid], below) then lo = mid + 1 else hi = mid end
     end
     first = lo
   end
-  if first <= kept then redis.call('XDEL', stream, unpack(ids, first, kept)) end
+  if first <= to then redis.call('XDEL', stream, unpack(ids, first, to)) end
 end
 return lost

@@ -1,43 +1,68 @@
--- Shared by the batch scripts (prepended to ack.lua and renew.lua): which of a batch of leases
--- this consumer still owns with their fence, found with ONE ranged XPENDING over the batch's id
--- span instead of one per id.
+-- Shared by the batch scripts (prepended to ack.lua and renew.lua, after ids.lua): which of a
+-- batch of leases this consumer still owns with their fence, found with ONE ranged XPENDING over
+-- the batch's id span instead of one per id.
 -- ARGV: group, consumer, lowest id, highest id, then the number of fence runs r, r pairs
--- (fence, how many leases in a row have it), then the ids ascending (the client sends only
--- ids it could parse). Runs keep fences out of ARGV: a batch of fresh deliveries is one run
--- (fence 1), so no string per lease is made or parsed for them.
+-- (fence, how many leases in a row have it), then the ids ascending (canonical: the client
+-- sends only ids it could parse as such), then `tail` arguments of the script's own. Runs keep
+-- fences out of ARGV: a batch of fresh deliveries is one run (fence 1), so no string per lease
+-- is made or parsed for them.
 -- Where the time goes: turning the XPENDING reply into Lua tables costs more than XPENDING
--- itself, so nothing else here is done per lease beyond one table lookup and a number compare.
--- Returns the ids that hold (ascending), how many, and the batch positions (1-based, in
--- ARGV order) of the leases lost.
-local function held(stream, group, consumer)
+-- itself, so nothing else here is done per lease beyond comparing two strings (equal strings
+-- are one object in Lua) and two numbers: the reply and the ids both ascend, so they are
+-- walked side by side, no table is built, and ids are only compared by value (`before`) where
+-- this consumer has pending entries inside the span that are not in the batch.
+-- Returns `ids, from, to, lost`: the ids that hold are ids[from..to] (ascending; ARGV itself
+-- when every lease holds, the usual case, so they are passed on with unpack and no table is
+-- built per lease), and the batch positions (1-based, in ARGV order) of the leases lost.
+local function held(stream, group, consumer, tail)
   local runs = tonumber(ARGV[5])
   local first = 6 + 2 * runs
-  local counts = {}
-  if #ARGV >= first then
-    local pending = redis.call('XPENDING', stream, group, ARGV[3], ARGV[4], 1000000000,
-      consumer)
-    for j = 1, #pending do
-      local entry = pending[j]
-      counts[entry[1]] = entry[4]
-    end
-  end
-  local ids, kept, lost, nlost = {}, 0, {}, 0
-  local i = first
+  local last = #ARGV - tail
+  local lost, nlost = {}, 0
+  if last < first then return ARGV, first, last, lost end
+  local pending = redis.call('XPENDING', stream, group, ARGV[3], ARGV[4], 1000000000, consumer)
+  local j, entry = 1, pending[1]
+  -- The previous id and its delivery count here (false: not pending for this consumer), for
+  -- an id named twice in a row.
+  local prev, prev_count = nil, false
+  local x = first
   for r = 0, runs - 1 do
     local fence = tonumber(ARGV[6 + 2 * r])
-    local last = i + tonumber(ARGV[7 + 2 * r]) - 1
-    for x = i, last do
-      local id = ARGV[x]
-      -- Owner: XPENDING returned only this consumer's entries. Fence: both are numbers.
-      if counts[id] == fence then
-        kept = kept + 1
-        ids[kept] = id
-      else
+    local stop = x + tonumber(ARGV[7 + 2 * r]) - 1
+    for y = x, stop do
+      local id = ARGV[y]
+      if id ~= prev then
+        -- Owner: XPENDING returned only this consumer's entries. Skip those below the id.
+        while entry and entry[1] ~= id and before(entry[1], id) do
+          j = j + 1
+          entry = pending[j]
+        end
+        if entry and entry[1] == id then
+          prev_count = entry[4]
+          j = j + 1
+          entry = pending[j]
+        else
+          prev_count = false
+        end
+        prev = id
+      end
+      -- Fence: both are numbers.
+      if prev_count ~= fence then
         nlost = nlost + 1
-        lost[nlost] = x - first + 1
+        lost[nlost] = y - first + 1
       end
     end
-    i = last + 1
+    x = stop + 1
   end
-  return ids, kept, lost
+  if nlost == 0 then return ARGV, first, last, lost end
+  local ids, kept, l = {}, 0, 1
+  for y = first, last do
+    if lost[l] == y - first + 1 then
+      l = l + 1
+    else
+      kept = kept + 1
+      ids[kept] = ARGV[y]
+    end
+  end
+  return ids, 1, kept, lost
 end

@@ -1,12 +1,16 @@
 -- Renew: reset the idle time of the entries this consumer owns with the given fence. XCLAIM
 -- alone checks no owner (a late heartbeat would steal the entry back); JUSTID keeps the count.
--- KEYS: stream. ARGV: as fenced_batch.lua reads them.
+-- KEYS: stream. ARGV: as fenced_batch.lua reads them, then JUSTID (the tail passed on to
+-- XCLAIM: unpack() only expands in last position, so the ids go there with it).
 -- Returns the batch positions of the leases lost (none: all kept).
 local stream, group, consumer = KEYS[1], ARGV[1], ARGV[2]
-local ids, kept, lost = held(stream, group, consumer)
-if kept > 0 then
-  -- unpack() only expands in last position: JUSTID goes at the end of the id table.
-  ids[kept + 1] = 'JUSTID'
-  redis.call('XCLAIM', stream, group, consumer, 0, unpack(ids, 1, kept + 1))
+local ids, from, to, lost = held(stream, group, consumer, 1)
+if to >= from then
+  if ids == ARGV then
+    redis.call('XCLAIM', stream, group, consumer, 0, unpack(ARGV, from, to + 1))
+  else
+    ids[to + 1] = 'JUSTID'
+    redis.call('XCLAIM', stream, group, consumer, 0, unpack(ids, from, to + 1))
+  end
 end
 return lost
