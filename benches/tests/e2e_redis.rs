@@ -37,6 +37,7 @@ fn bench_redis_runs_one_small_round() {
         progress: false,
         metrics: true,
         long: false,
+        slow: true,
     };
     let report = bench_redis::run(&options).expect("the redis bench runs");
     let metered: Vec<(usize, usize)> = report.metered.iter().map(|(key, _)| *key).collect();

@@ -138,6 +138,10 @@ pub struct RedisArgs {
     /// Leave out the hoarding row (two workers, eight 1 s jobs after a quick burst).
     #[arg(long)]
     pub no_long: bool,
+    /// Leave out the 10 ms handler rows (so that only the no-op drains run besides the raw
+    /// loop, the heartbeat and the RSS reading: a profile of the drain).
+    #[arg(long)]
+    pub no_slow: bool,
     /// No progress spinner.
     #[arg(long)]
     pub no_progress: bool,
@@ -184,6 +188,7 @@ impl RedisArgs {
             progress: !self.no_progress,
             metrics: self.metrics,
             long: !self.no_long,
+            slow: !self.no_slow,
         }
     }
 }

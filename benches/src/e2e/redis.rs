@@ -113,6 +113,8 @@ pub struct RedisBenchOptions {
     /// at each prefetch setting (about 1.2 s a round and setting, or twice that when one
     /// worker hoards).
     pub long: bool,
+    /// Measure the 10 ms handler rows too (at concurrency 1000, one per prefetch setting).
+    pub slow: bool,
 }
 
 impl Default for RedisBenchOptions {
@@ -123,6 +125,7 @@ impl Default for RedisBenchOptions {
             concurrency: vec![1, 100, 1000],
             prefetch: vec![AUTO, 0, 3000],
             long: true,
+            slow: true,
             threads: None,
             progress: false,
             metrics: false,
@@ -703,6 +706,7 @@ pub fn run(options: &RedisBenchOptions) -> Result<RedisBenchReport, BenchError> 
     let mut slow: Vec<(usize, Variant)> = options
         .prefetch
         .iter()
+        .filter(|_| options.slow)
         .map(|&p| {
             let name = format!(
                 "leasehold 10 ms, c={SLOW_CONCURRENCY}, {}",

@@ -1051,23 +1051,54 @@ struct StreamId(u64, u64);
 impl StreamId {
     /// Both parts decimal digits; `None` for anything Redis would not accept as an entry id.
     fn parse(id: &str) -> Option<Self> {
-        let (ms, seq) = id.split_once('-')?;
-        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-        if !(digits(ms) && digits(seq)) {
-            return None;
-        }
-        Some(Self(ms.parse().ok()?, seq.parse().ok()?))
+        let (ms, seq) = Self::halves(id)?;
+        Some(Self(decimal(ms)?, decimal(seq)?))
     }
 
     /// [`parse`](Self::parse), for an id spelled exactly as Redis writes it: no leading zeros.
     fn parse_canonical(id: &str) -> Option<Self> {
-        let (ms, seq) = id.split_once('-')?;
-        let canonical = |s: &str| s.len() == 1 || !s.starts_with('0');
+        let (ms, seq) = Self::halves(id)?;
+        let canonical = |s: &[u8]| s.len() == 1 || s.first() != Some(&b'0');
         if !(canonical(ms) && canonical(seq)) {
             return None;
         }
-        Self::parse(id)
+        Some(Self(decimal(ms)?, decimal(seq)?))
     }
+
+    /// The bytes before and after the first `-`.
+    fn halves(id: &str) -> Option<(&[u8], &[u8])> {
+        let bytes = id.as_bytes();
+        let dash = bytes.iter().position(|&b| b == b'-')?;
+        Some((&bytes[..dash], &bytes[dash + 1..]))
+    }
+}
+
+/// One or more ASCII digits as a `u64` (`None` when empty, anything else, or too large): one
+/// pass, where a digit check and then `str::parse` take two (ids are parsed once per message
+/// on the way in and again per lease in every fenced call).
+fn decimal(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() {
+        return None;
+    }
+    // Up to 19 digits cannot overflow: no checked arithmetic per digit then.
+    if digits.len() <= 19 {
+        let mut n = 0u64;
+        for &b in digits {
+            let digit = b.wrapping_sub(b'0');
+            if digit > 9 {
+                return None;
+            }
+            n = n * 10 + u64::from(digit);
+        }
+        return Some(n);
+    }
+    digits.iter().try_fold(0u64, |n, &b| {
+        let digit = b.wrapping_sub(b'0');
+        if digit > 9 {
+            return None;
+        }
+        n.checked_mul(10)?.checked_add(u64::from(digit))
+    })
 }
 
 impl std::fmt::Display for StreamId {
@@ -1415,9 +1446,16 @@ mod tests {
             "1-+2",
             "1 -2",
             "99999999999999999999-0",
+            "18446744073709551616-0",
+            "0-18446744073709551616",
         ] {
             assert_eq!(StreamId::parse(bad), None, "{bad:?}");
         }
+        assert_eq!(StreamId::parse("007-01"), Some(StreamId(7, 1)));
+        assert_eq!(
+            StreamId::parse("18446744073709551615-3"),
+            Some(StreamId(u64::MAX, 3))
+        );
         let mut ids = ["10-0", "9-5", "9-10", "0-1"].map(|s| StreamId::parse(s).unwrap());
         ids.sort_unstable();
         assert_eq!(ids.map(|id| id.to_string()), ["0-1", "9-5", "9-10", "10-0"]);

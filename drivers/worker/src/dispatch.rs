@@ -70,8 +70,10 @@ pub(crate) struct Invocation {
 
 /// A stream's handler with its types erased: runs invocations on its tasks.
 pub(crate) trait Dispatch<P>: Send + Sync {
-    /// Hands one invocation of this stream's handler to a task of its pool.
-    fn dispatch(self: Arc<Self>, payload: P, invocation: Invocation);
+    /// Hands one invocation of this stream's handler to a task of its pool. By reference: the
+    /// driver touches no count of the shared dispatcher per message (the handler tasks, on the
+    /// other threads, change it).
+    fn dispatch(&self, payload: P, invocation: Invocation);
 }
 
 /// Builds a stream's dispatcher once the worker's environment exists (at `start`), given the
@@ -92,7 +94,8 @@ where
 {
     Box::new(move |env, stream, meters| {
         let (queue, jobs) = async_channel::unbounded();
-        Arc::new(Typed {
+        Arc::new_cyclic(|me| Typed {
+            me: me.clone(),
             env,
             stream,
             meters,
@@ -115,6 +118,8 @@ type Job<P> = (P, Invocation);
 /// The queue closes when this is dropped (after the driver is gone), and the tasks, which only
 /// hold a weak reference between invocations, end.
 struct Typed<R, P, M, C, H, F> {
+    /// Itself, for the tasks it starts (they hold it weakly between invocations).
+    me: Weak<Self>,
     env: Env<R, P>,
     stream: Arc<str>,
     meters: HandlerMeters,
@@ -161,11 +166,11 @@ where
     F: Future + Send + 'static,
     F::Output: IntoOutcome,
 {
-    fn dispatch(self: Arc<Self>, payload: P, invocation: Invocation) {
+    fn dispatch(&self, payload: P, invocation: Invocation) {
         let busy = self.busy.fetch_add(1, Ordering::AcqRel) + 1;
         if busy > self.tasks.load(Ordering::Relaxed) {
             self.tasks.fetch_add(1, Ordering::Relaxed);
-            let task = Self::serve(Arc::downgrade(&self), self.jobs.clone());
+            let task = Self::serve(self.me.clone(), self.jobs.clone());
             self.env.rt.spawn_unboxed(task);
         }
         // Unbounded, and open while `self` lives: it cannot fail.
@@ -186,7 +191,14 @@ where
     /// One invocation, to its outcome. The payload is decoded and the handler called here, at
     /// once: the future returned holds only the handler's future and what waiting on it takes
     /// (it is moved as it starts, for every message, so its size counts).
-    fn run(self: Arc<Self>, payload: P, invocation: Invocation) -> impl Future<Output = Outcome> {
+    ///
+    /// It borrows the pool's runtime handle (its task holds the pool while it awaits it), rather
+    /// than cloning it: a clone is a count shared by every thread, changed twice per message.
+    fn run<'a>(
+        self: &'a Arc<Self>,
+        payload: P,
+        invocation: Invocation,
+    ) -> impl Future<Output = Outcome> + 'a {
         let Invocation {
             id: _,
             message_id,
@@ -228,10 +240,10 @@ where
                 }
             }))
         };
-        let (rt, grace) = (self.env.rt.clone(), self.env.grace);
+        let (rt, grace) = (&self.env.rt, self.env.grace);
         let invocation = async move {
             match started {
-                Ok(future) => invoke(&rt, future, cancellation, grace).await,
+                Ok(future) => invoke(rt, future, cancellation, grace).await,
                 Err(panic) => panicked(panic),
             }
         };
@@ -259,7 +271,7 @@ where
             }
             // `invoke` catches the handler's panics; one from anywhere else (a handler future
             // that panics while dropped) fails the attempt too, and the task goes on.
-            let outcome = AssertUnwindSafe(Arc::clone(&this).run(payload, invocation))
+            let outcome = AssertUnwindSafe(this.run(payload, invocation))
                 .catch_unwind()
                 .await
                 .unwrap_or_else(panicked);

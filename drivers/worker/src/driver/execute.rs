@@ -241,7 +241,6 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
         let enqueued = (run.attempt == 1)
             .then(|| stream.backend.enqueued_at(&run.lease.id))
             .flatten();
-        let dispatch = Arc::clone(&stream.dispatch);
         let handed = Invocation {
             id: run.invocation,
             message_id: run.lease.id,
@@ -257,7 +256,9 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
             stream: run.stream,
         };
         self.invocations.insert(run.invocation, running);
-        dispatch.dispatch(run.payload, handed);
+        self.streams[usize::from(run.stream.0)]
+            .dispatch
+            .dispatch(run.payload, handed);
     }
 }
 
