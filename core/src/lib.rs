@@ -132,8 +132,9 @@ pub use config::{
 pub use effect::{Effect, Run, Stats, StreamLoad};
 pub use engine::LeaseEngine;
 pub use inspect::{
-    ConsumerOverview, DeadLetterEntry, GroupOverview, InspectError, Inspector, Listing, NotDead,
-    Overview, Page, PendingEntry, PendingQuery, Purged, Requeued, Selection,
+    group_streams, queue_overview, ConsumerOverview, DeadLetterEntry, Discovered, GroupOverview,
+    InspectError, Inspector, Listing, NotDead, Overview, Page, PendingEntry, PendingQuery, Purged,
+    QueueGroupOverview, QueueOverview, Requeued, Selection,
 };
 pub use lease::Lease;
 pub use membership::{Members, Membership, MembershipConfig, MembershipError, MembershipSettings};

@@ -33,6 +33,7 @@ pub mod memory;
 pub mod pickup;
 pub mod producer;
 pub mod redis;
+pub mod scale;
 mod stats;
 
 /// Why a benchmark could not run.

@@ -161,3 +161,73 @@ fn list_show_retry_and_cancel_a_failed_command() {
     let bad_status = leasehold(&server, &["list", "vms", "--status", "stuck"]);
     assert_eq!(bad_status.status.code(), Some(2));
 }
+
+/// A command queue of 3 shards: `--shards 3` lists the failed commands of every shard, shows
+/// and retries each in its shard; a bad count is a usage error.
+#[test]
+fn a_sharded_queue_is_listed_and_retried_over_its_shards() {
+    let server =
+        RedisServer::start().unwrap_or_else(|e| panic!("these tests need redis-server: {e}"));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio");
+    let ids_submitted: Vec<String> = (0..6).map(|i| format!("broken-{i}")).collect();
+    runtime.block_on(async {
+        let config = RedisStoreConfig::new(server.url(), "jobs")
+            .shards(3)
+            .expect("3 shards");
+        let store = RedisCommandStore::connect(config).await.expect("store");
+        let shards: std::collections::BTreeSet<u16> =
+            ids_submitted.iter().map(|id| store.shard_of(id)).collect();
+        assert_eq!(shards.len(), 3, "the ids cover every shard");
+        let queue = CommandQueue::new(TokioRuntime::current(), store);
+        let worker = queue
+            .worker()
+            .config(Config::default().claim_timeout(Duration::from_secs(5)))
+            .handler("echo", Echo)
+            .start()
+            .await
+            .expect("worker");
+        for id in &ids_submitted {
+            let command = Command::new("mystery", serde_json::json!({})).expect("params");
+            queue.submit(command.with_id(id)).await.expect("submit");
+        }
+        for id in &ids_submitted {
+            let state = queue.wait(id, Duration::from_secs(30)).await.expect("ends");
+            assert_eq!(state.status, Status::Failed);
+        }
+        worker.shutdown(Duration::from_secs(5)).await;
+    });
+
+    let failed = json(&leasehold(
+        &server,
+        &[
+            "list", "jobs", "--shards", "3", "--status", "failed", "--json",
+        ],
+    ));
+    let mut listed = ids(&failed);
+    listed.sort_unstable();
+    assert_eq!(listed, ids_submitted);
+    let shown = json(&leasehold(
+        &server,
+        &["show", "jobs", "broken-4", "--shards", "3", "--json"],
+    ));
+    assert_eq!(shown["status"], "FAILED");
+    let retried = json(&leasehold(
+        &server,
+        &[
+            "retry", "jobs", "broken-4", "--shards", "3", "--yes", "--json",
+        ],
+    ));
+    assert_eq!(retried["command"]["status"], "SUBMITTED");
+    // Without --shards, the unsharded queue of that name: nothing there.
+    let unsharded = json(&leasehold(
+        &server,
+        &["list", "jobs", "--status", "failed", "--json"],
+    ));
+    assert!(ids(&unsharded).is_empty());
+    let bad = leasehold(&server, &["list", "jobs", "--shards", "0"]);
+    assert_eq!(bad.status.code(), Some(2));
+}

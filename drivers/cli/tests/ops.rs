@@ -233,3 +233,87 @@ fn bad_usage_and_missing_things_are_clear_errors() {
     assert_eq!(wrong.status.code(), Some(2));
     assert!(!String::from_utf8_lossy(&wrong.stderr).contains("wrong-pw"));
 }
+
+/// A sharded queue (streams `{orders:0}`, `{orders:1}`, `{orders:2}`) inspected by its name:
+/// its totals, its group over the shards, and a row per shard.
+#[test]
+fn inspect_a_sharded_queue_shows_totals_and_shards() {
+    let server = server();
+    for shard in 0..3 {
+        let stream = format!("{{orders:{shard}}}");
+        cmd(
+            &server,
+            &["XGROUP", "CREATE", &stream, "workers", "0", "MKSTREAM"],
+        );
+        for n in 0..=shard {
+            cmd(&server, &["XADD", &stream, "*", "data", &format!("{n}")]);
+        }
+    }
+    // Shard 2: two of its three read by bob; shard 1: one dead letter.
+    cmd(
+        &server,
+        &[
+            "XREADGROUP",
+            "GROUP",
+            "workers",
+            "bob",
+            "COUNT",
+            "2",
+            "STREAMS",
+            "{orders:2}",
+            ">",
+        ],
+    );
+    cmd(
+        &server,
+        &[
+            "XADD",
+            "{orders:1}:dead",
+            "*",
+            "id",
+            "1-1",
+            "reason",
+            "rejected: bad",
+        ],
+    );
+    let queue = json(&leasehold(&server, &["inspect", "orders", "--json"]));
+    assert_eq!(queue["queue"], "orders");
+    assert_eq!(queue["length"], 6);
+    assert_eq!(queue["pending"], 2);
+    assert_eq!(queue["lag"], 4);
+    assert_eq!(queue["dead_letters"], 1);
+    assert_eq!(queue["groups"][0]["name"], "workers");
+    assert_eq!(queue["groups"][0]["shards"], 3);
+    let shards: Vec<(u64, &str, u64)> = queue["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let shard = s["shard"].as_u64().unwrap();
+            (
+                shard,
+                s["stream"].as_str().unwrap(),
+                s["length"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shards,
+        [
+            (0, "{orders:0}", 1),
+            (1, "{orders:1}", 2),
+            (2, "{orders:2}", 3)
+        ]
+    );
+    let text = leasehold(&server, &["inspect", "orders"]);
+    assert!(text.status.success());
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("queue           orders"), "{text}");
+    assert!(
+        text.contains("| 2     | {orders:2} | 3      | 2       | 1   | 0            | 0       |"),
+        "{text}"
+    );
+    // A shard is still a stream of its own.
+    let shard = json(&leasehold(&server, &["inspect", "{orders:2}", "--json"]));
+    assert_eq!(shard["stream"], "{orders:2}");
+}

@@ -26,6 +26,14 @@
 //! - States expire after a TTL (default 7 days) refreshed on each write; Redis keys share a
 //!   hash tag, so the queue works on Redis Cluster.
 //!
+//! - **Sharded by command id**, if asked (`RedisStoreConfig::shards`,
+//!   `MemoryCommandStore::sharded`): a queue of `n` shards has a stream, states and status
+//!   indexes per shard, each shard under its own hash tag (so on Redis Cluster they spread over
+//!   the masters), and every key of one command lives in the shard of its id
+//!   ([`Shards::for_key`](leasehold_core::Shards::for_key)), so submit, compare-and-set, cancel
+//!   and retry stay one atomic script. A worker consumes every shard on one budget; listings
+//!   and counts cover all shards. One shard is the unsharded layout, key for key.
+//!
 //! Stores: `MemoryCommandStore` (in process, feature `memory`) and `RedisCommandStore` (feature
 //! `redis`), both on by default; a store of your own implements [`CommandStore`].
 //!

@@ -1,5 +1,5 @@
-//! The in-process store: states in a map next to a [`MemoryStream`], one lock for both, and an
-//! ordered index per status, moved with every state write.
+//! The in-process store: states in a map next to a [`MemoryStream`] (or one per shard), one
+//! lock for both, and an ordered index per status, moved with every state write.
 
 use std::collections::{BTreeSet, HashMap};
 use std::ops::Bound;
@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use futures::channel::mpsc;
+use leasehold_core::{ShardError, Shards};
 use leasehold_memory::{MemoryBackend, MemoryStream};
 
 use crate::state::{CommandState, Status};
@@ -17,6 +18,8 @@ use crate::store::{
 };
 use crate::DEFAULT_TTL;
 
+/// The name the routing of a sharded memory store hashes under (only the count matters).
+const SHARDS_NAME: &str = "commands";
 /// Expired states are swept out after this many submits (reads skip them anyway).
 const SWEEP_EVERY: u64 = 1024;
 
@@ -24,9 +27,13 @@ const SWEEP_EVERY: u64 = 1024;
 ///
 /// States expire `ttl` after their last write, on the stream's clock (so a
 /// [`ManualClock`](leasehold_memory::ManualClock) drives expiry too).
+///
+/// A [`sharded`](Self::sharded) store spreads its commands over several streams by id
+/// ([`Shards::for_key`]), as the Redis store does over shards; a worker consumes them all.
 #[derive(Clone)]
 pub struct MemoryCommandStore {
-    stream: MemoryStream,
+    streams: Vec<MemoryStream>,
+    shards: Shards,
     ttl: Duration,
     inner: Arc<Mutex<Inner>>,
 }
@@ -77,10 +84,29 @@ impl MemoryCommandStore {
     /// A store whose commands travel on `stream`, with the default TTL (7 days).
     pub fn new(stream: MemoryStream) -> Self {
         Self {
-            stream,
+            streams: vec![stream],
+            shards: Shards::new(SHARDS_NAME, 1).expect("one shard of a named queue"),
             ttl: DEFAULT_TTL,
             inner: Arc::default(),
         }
+    }
+
+    /// A store whose commands are spread over `streams`, one shard each: command `id` travels
+    /// on shard [`Shards::for_key`]`(id)`. The streams' clock (the first one's) drives expiry.
+    ///
+    /// # Errors
+    ///
+    /// No streams, or more than [`MAX_SHARDS`](leasehold_core::MAX_SHARDS).
+    pub fn sharded(streams: impl IntoIterator<Item = MemoryStream>) -> Result<Self, ShardError> {
+        let streams: Vec<MemoryStream> = streams.into_iter().collect();
+        let count = u32::try_from(streams.len()).unwrap_or(u32::MAX);
+        let shards = Shards::new(SHARDS_NAME, count)?;
+        Ok(Self {
+            streams,
+            shards,
+            ttl: DEFAULT_TTL,
+            inner: Arc::default(),
+        })
     }
 
     /// How long a state is kept after its last write.
@@ -90,9 +116,44 @@ impl MemoryCommandStore {
         self
     }
 
-    /// The stream carrying the commands.
+    /// The stream carrying the commands (of a sharded store: shard 0's).
     pub fn stream(&self) -> &MemoryStream {
-        &self.stream
+        &self.streams[0]
+    }
+
+    /// Every shard's stream, shard 0 first (one for an unsharded store).
+    pub fn streams(&self) -> &[MemoryStream] {
+        &self.streams
+    }
+
+    /// The shard command `id` travels on.
+    pub fn shard_of(&self, id: &str) -> u16 {
+        self.shards.for_key(id.as_bytes())
+    }
+
+    fn stream_of(&self, id: &str) -> &MemoryStream {
+        &self.streams[usize::from(self.shard_of(id))]
+    }
+
+    /// A consumer of `stream`, checked against the worker's claim timeout.
+    fn consumer_of(
+        stream: &MemoryStream,
+        claim_timeout: Duration,
+    ) -> Result<MemoryBackend, StoreError> {
+        if claim_timeout != stream.claim_timeout() {
+            return Err(StoreError::fatal(format!(
+                "the worker's claim timeout is {claim_timeout:?} but the memory stream's is \
+                 {:?}; build the stream with StreamConfig::new({claim_timeout:?})",
+                stream.claim_timeout()
+            )));
+        }
+        // Numbered process-wide: several stores may share one stream, and names identify
+        // lease owners.
+        static CONSUMERS: AtomicU64 = AtomicU64::new(0);
+        let name = format!("commands-{}", CONSUMERS.fetch_add(1, Ordering::Relaxed) + 1);
+        stream
+            .consumer(&name)
+            .map_err(|e| StoreError::fatal(format!("consumer {name}")).with_source(e))
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -127,7 +188,7 @@ impl CommandStore for MemoryCommandStore {
     type Payload = bytes::Bytes;
 
     async fn submit(&self, state: &CommandState, entry: &[u8]) -> Result<Submit, StoreError> {
-        let now = self.stream.now();
+        let now = self.stream().now();
         let mut inner = self.lock();
         if let Some(existing) = Self::live(&inner, &state.id, now) {
             return Ok(Submit::Exists(Box::new(existing.clone())));
@@ -146,28 +207,30 @@ impl CommandStore for MemoryCommandStore {
         }
         // Both under the lock: no reader sees the state without the entry or the reverse.
         inner.put(state.clone(), now + self.ttl);
-        self.stream.publish(bytes::Bytes::copy_from_slice(entry));
+        self.stream_of(&state.id)
+            .publish(bytes::Bytes::copy_from_slice(entry));
         Ok(Submit::Created)
     }
 
     async fn load(&self, id: &str) -> Result<Option<CommandState>, StoreError> {
-        let now = self.stream.now();
+        let now = self.stream().now();
         Ok(Self::live(&self.lock(), id, now).cloned())
     }
 
     async fn compare_and_set(&self, state: &CommandState) -> Result<bool, StoreError> {
-        let now = self.stream.now();
+        let now = self.stream().now();
         let mut inner = self.lock();
         Ok(self.write_locked(&mut inner, state, now))
     }
 
     async fn requeue(&self, state: &CommandState, entry: &[u8]) -> Result<bool, StoreError> {
-        let now = self.stream.now();
+        let now = self.stream().now();
         let mut inner = self.lock();
         // Both under the lock, as in submit.
         let written = self.write_locked(&mut inner, state, now);
         if written {
-            self.stream.publish(bytes::Bytes::copy_from_slice(entry));
+            self.stream_of(&state.id)
+                .publish(bytes::Bytes::copy_from_slice(entry));
         }
         Ok(written)
     }
@@ -180,7 +243,7 @@ impl CommandStore for MemoryCommandStore {
     }
 
     async fn list(&self, status: Status, page: &Page) -> Result<Listing, StoreError> {
-        let now = self.stream.now();
+        let now = self.stream().now();
         let limit = page.effective_limit();
         let mut inner = self.lock();
         let start = page
@@ -227,20 +290,29 @@ impl CommandStore for MemoryCommandStore {
     }
 
     async fn consumer(&self, claim_timeout: Duration) -> Result<MemoryBackend, StoreError> {
-        if claim_timeout != self.stream.claim_timeout() {
+        if self.streams.len() > 1 {
             return Err(StoreError::fatal(format!(
-                "the worker's claim timeout is {claim_timeout:?} but the memory stream's is \
-                 {:?}; build the stream with StreamConfig::new({claim_timeout:?})",
-                self.stream.claim_timeout()
+                "this command store has {} shards: a worker consumes each \
+                 (CommandStore::consumers)",
+                self.streams.len()
             )));
         }
-        // Numbered process-wide: several stores may share one stream, and names identify
-        // lease owners.
-        static CONSUMERS: AtomicU64 = AtomicU64::new(0);
-        let name = format!("commands-{}", CONSUMERS.fetch_add(1, Ordering::Relaxed) + 1);
-        self.stream
-            .consumer(&name)
-            .map_err(|e| StoreError::fatal(format!("consumer {name}")).with_source(e))
+        Self::consumer_of(self.stream(), claim_timeout)
+    }
+
+    async fn consumers(
+        &self,
+        claim_timeout: Duration,
+    ) -> Result<Vec<(String, MemoryBackend)>, StoreError> {
+        if self.streams.len() == 1 {
+            let backend = Self::consumer_of(self.stream(), claim_timeout)?;
+            return Ok(vec![(self.queue().to_owned(), backend)]);
+        }
+        self.shards
+            .streams()
+            .zip(&self.streams)
+            .map(|(name, stream)| Ok((name, Self::consumer_of(stream, claim_timeout)?)))
+            .collect()
     }
 }
 

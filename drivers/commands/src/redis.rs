@@ -12,11 +12,19 @@
 //! expired entries of every index. All keys share the hash tag `{q}`, so the scripts also run
 //! on Redis Cluster (the listing reads the state hashes of the ids it pages through: same tag,
 //! same slot). Cancels are announced on the channel `leasehold:{q}:cancels`.
+//!
+//! A queue of `n > 1` shards ([`RedisStoreConfig::shards`]) has these keys once per shard `i`,
+//! under the shard's own hash tag `{q:i}` ([`Shards::stream`]): `leasehold:{q:i}:stream`,
+//! `leasehold:{q:i}:state:<id>`, `leasehold:{q:i}:status:<STATUS>`. Command `id` lives wholly
+//! in shard [`Shards::for_key`]`(id)`: its state, its index entries and its stream entries, so
+//! each script still touches one slot, and on a Redis Cluster the shards spread over the
+//! masters. One shard is the layout above, key for key. Cancels share the one channel (pub/sub
+//! reaches every node of a cluster).
 
 use std::time::Duration;
 
 use futures::StreamExt;
-use leasehold_core::MAX_DURATION;
+use leasehold_core::{ShardError, Shards, MAX_DURATION};
 use leasehold_redis::{
     backend_error as redis_error, evalsha_cmd, key_slot, ConnectError, Connection, RedisBackend,
     RedisConfig, RedisConfigError, Servers, WaitReplicas,
@@ -25,7 +33,8 @@ use redis::Script;
 
 use crate::state::{CommandState, Status};
 use crate::store::{
-    CancelFeed, CommandStore, Cursor, Listing, Page, StatusCounts, StoreError, Submit,
+    merge_listings, CancelFeed, CommandStore, Cursor, Listing, Page, StatusCounts, StoreError,
+    Submit,
 };
 use crate::DEFAULT_TTL;
 
@@ -47,6 +56,7 @@ const STATUSES: [Status; 5] = Status::ALL;
 pub struct RedisStoreConfig {
     servers: Servers,
     queue: String,
+    shards: u16,
     group: String,
     ttl: Duration,
     command_timeout: Duration,
@@ -95,11 +105,31 @@ impl RedisStoreConfig {
         Self {
             servers,
             queue: queue.into(),
+            shards: 1,
             group: "commands".into(),
             ttl: DEFAULT_TTL,
             command_timeout: Duration::from_secs(5),
             wait: None,
         }
+    }
+
+    /// Spreads the queue over `count` shards (default 1), each with its own stream, states and
+    /// status indexes under its own hash tag, so that on a Redis Cluster they spread over the
+    /// masters; command `id` lives in shard [`Shards::for_key`]`(id)`. Every client and worker
+    /// of a queue must use the same count (a command is looked for in its shard only).
+    ///
+    /// # Errors
+    ///
+    /// A count outside `1..=`[`MAX_SHARDS`](leasehold_core::MAX_SHARDS), or a queue name that
+    /// cannot be sharded (empty, or with a brace).
+    pub fn shards(mut self, count: u32) -> Result<Self, ShardError> {
+        self.shards = Shards::new(self.queue.clone(), count)?.count();
+        Ok(self)
+    }
+
+    /// The queue's shards (one for an unsharded queue).
+    pub fn shard_count(&self) -> u16 {
+        self.shards
     }
 
     /// How long a state is kept after its last write (refreshed by every write).
@@ -141,11 +171,11 @@ impl RedisStoreConfig {
             .map(|(replicas, timeout)| WaitReplicas::new(replicas, timeout))
     }
 
-    /// The stream consumers' configuration: the queue's servers, stream and group.
-    fn stream_config(&self) -> RedisConfig {
-        let config =
-            RedisConfig::with_servers(self.servers.clone(), stream_key(&self.queue), &self.group)
-                .command_timeout(self.command_timeout);
+    /// The configuration of `stream`'s consumers: the queue's servers, group, command timeout
+    /// and `wait_replicas`.
+    fn stream_config(&self, stream: &str) -> RedisConfig {
+        let config = RedisConfig::with_servers(self.servers.clone(), stream, &self.group)
+            .command_timeout(self.command_timeout);
         match self.wait {
             Some((replicas, timeout)) => config.wait_replicas(replicas, timeout),
             None => config,
@@ -171,40 +201,58 @@ impl RedisStoreConfig {
         if self.command_timeout.is_zero() {
             return Err(RedisConfigError::ZeroCommandTimeout);
         }
-        // The stream's own keys (dead letters, delayed messages), as its consumers derive them,
-        // the servers and `wait_replicas`.
-        self.stream_config().validate()?;
-        // The store's keys, which its scripts touch with the stream.
-        let status_keys = STATUSES.map(|status| status_key(&self.queue, status));
-        let keys = std::iter::once(("state hash", state_key(&self.queue, "")))
-            .chain(status_keys.into_iter().map(|key| ("status index", key)));
-        in_stream_slot(&self.queue, keys)
+        for tag in self.tags() {
+            // The stream's own keys (dead letters, delayed messages), as its consumers derive
+            // them, the servers and `wait_replicas`.
+            self.stream_config(&stream_key(&tag)).validate()?;
+            // The store's keys, which its scripts touch with the stream.
+            let status_keys = STATUSES.map(|status| status_key(&tag, status));
+            let keys = std::iter::once(("state hash", state_key(&tag, "")))
+                .chain(status_keys.into_iter().map(|key| ("status index", key)));
+            in_stream_slot(&tag, keys)?;
+        }
+        Ok(())
+    }
+
+    /// The routing of command ids to shards.
+    fn routing(&self) -> Shards {
+        // Validated: a queue name without braces, a count in range.
+        Shards::new(self.queue.clone(), u32::from(self.shards.max(1)))
+            .unwrap_or_else(|_| Shards::new("commands", 1).expect("a valid name"))
+    }
+
+    /// Every shard's hash tag, shard 0 first: `{q}` for one shard, `{q:i}` for several.
+    fn tags(&self) -> Vec<String> {
+        if self.shards <= 1 {
+            return vec![format!("{{{}}}", self.queue)];
+        }
+        self.routing().streams().collect()
     }
 }
 
-/// The queue's stream.
-fn stream_key(queue: &str) -> String {
-    format!("leasehold:{{{queue}}}:stream")
+/// The stream of the shard tagged `tag` (`{q}` or `{q:i}`).
+fn stream_key(tag: &str) -> String {
+    format!("leasehold:{tag}:stream")
 }
 
 /// The hash holding command `id`'s state (with `id` empty: the prefix of them all).
-fn state_key(queue: &str, id: &str) -> String {
-    format!("leasehold:{{{queue}}}:state:{id}")
+fn state_key(tag: &str, id: &str) -> String {
+    format!("leasehold:{tag}:state:{id}")
 }
 
 /// The index of the commands in `status`.
-fn status_key(queue: &str, status: Status) -> String {
-    format!("leasehold:{{{queue}}}:status:{status}")
+fn status_key(tag: &str, status: Status) -> String {
+    format!("leasehold:{tag}:status:{status}")
 }
 
-/// Fails unless every key is in the cluster slot of `queue`'s stream. They all carry the hash
-/// tag `{queue}`, so this holds for any queue name without braces; checked all the same, as a
+/// Fails unless every key is in the cluster slot of the stream tagged `tag`. They all carry
+/// the hash tag, so this holds for any queue name without braces; checked all the same, as a
 /// script over keys of two slots fails on Redis Cluster (`CROSSSLOT`).
 fn in_stream_slot(
-    queue: &str,
+    tag: &str,
     keys: impl IntoIterator<Item = (&'static str, String)>,
 ) -> Result<(), RedisConfigError> {
-    let stream = stream_key(queue);
+    let stream = stream_key(tag);
     let stream_slot = key_slot(stream.as_bytes());
     for (what, key) in keys {
         let slot = key_slot(key.as_bytes());
@@ -227,7 +275,11 @@ fn in_stream_slot(
 pub struct RedisCommandStore {
     config: RedisStoreConfig,
     conn: Connection,
-    stream: String,
+    /// Every shard's hash tag, shard 0 first.
+    tags: Vec<String>,
+    /// Every shard's stream key, shard 0 first.
+    streams: Vec<String>,
+    routing: Shards,
     channel: String,
     submit: Script,
     cas: Script,
@@ -238,6 +290,7 @@ impl std::fmt::Debug for RedisCommandStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisCommandStore")
             .field("queue", &self.config.queue)
+            .field("shards", &self.tags.len())
             .finish_non_exhaustive()
     }
 }
@@ -255,8 +308,11 @@ impl RedisCommandStore {
         // Fails at once on a wrong password or a bad TLS setup, as the backend does.
         config.servers.check_credentials(timeout).await?;
         let conn = config.servers.connect(timeout, Some(timeout)).await?;
+        let tags = config.tags();
         Ok(Self {
-            stream: stream_key(&config.queue),
+            streams: tags.iter().map(|tag| stream_key(tag)).collect(),
+            tags,
+            routing: config.routing(),
             channel: format!("leasehold:{{{}}}:cancels", config.queue),
             config,
             conn,
@@ -266,56 +322,73 @@ impl RedisCommandStore {
         })
     }
 
-    /// The stream's key.
+    /// The stream's key (of a sharded queue: shard 0's; see [`stream_keys`](Self::stream_keys)).
     pub fn stream_key(&self) -> &str {
-        &self.stream
+        &self.streams[0]
     }
 
-    /// The key of command `id`'s state hash.
+    /// Every shard's stream key, shard 0 first (one for an unsharded queue).
+    pub fn stream_keys(&self) -> &[String] {
+        &self.streams
+    }
+
+    /// The shard command `id` lives in: its state, index entries and stream entries.
+    pub fn shard_of(&self, id: &str) -> u16 {
+        self.routing.for_key(id.as_bytes())
+    }
+
+    /// The key of command `id`'s state hash (in its shard).
     pub fn state_key(&self, id: &str) -> String {
-        state_key(&self.config.queue, id)
+        state_key(self.tag_of(id), id)
     }
 
-    /// The key of the index of the commands in `status` (a sorted set of ids).
+    /// The key of the index of the commands in `status` (a sorted set of ids); of a sharded
+    /// queue, shard 0's (see [`shard_status_key`](Self::shard_status_key)).
     pub fn status_key(&self, status: Status) -> String {
-        status_key(&self.config.queue, status)
+        status_key(&self.tags[0], status)
     }
 
-    fn state_prefix(&self) -> String {
-        self.state_key("")
+    /// The key of shard `shard`'s index of the commands in `status`, if there is such a shard.
+    pub fn shard_status_key(&self, shard: u16, status: Status) -> Option<String> {
+        let tag = self.tags.get(usize::from(shard))?;
+        Some(status_key(tag, status))
+    }
+
+    fn tag_of(&self, id: &str) -> &str {
+        &self.tags[usize::from(self.shard_of(id))]
     }
 
     fn ttl_ms(&self) -> u64 {
         u64::try_from(self.config.ttl.as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// A state-writing script's `EVALSHA` with its keys: the state hash, the stream, the
-    /// status indexes.
-    fn writing(&self, script: &Script, id: &str) -> redis::Cmd {
-        let mut keys = vec![self.state_key(id), self.stream.clone()];
-        keys.extend(STATUSES.map(|status| self.status_key(status)));
-        evalsha_cmd(script, &keys)
+    /// A state-writing script's `EVALSHA` with its keys, all in the shard of `id`: the state
+    /// hash, the stream, the status indexes; and that shard's stream, which its `WAIT` is
+    /// routed by.
+    fn writing(&self, script: &Script, id: &str) -> (redis::Cmd, &str) {
+        let shard = usize::from(self.shard_of(id));
+        let tag = &self.tags[shard];
+        let mut keys = vec![state_key(tag, id), self.streams[shard].clone()];
+        keys.extend(STATUSES.map(|status| status_key(tag, status)));
+        (evalsha_cmd(script, &keys), &self.streams[shard])
     }
 
-    /// Runs a state-writing script, followed by `WAIT` when `wait_replicas` is on.
+    /// Runs a state-writing script on `stream`'s shard, followed by `WAIT` when
+    /// `wait_replicas` is on.
     async fn write<T: redis::FromRedisValue>(
         &self,
         script: &Script,
         cmd: &redis::Cmd,
+        stream: &str,
     ) -> redis::RedisResult<T> {
         self.conn
-            .write(
-                cmd,
-                self.stream.as_bytes(),
-                Some(script),
-                self.config.waiting(),
-            )
+            .write(cmd, stream.as_bytes(), Some(script), self.config.waiting())
             .await
     }
 
     /// Compare-and-set, enqueueing `entry` too if there is one.
     async fn cas(&self, state: &CommandState, entry: Option<&[u8]>) -> Result<bool, StoreError> {
-        let mut cmd = self.writing(&self.cas, &state.id);
+        let (mut cmd, stream) = self.writing(&self.cas, &state.id);
         cmd.arg(state.version - 1)
             .arg(state.version)
             .arg(state.to_json())
@@ -332,10 +405,49 @@ impl RedisCommandStore {
             "compare-and-set"
         };
         let written: i64 = self
-            .write(&self.cas, &cmd)
+            .write(&self.cas, &cmd, stream)
             .await
             .map_err(|e| redis_error(what, e))?;
         Ok(written == 1)
+    }
+
+    /// One page of `status` in the shard tagged `tag`.
+    async fn list_shard(
+        &self,
+        tag: &str,
+        status: Status,
+        page: &Page,
+    ) -> Result<Listing, StoreError> {
+        let limit = page.effective_limit();
+        let (at, after) = match &page.after {
+            Some(cursor) => (cursor.at.to_string(), cursor.id.as_str()),
+            None => (String::new(), ""),
+        };
+        let (more, score, id, states): (i64, String, String, Vec<String>) = self
+            .list
+            .key(status_key(tag, status))
+            .arg(state_key(tag, ""))
+            .arg(status.to_string())
+            .arg(limit)
+            .arg(at)
+            .arg(after)
+            .arg(limit + 1 + LIST_BUDGET)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| redis_error("list", e))?;
+        let states = states
+            .iter()
+            .map(|json| decode(json))
+            .collect::<Result<Vec<_>, _>>()?;
+        let next = if more == 1 {
+            Some(Cursor {
+                at: parse_score(&score)?,
+                id,
+            })
+        } else {
+            None
+        };
+        Ok(Listing { states, next })
     }
 }
 
@@ -366,7 +478,7 @@ impl CommandStore for RedisCommandStore {
     }
 
     async fn submit(&self, state: &CommandState, entry: &[u8]) -> Result<Submit, StoreError> {
-        let mut cmd = self.writing(&self.submit, &state.id);
+        let (mut cmd, stream) = self.writing(&self.submit, &state.id);
         cmd.arg(state.version)
             .arg(state.to_json())
             .arg(self.ttl_ms())
@@ -375,9 +487,9 @@ impl CommandStore for RedisCommandStore {
             .arg(&state.id)
             .arg(state.status.to_string())
             .arg(state.status_changed_at)
-            .arg(self.state_prefix());
+            .arg(state_key(self.tag_of(&state.id), ""));
         let (created, existing): (i64, Option<String>) = self
-            .write(&self.submit, &cmd)
+            .write(&self.submit, &cmd, stream)
             .await
             .map_err(|e| redis_error("submit", e))?;
         match (created, existing) {
@@ -406,52 +518,34 @@ impl CommandStore for RedisCommandStore {
     }
 
     async fn counts(&self) -> Result<StatusCounts, StoreError> {
-        let mut pipe = redis::pipe();
-        for status in Status::ALL {
-            pipe.zcard(self.status_key(status));
-        }
-        let counts: Vec<u64> = pipe
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| redis_error("counts", e))?;
         let mut all = [0; 5];
-        for (slot, count) in all.iter_mut().zip(counts) {
-            *slot = count;
+        // One pipeline per shard: on a cluster, a pipeline's keys must share a slot.
+        for tag in &self.tags {
+            let mut pipe = redis::pipe();
+            for status in Status::ALL {
+                pipe.zcard(status_key(tag, status));
+            }
+            let counts: Vec<u64> = pipe
+                .query_async(&mut self.conn.clone())
+                .await
+                .map_err(|e| redis_error("counts", e))?;
+            for (slot, count) in all.iter_mut().zip(counts) {
+                *slot += count;
+            }
         }
         Ok(StatusCounts::new(all))
     }
 
     async fn list(&self, status: Status, page: &Page) -> Result<Listing, StoreError> {
-        let limit = page.effective_limit();
-        let (at, after) = match &page.after {
-            Some(cursor) => (cursor.at.to_string(), cursor.id.as_str()),
-            None => (String::new(), ""),
-        };
-        let (more, score, id, states): (i64, String, String, Vec<String>) = self
-            .list
-            .key(self.status_key(status))
-            .arg(self.state_prefix())
-            .arg(status.to_string())
-            .arg(limit)
-            .arg(at)
-            .arg(after)
-            .arg(limit + 1 + LIST_BUDGET)
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| redis_error("list", e))?;
-        let states = states
+        if let [tag] = self.tags.as_slice() {
+            return self.list_shard(tag, status, page).await;
+        }
+        let pages = self
+            .tags
             .iter()
-            .map(|json| decode(json))
-            .collect::<Result<Vec<_>, _>>()?;
-        let next = if more == 1 {
-            Some(Cursor {
-                at: parse_score(&score)?,
-                id,
-            })
-        } else {
-            None
-        };
-        Ok(Listing { states, next })
+            .map(|tag| self.list_shard(tag, status, page));
+        let listings = futures::future::try_join_all(pages).await?;
+        Ok(merge_listings(listings, page))
     }
 
     async fn announce_cancel(&self, id: &str) -> Result<(), StoreError> {
@@ -476,7 +570,45 @@ impl CommandStore for RedisCommandStore {
     }
 
     async fn consumer(&self, claim_timeout: Duration) -> Result<RedisBackend, StoreError> {
-        let config = self.config.stream_config().claim_timeout(claim_timeout);
+        if self.streams.len() > 1 {
+            return Err(StoreError::fatal(format!(
+                "command queue {:?} has {} shards: a worker consumes each \
+                 (CommandStore::consumers)",
+                self.config.queue,
+                self.streams.len()
+            )));
+        }
+        self.shard_consumer(0, claim_timeout).await
+    }
+
+    async fn consumers(
+        &self,
+        claim_timeout: Duration,
+    ) -> Result<Vec<(String, RedisBackend)>, StoreError> {
+        if self.streams.len() == 1 {
+            let backend = self.shard_consumer(0, claim_timeout).await?;
+            return Ok(vec![(self.config.queue.clone(), backend)]);
+        }
+        let mut consumers = Vec::with_capacity(self.streams.len());
+        for (shard, name) in self.routing.streams().enumerate() {
+            let backend = self.shard_consumer(shard, claim_timeout).await?;
+            consumers.push((name, backend));
+        }
+        Ok(consumers)
+    }
+}
+
+impl RedisCommandStore {
+    /// A consumer of shard `shard`'s stream.
+    async fn shard_consumer(
+        &self,
+        shard: usize,
+        claim_timeout: Duration,
+    ) -> Result<RedisBackend, StoreError> {
+        let config = self
+            .config
+            .stream_config(&self.streams[shard])
+            .claim_timeout(claim_timeout);
         Ok(RedisBackend::connect(config).await?)
     }
 }
@@ -491,20 +623,57 @@ mod tests {
         assert_eq!(config.validate(), Ok(()));
         let slot = key_slot(b"leasehold:{jobs}:stream");
         for key in [
-            stream_key("jobs"),
-            format!("{}:dead", stream_key("jobs")),
-            state_key("jobs", "any{id}"),
-            status_key("jobs", Status::Failed),
+            stream_key("{jobs}"),
+            format!("{}:dead", stream_key("{jobs}")),
+            state_key("{jobs}", "any{id}"),
+            status_key("{jobs}", Status::Failed),
         ] {
             assert_eq!(key_slot(key.as_bytes()), slot, "{key}");
         }
-        assert_eq!(stream_key("jobs"), "leasehold:{jobs}:stream");
-        assert_eq!(state_key("jobs", "7"), "leasehold:{jobs}:state:7");
+        assert_eq!(config.tags(), ["{jobs}"], "one shard: the unsharded layout");
+        assert_eq!(stream_key("{jobs}"), "leasehold:{jobs}:stream");
+        assert_eq!(state_key("{jobs}", "7"), "leasehold:{jobs}:state:7");
+    }
+
+    #[test]
+    fn each_shard_has_its_keys_in_its_own_slot() {
+        let config = RedisStoreConfig::new("redis://x", "jobs")
+            .shards(4)
+            .unwrap();
+        assert_eq!(config.validate(), Ok(()));
+        let tags = config.tags();
+        assert_eq!(tags, ["{jobs:0}", "{jobs:1}", "{jobs:2}", "{jobs:3}"]);
+        for tag in &tags {
+            let slot = key_slot(stream_key(tag).as_bytes());
+            assert_eq!(slot, key_slot(tag.trim_matches(['{', '}']).as_bytes()));
+            for key in [state_key(tag, "x"), status_key(tag, Status::Running)] {
+                assert_eq!(key_slot(key.as_bytes()), slot, "{key}");
+            }
+        }
+        assert_eq!(stream_key(&tags[2]), "leasehold:{jobs:2}:stream");
+        assert_eq!(
+            RedisStoreConfig::new("redis://x", "jobs")
+                .shards(1)
+                .unwrap()
+                .tags(),
+            ["{jobs}"]
+        );
+    }
+
+    #[test]
+    fn bad_shard_counts_and_names_are_errors() {
+        let config = || RedisStoreConfig::new("redis://x", "jobs");
+        assert_eq!(config().shards(0).unwrap_err(), ShardError::Count(0));
+        assert_eq!(config().shards(5000).unwrap_err(), ShardError::Count(5000));
+        let braced = RedisStoreConfig::new("redis://x", "a{b}").shards(2);
+        assert!(matches!(braced, Err(ShardError::Brace(_))));
+        assert_eq!(config().shards(3).unwrap().shard_count(), 3);
     }
 
     #[test]
     fn keys_in_another_slot_are_named_in_the_error() {
-        let err = in_stream_slot("jobs", [("status index", "elsewhere".to_string())]).unwrap_err();
+        let err =
+            in_stream_slot("{jobs}", [("status index", "elsewhere".to_string())]).unwrap_err();
         assert_eq!(
             err,
             RedisConfigError::CrossSlot {

@@ -276,11 +276,49 @@ pub trait CommandStore: Send + Sync + 'static {
     /// connection); the worker then subscribes again.
     fn cancels(&self) -> impl Future<Output = Result<CancelFeed, StoreError>> + Send;
 
-    /// A stream consumer for one worker, whose claim timeout is `claim_timeout`.
+    /// A stream consumer for one worker, whose claim timeout is `claim_timeout`. A sharded
+    /// store answers an error here: its workers take [`consumers`](Self::consumers).
     fn consumer(
         &self,
         claim_timeout: std::time::Duration,
     ) -> impl Future<Output = Result<Self::Backend, StoreError>> + Send;
+
+    /// Every stream consumer one worker needs, each with the name the worker serves it under
+    /// (in its logs and metrics): one per shard of a sharded store, all sharing the worker's
+    /// one budget. Default: [`consumer`](Self::consumer), named [`queue`](Self::queue).
+    fn consumers(
+        &self,
+        claim_timeout: std::time::Duration,
+    ) -> impl Future<Output = Result<Vec<(String, Self::Backend)>, StoreError>> + Send {
+        async move {
+            let backend = self.consumer(claim_timeout).await?;
+            Ok(vec![(self.queue().to_owned(), backend)])
+        }
+    }
+}
+
+/// The listing of `status` over several shards: `listings` are each shard's answer to the same
+/// `page`. Every shard's page starts after the same cursor, so the first `limit` of the merge
+/// are among the pages; but a shard whose page ended early (it has more) only covers the
+/// listing up to its `next`, so the merge stops there too, and continues from there.
+pub(crate) fn merge_listings(listings: Vec<Listing>, page: &Page) -> Listing {
+    let limit = page.effective_limit();
+    // The furthest point every shard's page covers: the least `next` of those with more.
+    let covered = listings.iter().filter_map(|l| l.next.clone()).min();
+    let mut states: Vec<CommandState> = listings.into_iter().flat_map(|l| l.states).collect();
+    states.sort_by(|a, b| Cursor::of(a).cmp(&Cursor::of(b)));
+    if let Some(bound) = &covered {
+        states.retain(|state| Cursor::of(state) <= *bound);
+    }
+    let truncated = states.len() > limit;
+    states.truncate(limit);
+    let next = if truncated || covered.is_some() {
+        // After the last state given, or (none given) as far as every shard looked.
+        states.last().map(Cursor::of).or(covered)
+    } else {
+        None
+    };
+    Listing { states, next }
 }
 
 #[cfg(test)]
@@ -310,6 +348,73 @@ mod tests {
         assert!(at(1, "b") < at(2, "a"));
         assert!(at(2, "a") < at(2, "ab"));
         assert!(at(2, "B") < at(2, "a"));
+    }
+
+    fn listed(ids: &[(u64, &str)], next: Option<(u64, &str)>) -> Listing {
+        let states = ids
+            .iter()
+            .map(|&(at, id)| {
+                let mut state = CommandState::submitted(id.into(), "k".into(), Default::default());
+                state.status_changed_at = at;
+                state
+            })
+            .collect();
+        let next = next.map(|(at, id)| Cursor { at, id: id.into() });
+        Listing { states, next }
+    }
+
+    fn ids(listing: &Listing) -> Vec<&str> {
+        listing.states.iter().map(|s| s.id.as_str()).collect()
+    }
+
+    #[test]
+    fn shard_listings_merge_in_order_up_to_the_limit() {
+        let a = listed(&[(1, "a"), (4, "d"), (6, "f")], Some((6, "f")));
+        let b = listed(&[(2, "b"), (3, "c")], None);
+        let merged = merge_listings(vec![a, b], &Page::first(3));
+        assert_eq!(ids(&merged), ["a", "b", "c"]);
+        assert_eq!(
+            merged.next,
+            Some(Cursor {
+                at: 3,
+                id: "c".into()
+            })
+        );
+        // Everything fits, nobody has more: complete.
+        let a = listed(&[(1, "a")], None);
+        let b = listed(&[(2, "b")], None);
+        let merged = merge_listings(vec![a, b], &Page::first(3));
+        assert_eq!(ids(&merged), ["a", "b"]);
+        assert_eq!(merged.next, None);
+    }
+
+    #[test]
+    fn a_shard_that_stopped_early_bounds_the_merged_page() {
+        // Shard a looked at entries up to 2 (skipping expired ones) and has more; shard b's
+        // state at 5 may not come before a's next ones, so the page stops at a's cursor.
+        let a = listed(&[(1, "a")], Some((2, "x")));
+        let b = listed(&[(5, "e")], None);
+        let merged = merge_listings(vec![a, b], &Page::first(10));
+        assert_eq!(ids(&merged), ["a"]);
+        assert_eq!(
+            merged.next,
+            Some(Cursor {
+                at: 1,
+                id: "a".into()
+            })
+        );
+        // Nothing given yet: continue where every shard has looked.
+        let a = listed(&[], Some((2, "x")));
+        let b = listed(&[(5, "e")], None);
+        let merged = merge_listings(vec![a, b], &Page::first(10));
+        assert!(merged.states.is_empty());
+        assert_eq!(
+            merged.next,
+            Some(Cursor {
+                at: 2,
+                id: "x".into()
+            })
+        );
     }
 
     #[test]

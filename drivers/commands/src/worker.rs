@@ -143,25 +143,27 @@ impl<R: Runtime, S: CommandStore> CommandWorkerBuilder<R, S> {
             .repoll_spread(self.status_spread)
             .max_deliveries(u32::MAX);
         let settings = config.validate()?;
-        let backend = self.store.consumer(settings.claim_timeout).await?;
+        // One stream per shard, all on this worker's one budget.
+        let consumers = self.store.consumers(settings.claim_timeout).await?;
         let dispatcher = Arc::new(Dispatcher::new(
             Arc::clone(&self.store),
             self.handlers,
             self.max_attempts,
         ));
-        let handle = Arc::clone(&dispatcher);
-        let worker = WorkerBuilder::new(self.runtime.clone())
-            .config(config)
-            .stream_with_codec(
-                self.store.queue(),
+        let mut builder = WorkerBuilder::new(self.runtime.clone()).config(config);
+        for (name, backend) in consumers {
+            let handle = Arc::clone(&dispatcher);
+            builder = builder.stream_with_codec(
+                name,
                 backend,
                 Json::<Entry>::default(),
                 move |delivery| {
                     let dispatcher = Arc::clone(&handle);
                     async move { dispatcher.handle(delivery).await }
                 },
-            )
-            .start()?;
+            );
+        }
+        let worker = builder.start()?;
         // Subscribed before start returns, so a cancel made after it is heard; if the store
         // cannot subscribe now, the watcher keeps trying (and status checks catch cancels).
         let feed = match self.store.cancels().await {

@@ -27,6 +27,67 @@ fn fixture() -> Memory {
 
 scenarios!(fixture());
 
+/// The same queue over 4 memory streams: every scenario, and the sharded one.
+mod sharded {
+    use super::common::{self, Fixture, ShardedFixture, CLAIM};
+    use crate::scenarios;
+    use leasehold_commands::MemoryCommandStore;
+    use leasehold_memory::{MemoryStream, StreamConfig};
+
+    struct Sharded(MemoryCommandStore);
+
+    impl Fixture for Sharded {
+        type Store = MemoryCommandStore;
+
+        async fn store(&self) -> MemoryCommandStore {
+            self.0.clone()
+        }
+
+        async fn pending(&self) -> usize {
+            self.0.streams().iter().map(MemoryStream::pending_len).sum()
+        }
+    }
+
+    impl ShardedFixture for Sharded {
+        fn shard_count(&self) -> u16 {
+            self.0.streams().len() as u16
+        }
+
+        fn shard_of(&self, id: &str) -> u16 {
+            self.0.shard_of(id)
+        }
+
+        async fn shard_lengths(&self) -> Vec<usize> {
+            self.0.streams().iter().map(MemoryStream::len).collect()
+        }
+    }
+
+    fn fixture() -> Sharded {
+        let streams = (0..4).map(|_| MemoryStream::new(StreamConfig::new(CLAIM)).unwrap());
+        Sharded(MemoryCommandStore::sharded(streams).expect("4 shards"))
+    }
+
+    scenarios!(fixture());
+    scenarios!(fixture(); sharded_commands_run_cancel_and_retry_across_shards);
+
+    #[test]
+    fn a_sharded_store_needs_one_to_1024_streams() {
+        let err = MemoryCommandStore::sharded(Vec::new()).unwrap_err();
+        assert!(err.to_string().contains("1 to 1024 shards"), "{err}");
+        let one =
+            MemoryCommandStore::sharded([MemoryStream::new(StreamConfig::default()).unwrap()]);
+        assert_eq!(one.unwrap().streams().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_sharded_store_has_no_single_consumer() {
+        use leasehold_commands::CommandStore;
+        let err = fixture().0.consumer(CLAIM).await.unwrap_err();
+        assert!(err.to_string().contains("4 shards"), "{err}");
+        assert_eq!(fixture().0.consumers(CLAIM).await.unwrap().len(), 4);
+    }
+}
+
 #[tokio::test]
 async fn bad_worker_options_are_clear_errors() {
     use std::time::Duration;

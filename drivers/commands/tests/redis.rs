@@ -49,6 +49,146 @@ fn fixture() -> Redis {
 
 scenarios!(fixture());
 
+/// The queue over 3 shards on one server: the scenarios that read the stream, and the sharded
+/// one.
+mod sharded {
+    use super::common::{self, Fixture, ShardedFixture};
+    use crate::scenarios;
+    use leasehold_commands::{RedisCommandStore, RedisStoreConfig};
+    use leasehold_redis_harness::RedisServer;
+
+    const SHARDS: u32 = 3;
+
+    struct Sharded {
+        server: RedisServer,
+    }
+
+    impl Sharded {
+        fn config(&self) -> RedisStoreConfig {
+            RedisStoreConfig::new(self.server.url(), super::QUEUE)
+                .shards(SHARDS)
+                .expect("3 shards of a valid name")
+        }
+
+        fn int(&self, args: &[&str]) -> usize {
+            let reply = self.server.command(args).expect("redis answers");
+            let n = reply
+                .as_int()
+                .or_else(|| reply.as_array()?.first()?.as_int());
+            usize::try_from(n.unwrap_or_else(|| panic!("{args:?}: {reply:?}"))).unwrap()
+        }
+    }
+
+    impl Fixture for Sharded {
+        type Store = RedisCommandStore;
+
+        async fn store(&self) -> RedisCommandStore {
+            RedisCommandStore::connect(self.config())
+                .await
+                .expect("connect the sharded command store")
+        }
+
+        async fn pending(&self) -> usize {
+            (0..SHARDS)
+                .map(|i| {
+                    let stream = format!("leasehold:{{{}:{i}}}:stream", super::QUEUE);
+                    self.int(&["XPENDING", &stream, "commands"])
+                })
+                .sum()
+        }
+    }
+
+    impl ShardedFixture for Sharded {
+        fn shard_count(&self) -> u16 {
+            SHARDS as u16
+        }
+
+        fn shard_of(&self, id: &str) -> u16 {
+            leasehold_core::Shards::new(super::QUEUE, SHARDS)
+                .unwrap()
+                .for_key(id.as_bytes())
+        }
+
+        async fn shard_lengths(&self) -> Vec<usize> {
+            (0..SHARDS)
+                .map(|i| {
+                    self.int(&[
+                        "XLEN",
+                        &format!("leasehold:{{{}:{i}}}:stream", super::QUEUE),
+                    ])
+                })
+                .collect()
+        }
+    }
+
+    fn fixture() -> Sharded {
+        let server =
+            RedisServer::start().unwrap_or_else(|e| panic!("cannot start redis-server: {e}"));
+        Sharded { server }
+    }
+
+    scenarios!(
+        fixture();
+        sharded_commands_run_cancel_and_retry_across_shards,
+        succeeds_with_a_typed_result,
+        cancel_reaches_running_commands,
+        crash_failover_resumes_with_check_status,
+        commands_are_listed_by_status_as_they_move,
+        racing_retries_rerun_once,
+    );
+
+    /// A sharded queue's keys are named after its shards, and a command's keys all live in
+    /// the shard its id routes to; the store's routing is the shared one.
+    #[tokio::test]
+    async fn a_commands_keys_live_in_its_shard() {
+        use leasehold_commands::{Command, CommandQueue};
+        use leasehold_tokio::TokioRuntime;
+
+        let fixture = fixture();
+        let store = fixture.store().await;
+        assert_eq!(
+            store.stream_keys(),
+            [
+                "leasehold:{cmds:0}:stream",
+                "leasehold:{cmds:1}:stream",
+                "leasehold:{cmds:2}:stream"
+            ]
+        );
+        let queue = CommandQueue::new(TokioRuntime::current(), store.clone());
+        for id in ["a", "b", "c", "d", "e", "f"] {
+            queue
+                .submit(Command::new("k", 1).unwrap().with_id(id))
+                .await
+                .unwrap();
+            let shard = fixture.shard_of(id);
+            assert_eq!(store.shard_of(id), shard);
+            let key = format!("leasehold:{{cmds:{shard}}}:state:{id}");
+            assert_eq!(store.state_key(id), key);
+            assert_eq!(fixture.int(&["EXISTS", &key]), 1, "{key}");
+            let index = store.shard_status_key(shard, leasehold_commands::Status::Submitted);
+            let index = index.expect("a shard of the queue");
+            let rank = fixture
+                .server
+                .command(["ZRANK", index.as_str(), id])
+                .unwrap();
+            assert!(rank.as_int().is_some(), "{id} in {index}: {rank:?}");
+        }
+        assert_eq!(
+            store.shard_status_key(3, leasehold_commands::Status::Failed),
+            None
+        );
+        assert!(
+            fixture
+                .server
+                .command(["EXISTS", "leasehold:{cmds}:stream"])
+                .unwrap()
+                .as_int()
+                == Some(0),
+            "no unsharded keys"
+        );
+    }
+}
+
 /// 1 000 RUNNING commands on one replica, on real time: each is checked again and again, never
 /// before `status_interval` has passed since its last check. How even the cadence is (gaps,
 /// checks per interval, bunching) is printed, not asserted: on a loaded machine checks come

@@ -73,3 +73,107 @@ scenarios!(
     crash_failover_resumes_with_check_status,
     commands_are_listed_by_status_as_they_move,
 );
+
+/// The queue over 6 shards on the 3 masters, named so that every master serves some shard:
+/// every call of a command is routed to its shard's master.
+mod sharded {
+    use std::collections::BTreeSet;
+
+    use super::common::{self, Fixture, ShardedFixture};
+    use crate::scenarios;
+    use leasehold_commands::{RedisCommandStore, RedisStoreConfig};
+    use leasehold_core::Shards;
+    use leasehold_redis::{key_slot, Servers};
+    use leasehold_redis_harness::{RedisCluster, RedisServer};
+
+    const SHARDS: u32 = 6;
+
+    struct Sharded {
+        cluster: RedisCluster,
+        shards: Shards,
+    }
+
+    impl Sharded {
+        fn stream(&self, shard: u16) -> String {
+            format!("leasehold:{}:stream", self.shards.stream(shard))
+        }
+
+        fn owner(&self, shard: u16) -> &RedisServer {
+            self.cluster
+                .owner(key_slot(self.stream(shard).as_bytes()))
+                .expect("the slot is served")
+        }
+
+        fn int(&self, shard: u16, args: &[&str]) -> usize {
+            let reply = self.owner(shard).command(args).expect("redis answers");
+            let n = reply
+                .as_int()
+                .or_else(|| reply.as_array()?.first()?.as_int());
+            usize::try_from(n.unwrap_or_else(|| panic!("{args:?}: {reply:?}"))).unwrap()
+        }
+    }
+
+    impl Fixture for Sharded {
+        type Store = RedisCommandStore;
+
+        async fn store(&self) -> RedisCommandStore {
+            let first = self.cluster.masters()[0].url();
+            let config =
+                RedisStoreConfig::with_servers(Servers::cluster([first]), self.shards.queue())
+                    .shards(SHARDS)
+                    .expect("6 shards of a valid name");
+            RedisCommandStore::connect(config)
+                .await
+                .expect("connect the sharded command store to the cluster")
+        }
+
+        async fn pending(&self) -> usize {
+            (0..self.shards.count())
+                .map(|i| self.int(i, &["XPENDING", &self.stream(i), "commands"]))
+                .sum()
+        }
+    }
+
+    impl ShardedFixture for Sharded {
+        fn shard_count(&self) -> u16 {
+            self.shards.count()
+        }
+
+        fn shard_of(&self, id: &str) -> u16 {
+            self.shards.for_key(id.as_bytes())
+        }
+
+        async fn shard_lengths(&self) -> Vec<usize> {
+            (0..self.shards.count())
+                .map(|i| self.int(i, &["XLEN", &self.stream(i)]))
+                .collect()
+        }
+    }
+
+    fn fixture() -> Sharded {
+        let cluster =
+            RedisCluster::start(3).unwrap_or_else(|e| panic!("cannot start a Redis Cluster: {e}"));
+        let shards = (0..)
+            .map(|i| Shards::new(format!("cmds{i}"), SHARDS).expect("a valid name"))
+            .find(|shards| {
+                let owners: BTreeSet<u16> = shards
+                    .streams()
+                    .map(|tag| {
+                        let slot = key_slot(format!("leasehold:{tag}:stream").as_bytes());
+                        cluster.owner(slot).expect("the slot is served").port()
+                    })
+                    .collect();
+                owners.len() == 3
+            })
+            .expect("some name spreads its shards over every master");
+        Sharded { cluster, shards }
+    }
+
+    scenarios!(
+        fixture();
+        sharded_commands_run_cancel_and_retry_across_shards,
+        cancel_reaches_running_commands,
+        crash_failover_resumes_with_check_status,
+        commands_are_listed_by_status_as_they_move,
+    );
+}

@@ -44,8 +44,11 @@ pub use self::redis::RedisSource;
 
 #[cfg(feature = "redis")]
 mod redis {
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, Mutex};
+
     use leasehold_commands::{RedisCommandStore, RedisStoreConfig};
-    use leasehold_core::InspectError;
+    use leasehold_core::{InspectError, Shards};
     use leasehold_redis::{ConnectError, RedisInspector};
     use leasehold_tokio::TokioRuntime;
 
@@ -58,7 +61,9 @@ mod redis {
     ///
     /// Named ones, or, when none is named, every stream of the database (a `SCAN … TYPE
     /// stream`, dead-letter and wake-up streams left out, at most 200), of which those named
-    /// `leasehold:{q}:stream` are also shown as command queue `q`. Discovery needs no
+    /// `leasehold:{q}:stream` are also shown as command queue `q`, and those named
+    /// `leasehold:{q:i}:stream` as the shards of command queue `q` (its shard count: the
+    /// highest shard found, plus one). Discovery needs no
     /// cooperation from the workers, so it sees deployments that predate the dashboard; its
     /// cost is one keyspace walk per discovery, which is why it runs seldom, and why naming
     /// the streams turns it off.
@@ -67,6 +72,8 @@ mod redis {
         url: String,
         inspector: RedisInspector,
         named: Option<Catalog>,
+        /// The shard counts of the sharded command queues discovered.
+        shards: Arc<Mutex<BTreeMap<String, u32>>>,
     }
 
     impl RedisSource {
@@ -95,13 +102,20 @@ mod redis {
                 url: url.into(),
                 inspector,
                 named,
+                shards: Arc::default(),
             })
         }
     }
 
-    /// The queue whose stream `key` is (`leasehold:{q}:stream` → `q`).
-    fn queue_of(key: &str) -> Option<&str> {
-        key.strip_prefix("leasehold:{")?.strip_suffix("}:stream")
+    /// The queue whose stream `key` is, and its shard if it is one (`leasehold:{q}:stream` →
+    /// `q`, `leasehold:{q:3}:stream` → `q`, 3).
+    fn queue_of(key: &str) -> Option<(&str, Option<u16>)> {
+        let tag = key.strip_prefix("leasehold:")?.strip_suffix(":stream")?;
+        if let Some((queue, shard)) = Shards::parse(tag) {
+            return Some((queue, Some(shard)));
+        }
+        let queue = tag.strip_prefix('{')?.strip_suffix('}')?;
+        (!queue.is_empty() && !queue.contains(['{', '}'])).then_some((queue, None))
     }
 
     impl Source for RedisSource {
@@ -117,16 +131,32 @@ mod redis {
                 return Ok(named.clone());
             }
             let streams = self.inspector.streams(DISCOVERED).await?;
-            let queues = streams
-                .iter()
-                .filter_map(|key| queue_of(key))
-                .map(str::to_owned)
-                .collect();
-            Ok(Catalog { streams, queues })
+            let mut queues: BTreeMap<String, u32> = BTreeMap::new();
+            for (queue, shard) in streams.iter().filter_map(|key| queue_of(key)) {
+                let count = shard.map_or(1, |shard| u32::from(shard) + 1);
+                let known = queues.entry(queue.to_owned()).or_insert(count);
+                *known = (*known).max(count);
+            }
+            let catalog = Catalog {
+                streams,
+                queues: queues.keys().cloned().collect(),
+            };
+            *self.shards.lock().unwrap_or_else(|e| e.into_inner()) = queues;
+            Ok(catalog)
         }
 
         async fn queue(&self, name: &str) -> Result<Queue<RedisCommandStore>, String> {
-            let store = RedisCommandStore::connect(RedisStoreConfig::new(self.url.as_str(), name))
+            let shards = self
+                .shards
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(name)
+                .copied()
+                .unwrap_or(1);
+            let config = RedisStoreConfig::new(self.url.as_str(), name)
+                .shards(shards)
+                .map_err(|e| e.to_string())?;
+            let store = RedisCommandStore::connect(config)
                 .await
                 .map_err(|e| e.to_string())?;
             Ok(Queue::new(TokioRuntime::current(), store))
@@ -137,8 +167,16 @@ mod redis {
     mod tests {
         #[test]
         fn a_queue_is_known_by_its_stream() {
-            assert_eq!(super::queue_of("leasehold:{vms}:stream"), Some("vms"));
+            assert_eq!(
+                super::queue_of("leasehold:{vms}:stream"),
+                Some(("vms", None))
+            );
+            assert_eq!(
+                super::queue_of("leasehold:{vms:2}:stream"),
+                Some(("vms", Some(2)))
+            );
             assert_eq!(super::queue_of("leasehold:{vms}:stream:dead"), None);
+            assert_eq!(super::queue_of("leasehold:{}:stream"), None);
             assert_eq!(super::queue_of("orders"), None);
         }
     }

@@ -1,7 +1,9 @@
 //! The dashboard in a real browser: a throwaway redis-server seeded with workers holding
 //! leases (one near lapsing, one lapsed), dead letters (one whose reason and payload are
-//! script), delayed messages and commands in every status; the dashboard on a free loopback
-//! port; headless Chromium loading each page, checking the figures it shows, requeueing a dead
+//! script), delayed messages and commands in every status, a queue sharded over three streams
+//! and a command queue over two shards; the dashboard on a free loopback
+//! port; headless Chromium loading each page, checking the figures it shows (the sharded queue
+//! as one row with its totals, and its page of shards), requeueing a dead
 //! letter, cancelling a RUNNING command, and watching a page update itself. A screenshot of
 //! each page lands in `target/dashboard-screenshots/`.
 
@@ -183,7 +185,67 @@ async fn a_seeded_system_seen_and_acted_on_in_chromium() {
     until_status(&queue, "vm-running", Status::Running).await;
     assert!(queue.cancel("vm-cancelled").await.expect("cancel"));
 
-    // The dashboard, discovering both.
+    // Queue `payments` over 3 shards: shard i holds i + 1 messages; 1 of shard 0 and 2 of
+    // shard 2 held; one dead letter in shard 1.
+    for shard in 0..3usize {
+        let stream = format!("{{payments:{shard}}}");
+        let config = RedisConfig::new(server.url(), &stream, "workers")
+            .consumer(format!("payer-{shard}"))
+            .claim_timeout(CLAIM);
+        let backend = RedisBackend::connect(config).await.expect("connect");
+        for n in 0..=shard {
+            backend
+                .publish(Bytes::from(format!(r#"{{"payment":{n}}}"#)))
+                .await
+                .expect("publish");
+        }
+        let take = [1, 1, 2][shard];
+        let fetched = backend.fetch(take, Duration::ZERO).await.expect("fetch");
+        assert_eq!(fetched.len(), take);
+        if shard == 1 {
+            let lease = LeaseRef::from(&fetched[0]);
+            let reason = DeadLetterReason::Rejected("no such account".into());
+            backend
+                .dead_letter(&lease, &reason)
+                .await
+                .expect("dead-letter");
+        }
+    }
+    let payments = inspector
+        .queue("payments")
+        .await
+        .expect("read")
+        .expect("a sharded queue");
+    assert_eq!(
+        (payments.length, payments.pending, payments.dead_letters),
+        (5, 3, 1)
+    );
+    // Command queue `jobs` over 2 shards: one command in each, both SUCCEEDED.
+    let sharded = RedisStoreConfig::new(server.url(), "jobs")
+        .shards(2)
+        .expect("2 shards");
+    let jobs = CommandQueue::new(
+        TokioRuntime::current(),
+        RedisCommandStore::connect(sharded).await.expect("store"),
+    );
+    let jobs_worker = jobs
+        .worker()
+        .config(Config::default().claim_timeout(CLAIM))
+        .handler("echo", Handler)
+        .start()
+        .await
+        .expect("command worker");
+    let job_ids = ["job-a", "job-b", "job-c", "job-d"];
+    for id in job_ids {
+        let command = Command::new("echo", json!({ "id": id })).expect("params");
+        jobs.submit(command.with_id(id)).await.expect("submit");
+    }
+    for id in job_ids {
+        until_status(&jobs, id, Status::Succeeded).await;
+    }
+    jobs_worker.shutdown(Duration::from_secs(5)).await;
+
+    // The dashboard, discovering them all.
     let source = RedisSource::connect(&server.url(), vec![], vec![])
         .await
         .expect("source");
@@ -233,7 +295,72 @@ async fn a_seeded_system_seen_and_acted_on_in_chromium() {
             .await;
         assert_eq!(count, "1", "{status}");
     }
+    // The sharded queue: one row with the totals of its shards, none of its own for them.
+    let sharded_row = "tr[data-sharded='payments']";
+    let total = |name: &str| format!("{sharded_row} [data-field='{name}']");
+    assert_eq!(
+        browser.text(&total("length")).await,
+        payments.length.to_string()
+    );
+    assert_eq!(browser.text(&total("pending")).await, "3");
+    assert_eq!(browser.text(&total("dead")).await, "1");
+    assert_eq!(
+        browser.text(&total("lag")).await,
+        "2",
+        "shards 1 and 2 each have one not delivered"
+    );
+    assert_eq!(browser.text(&total("consumers")).await, "3");
+    assert_eq!(browser.text(&total("shards")).await, "(3 shards)");
+    assert_eq!(browser.count("tr[data-stream^='{payments:']").await, 0);
+    // The sharded command queue: one row, counting both shards.
+    assert_eq!(
+        browser
+            .text("tr[data-queue='jobs'] [data-field='SUCCEEDED']")
+            .await,
+        "4"
+    );
+    assert_eq!(browser.count("tr[data-queue^='jobs:']").await, 0);
+    // Its streams: one row over its two shards.
+    let jobs_streams = "tr[data-sharded='leasehold:{jobs}:stream']";
+    assert_eq!(
+        browser
+            .text(&format!("{jobs_streams} [data-field='shards']"))
+            .await,
+        "(2 shards)"
+    );
+    assert_eq!(
+        browser.count("tr[data-stream^='leasehold:{jobs:']").await,
+        0
+    );
     browser.screenshot("overview").await;
+
+    // The sharded queue's page: its shards, each linking to its stream page.
+    browser
+        .click(&format!("{sharded_row} a[href='/sharded/payments']"))
+        .await;
+    browser.wait_for("table[data-table='shards']").await;
+    assert_eq!(browser.count("tr[data-shard]").await, 3);
+    for shard in 0..3u16 {
+        let stream = format!("{{payments:{shard}}}");
+        let own = inspector.overview(&stream).await.expect("overview");
+        assert_eq!(
+            browser
+                .text(&format!("tr[data-shard='{shard}'] [data-field='length']"))
+                .await,
+            own.length.to_string()
+        );
+    }
+    assert_eq!(
+        browser
+            .text("tr[data-group='workers'] [data-field='shards']")
+            .await,
+        "3"
+    );
+    browser.screenshot("sharded").await;
+    browser.click("tr[data-shard='2'] a").await;
+    browser
+        .wait_text("tr[data-consumer='payer-2'] [data-field='pending']", "2")
+        .await;
 
     // Dead letters: the script is text, and never ran.
     go("/streams/orders/dead").await;

@@ -291,3 +291,105 @@ async fn options_that_would_open_the_door_refuse_to_start() {
     );
     assert!(error.to_string().contains("--token"), "{error}");
 }
+
+/// The shards of a sharded queue (streams `{queue:i}`) show as one row of the queue with their
+/// totals, and the queue's page lists each shard linking to its stream page; a hostile queue
+/// name is escaped everywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sharded_queue_is_one_row_with_totals_and_a_page_of_shards() {
+    let claim = Duration::from_secs(30);
+    let shard = |messages: usize, held: usize| {
+        let stream = MemoryStream::new(StreamConfig::new(claim)).unwrap();
+        for n in 0..messages {
+            stream.publish(format!("{{\"n\":{n}}}").into_bytes());
+        }
+        let consumer = stream.consumer("w").unwrap();
+        assert_eq!(consumer.fetch_now(held).len(), held);
+        stream
+    };
+    let (a, b, c) = (shard(2, 1), shard(3, 2), stream());
+    let hostile = shard(1, 0);
+    let inspector = MemoryInspector::new()
+        .with_stream("{orders:0}", &a)
+        .with_stream("{orders:1}", &b)
+        .with_stream("jobs", &c)
+        .with_stream("{<img src=x>:0}", &hostile);
+    let options = Options {
+        bind: "127.0.0.1:0".parse().unwrap(),
+        ..Options::default()
+    };
+    let dashboard = Dashboard::bind(MemorySource::new(inspector), options)
+        .await
+        .expect("bind");
+    let addr = dashboard.local_addr();
+    let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(dashboard.serve(async {
+        let _ = stopped.await;
+    }));
+
+    let live = request(addr, "GET", "/", &[("X-Leasehold-Live", "1")], "").await;
+    let body = &live.body;
+    let row = body
+        .split("<tr")
+        .find(|row| row.contains("data-sharded=\"orders\""))
+        .unwrap_or_else(|| panic!("a row of the queue: {body}"));
+    assert!(row.contains("data-shards=\"2\""), "{row}");
+    assert!(row.contains("href=\"/sharded/orders\""), "{row}");
+    for (field, value) in [
+        ("length", "5"),
+        ("pending", "3"),
+        ("lag", "2"),
+        ("dead", "0"),
+    ] {
+        assert!(
+            row.contains(&format!("data-field=\"{field}\">{value}<")),
+            "{field} = {value}: {row}"
+        );
+    }
+    assert!(
+        !body.contains("data-stream=\"{orders:0}\""),
+        "no row of its own: {body}"
+    );
+    assert!(body.contains("data-stream=\"jobs\""), "{body}");
+    assert!(!body.contains("<img src=x>"), "escaped: {body}");
+    assert!(body.contains("&lt;img src=x&gt;"), "{body}");
+
+    let page = request(addr, "GET", "/sharded/orders", &[], "").await;
+    assert_eq!(page.status, 200);
+    for (i, length) in [(0, 2), (1, 3)] {
+        let row = page
+            .body
+            .split("<tr")
+            .find(|row| row.contains(&format!("data-shard=\"{i}\"")))
+            .unwrap_or_else(|| panic!("shard {i}: {}", page.body));
+        assert!(
+            row.contains(&format!("href=\"/streams/%7Borders%3A{i}%7D\"")),
+            "{row}"
+        );
+        assert!(
+            row.contains(&format!("data-field=\"length\">{length}<")),
+            "{row}"
+        );
+    }
+    assert!(
+        page.body.contains("data-field=\"length\">5<"),
+        "{}",
+        page.body
+    );
+    let shard_page = request(addr, "GET", "/streams/%7Borders%3A1%7D", &[], "").await;
+    assert_eq!(shard_page.status, 200);
+    assert!(
+        shard_page.body.contains("href=\"/sharded/orders\""),
+        "under its queue"
+    );
+    let hostile = request(addr, "GET", "/sharded/%3Cimg%20src%3Dx%3E", &[], "").await;
+    assert_eq!(hostile.status, 200);
+    assert!(!hostile.body.contains("<img src=x>"), "{}", hostile.body);
+    for path in ["/sharded/nope", "/sharded/jobs"] {
+        assert_eq!(
+            request(addr, "GET", path, &[], "").await.status,
+            404,
+            "{path}"
+        );
+    }
+}

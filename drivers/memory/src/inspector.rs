@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use leasehold_core::{
-    DeadLetterEntry, InspectError, Inspector, Listing, MessageId, NotDead, Overview, Page,
-    PendingEntry, PendingQuery, Purged, Requeued, Selection,
+    group_streams, queue_overview, DeadLetterEntry, Discovered, InspectError, Inspector, Listing,
+    MessageId, NotDead, Overview, Page, PendingEntry, PendingQuery, Purged, QueueOverview,
+    Requeued, Selection,
 };
 
 use crate::id;
@@ -76,9 +77,45 @@ impl MemoryInspector {
         self
     }
 
+    /// Knows every shard of `queue` under its stream name (`{queue:i}`), so that it shows as
+    /// one sharded queue ([`discover`](Self::discover), [`queue`](Self::queue)).
+    #[must_use]
+    pub fn with_queue(mut self, queue: &crate::MemoryQueue) -> Self {
+        for (name, stream) in queue.shards().streams().zip(queue.streams()) {
+            self.add(name, stream);
+        }
+        self
+    }
+
     /// The names of the streams it knows, sorted.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.streams.keys().map(String::as_str)
+    }
+
+    /// The streams it knows, the shards of each sharded queue (named `{queue:i}`) grouped under
+    /// the queue, sorted by name.
+    pub fn discover(&self) -> Vec<Discovered> {
+        group_streams(self.streams.keys().cloned())
+    }
+
+    /// The sharded queue `queue`: the overviews of the shards it knows and their totals, or
+    /// `None` when it knows no stream named like one of its shards.
+    ///
+    /// # Errors
+    ///
+    /// As [`Inspector::overview`].
+    pub async fn queue(&self, queue: &str) -> Result<Option<QueueOverview>, InspectError> {
+        let shards = self.discover().into_iter().find_map(|d| match d {
+            Discovered::Queue {
+                queue: name,
+                shards,
+            } if name == queue => Some(shards),
+            _ => None,
+        });
+        match shards {
+            Some(shards) => queue_overview(self, queue, &shards).await.map(Some),
+            None => Ok(None),
+        }
     }
 
     /// Names the streams' consumer group (default [`DEFAULT_GROUP`](Self::DEFAULT_GROUP)).

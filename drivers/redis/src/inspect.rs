@@ -7,8 +7,9 @@ use std::sync::LazyLock;
 use std::time::{Duration, SystemTime};
 
 use leasehold_core::{
-    ConsumerOverview, DeadLetterEntry, GroupOverview, InspectError, Inspector, Listing, MessageId,
-    NotDead, Overview, Page, PendingEntry, PendingQuery, Purged, Requeued, Selection,
+    group_streams, queue_overview, ConsumerOverview, DeadLetterEntry, Discovered, GroupOverview,
+    InspectError, Inspector, Listing, MessageId, NotDead, Overview, Page, PendingEntry,
+    PendingQuery, Purged, QueueOverview, Requeued, Selection, Shards,
 };
 use redis::streams::{
     StreamInfoConsumersReply, StreamInfoGroupsReply, StreamPendingCountReply, StreamPendingReply,
@@ -171,6 +172,55 @@ impl RedisInspector {
             .filter(|key| !theirs.contains(key))
             .take(limit)
             .collect())
+    }
+
+    /// The streams of this database as [`streams`](Self::streams) lists them, the shards of
+    /// each sharded queue (streams named `{queue:i}`) grouped under the queue, sorted by name
+    /// (at most `limit` streams and queues). One walk of the keyspace, as `streams`.
+    ///
+    /// # Errors
+    ///
+    /// As [`streams`](Self::streams).
+    pub async fn discover(&self, limit: usize) -> Result<Vec<Discovered>, InspectError> {
+        let mut found = group_streams(self.streams(usize::MAX).await?);
+        found.truncate(limit);
+        Ok(found)
+    }
+
+    /// The sharded queue `queue`: its shards' overviews and their totals, or `None` when no
+    /// stream is named like one of its shards. Finds the shards with one walk of the keyspace
+    /// (as [`streams`](Self::streams)), so a shard not created yet is simply missing; when the
+    /// count is known, [`shards_overview`](Self::shards_overview) reads them without the walk.
+    ///
+    /// # Errors
+    ///
+    /// Redis failed.
+    pub async fn queue(&self, queue: &str) -> Result<Option<QueueOverview>, InspectError> {
+        let found = group_streams(self.streams(usize::MAX).await?);
+        let Some(shards) = found.into_iter().find_map(|d| match d {
+            Discovered::Queue {
+                queue: name,
+                shards,
+            } if name == queue => Some(shards),
+            _ => None,
+        }) else {
+            return Ok(None);
+        };
+        queue_overview(self, queue, &shards).await.map(Some)
+    }
+
+    /// The overview of every shard of `shards` that exists, and their totals.
+    ///
+    /// # Errors
+    ///
+    /// Redis failed.
+    pub async fn shards_overview(&self, shards: &Shards) -> Result<QueueOverview, InspectError> {
+        let all: Vec<(u16, String)> = shards
+            .streams()
+            .enumerate()
+            .map(|(i, s)| (i as u16, s))
+            .collect();
+        queue_overview(self, shards.queue(), &all).await
     }
 
     fn dead_key(&self, stream: &str) -> String {

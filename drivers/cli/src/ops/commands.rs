@@ -29,6 +29,9 @@ pub enum CommandsOp {
         /// Start after this cursor (printed under the previous page).
         #[arg(long, value_name = "CURSOR")]
         after: Option<Cursor>,
+        /// The queue's shards (as its workers were configured: `RedisStoreConfig::shards`).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+        shards: u32,
         /// Where it is.
         #[command(flatten)]
         redis: RedisArgs,
@@ -39,6 +42,9 @@ pub enum CommandsOp {
         queue: String,
         /// The command's id.
         id: String,
+        /// The queue's shards (as its workers were configured: `RedisStoreConfig::shards`).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+        shards: u32,
         /// Where it is.
         #[command(flatten)]
         redis: RedisArgs,
@@ -59,6 +65,9 @@ pub struct OneCommand {
     /// Do it without asking.
     #[arg(long)]
     yes: bool,
+    /// The queue's shards (as its workers were configured: `RedisStoreConfig::shards`).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    shards: u32,
     /// Where it is.
     #[command(flatten)]
     redis: RedisArgs,
@@ -78,16 +87,17 @@ impl CommandsOp {
 
 type Queue = CommandQueue<RedisCommandStore, TokioRuntime>;
 
-async fn open(redis: &RedisArgs, queue: &str) -> Result<Queue, OpsError> {
-    let store = RedisCommandStore::connect(RedisStoreConfig::new(redis.redis.as_str(), queue))
-        .await
-        .map_err(|error| {
-            OpsError::Connect(format!(
-                "cannot use Redis at {}: {error}; is redis-server running there, and are the \
+async fn open(redis: &RedisArgs, queue: &str, shards: u32) -> Result<Queue, OpsError> {
+    let config = RedisStoreConfig::new(redis.redis.as_str(), queue)
+        .shards(shards)
+        .map_err(|error| OpsError::Usage(format!("command queue {queue:?}: {error}")))?;
+    let store = RedisCommandStore::connect(config).await.map_err(|error| {
+        OpsError::Connect(format!(
+            "cannot use Redis at {}: {error}; is redis-server running there, and are the \
                  credentials right? (--redis or LEASEHOLD_REDIS_URL)",
-                host_of(&redis.redis)
-            ))
-        })?;
+            host_of(&redis.redis)
+        ))
+    })?;
     Ok(CommandQueue::new(TokioRuntime::current(), store))
 }
 
@@ -112,9 +122,10 @@ pub fn run_commands(op: &CommandsOp) -> Result<Report, OpsError> {
                 status,
                 limit,
                 after,
+                shards,
                 redis,
             } => {
-                let q = open(redis, queue).await?;
+                let q = open(redis, queue, *shards).await?;
                 let mut page = Page::first(*limit as usize);
                 if let Some(cursor) = after {
                     page = page.starting_after(cursor.clone());
@@ -124,8 +135,13 @@ pub fn run_commands(op: &CommandsOp) -> Result<Report, OpsError> {
                     Err(error) => refused(error),
                 }
             }
-            CommandsOp::Show { queue, id, redis } => {
-                let q = open(redis, queue).await?;
+            CommandsOp::Show {
+                queue,
+                id,
+                shards,
+                redis,
+            } => {
+                let q = open(redis, queue, *shards).await?;
                 match q.command(id).await {
                     Ok(Some(state)) => Ok(show_report(&state)),
                     Ok(None) => refused(QueueError::NotFound(id.clone())),
@@ -137,7 +153,7 @@ pub fn run_commands(op: &CommandsOp) -> Result<Report, OpsError> {
                     &format!("cancel command {:?} of queue {:?}", c.id, c.queue),
                     c.yes,
                 )?;
-                let q = open(&c.redis, &c.queue).await?;
+                let q = open(&c.redis, &c.queue, c.shards).await?;
                 match q.cancel_command(&c.id).await {
                     Ok(state) => Ok(done_report("cancelled", &state)),
                     Err(error) => refused(error),
@@ -148,7 +164,7 @@ pub fn run_commands(op: &CommandsOp) -> Result<Report, OpsError> {
                     &format!("retry command {:?} of queue {:?}", c.id, c.queue),
                     c.yes,
                 )?;
-                let q = open(&c.redis, &c.queue).await?;
+                let q = open(&c.redis, &c.queue, c.shards).await?;
                 match q.retry(&c.id).await {
                     Ok(state) => Ok(done_report("retried", &state)),
                     Err(error) => refused(error),

@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use leasehold::core::{Inspector, MessageId, Page, PendingQuery, Selection};
+use leasehold::core::{
+    InspectError, Inspector, MessageId, Page, PendingQuery, QueueOverview, Selection,
+};
 use serde_json::json;
 
 use super::output::{ago, epoch_millis, fields, millis, payload_text, since, table, Report};
@@ -14,7 +16,8 @@ use crate::args::parse_duration;
 /// Flags of `leasehold inspect`.
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// The stream.
+    /// The stream, or a sharded queue (streams `{queue:0}`, `{queue:1}`, …): its totals and
+    /// shards.
     pub stream: String,
     /// Where it is.
     #[command(flatten)]
@@ -141,7 +144,17 @@ fn page(limit: u32, after: Option<&String>) -> Page {
 pub fn run_inspect(args: &InspectArgs) -> Result<Report, OpsError> {
     block_on(async {
         let inspector = connect(&args.redis).await?;
-        let o = inspector.overview(&args.stream).await?;
+        let o = match inspector.overview(&args.stream).await {
+            Ok(o) => o,
+            // Not a stream: perhaps a sharded queue of that name.
+            Err(InspectError::NoSuchStream(name)) => {
+                return match inspector.queue(&args.stream).await? {
+                    Some(queue) => Ok(queue_report(&queue)),
+                    None => Err(InspectError::NoSuchStream(name).into()),
+                };
+            }
+            Err(error) => return Err(error.into()),
+        };
         let mut text = fields(&[
             ("stream", o.stream.clone()),
             ("length", o.length.to_string()),
@@ -197,6 +210,104 @@ pub fn run_inspect(args: &InspectArgs) -> Result<Report, OpsError> {
         });
         Ok(Report::ok(text, json))
     })?
+}
+
+fn delayed_text(len: u64, next_due: Option<Duration>) -> String {
+    match next_due {
+        Some(next) => format!("{len}, the next due in {}", ago(next)),
+        None => len.to_string(),
+    }
+}
+
+fn lag_text(lag: Option<u64>) -> String {
+    lag.map_or("unknown".into(), |n| n.to_string())
+}
+
+/// `leasehold inspect <queue>` of a sharded queue: its totals, its groups over the shards, and
+/// a row per shard.
+fn queue_report(q: &QueueOverview) -> Report {
+    let mut text = fields(&[
+        ("queue", q.queue.clone()),
+        ("shards", q.shards.len().to_string()),
+        ("length", q.length.to_string()),
+        ("pending", q.pending.to_string()),
+        ("lag", lag_text(q.lag)),
+        ("dead letters", q.dead_letters.to_string()),
+        ("delayed", delayed_text(q.delayed.len, q.delayed.next_due)),
+        (
+            "oldest pending",
+            q.oldest_pending_age
+                .map_or("-".into(), |d| format!("appended {} ago", ago(d))),
+        ),
+    ]);
+    text.push('\n');
+    text.push_str(&table(
+        &["group", "shards", "lag", "pending", "consumers"],
+        q.groups.iter().map(|g| {
+            vec![
+                g.name.clone(),
+                g.shards.to_string(),
+                lag_text(g.lag),
+                g.pending.to_string(),
+                g.consumers.to_string(),
+            ]
+        }),
+    ));
+    text.push_str("\n\n");
+    text.push_str(&table(
+        &[
+            "shard",
+            "stream",
+            "length",
+            "pending",
+            "lag",
+            "dead letters",
+            "delayed",
+        ],
+        q.shards.iter().map(|(i, o)| {
+            let pending: u64 = o.groups.iter().map(|g| g.pending).sum();
+            let lag = o
+                .groups
+                .iter()
+                .try_fold(0u64, |sum, g| g.lag.map(|lag| sum + lag));
+            vec![
+                i.to_string(),
+                o.stream.clone(),
+                o.length.to_string(),
+                pending.to_string(),
+                lag_text(lag),
+                o.dead_letters.to_string(),
+                o.delayed.len.to_string(),
+            ]
+        }),
+    ));
+    let json = json!({
+        "queue": q.queue,
+        "length": q.length,
+        "pending": q.pending,
+        "lag": q.lag,
+        "dead_letters": q.dead_letters,
+        "delayed": q.delayed.len,
+        "next_due_ms": q.delayed.next_due.map(millis),
+        "oldest_pending_age_ms": q.oldest_pending_age.map(millis),
+        "groups": q.groups.iter().map(|g| json!({
+            "name": g.name, "shards": g.shards, "lag": g.lag, "pending": g.pending,
+            "consumers": g.consumers,
+            "oldest_pending_age_ms": g.oldest_pending_age.map(millis),
+        })).collect::<Vec<_>>(),
+        "shards": q.shards.iter().map(|(i, o)| json!({
+            "shard": i,
+            "stream": o.stream,
+            "length": o.length,
+            "dead_letters": o.dead_letters,
+            "delayed": o.delayed.len,
+            "groups": o.groups.iter().map(|g| json!({
+                "name": g.name, "lag": g.lag, "pending": g.pending,
+                "oldest_pending_age_ms": g.oldest_pending_age.map(millis),
+            })).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    });
+    Report::ok(text, json)
 }
 
 /// `leasehold pending <stream>`.

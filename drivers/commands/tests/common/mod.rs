@@ -1246,3 +1246,157 @@ pub async fn retry_and_cancel_refuse_clearly<F: Fixture>(fixture: F) {
     wait_pending_zero(&fixture).await;
     stop(worker).await;
 }
+
+// ----- sharded queues --------------------------------------------------------------------------
+
+/// A fixture whose queue is spread over several shards.
+pub trait ShardedFixture: Fixture {
+    /// How many shards the queue has.
+    fn shard_count(&self) -> u16;
+
+    /// The shard command `id` lives in, as the store routes it.
+    fn shard_of(&self, id: &str) -> u16;
+
+    /// Entries in each shard's stream, shard 0 first.
+    fn shard_lengths(&self) -> impl Future<Output = Vec<usize>> + Send;
+}
+
+/// For each shard, the first id `"{prefix}-{n}"` that lives there.
+fn one_id_per_shard<F: ShardedFixture>(fixture: &F, prefix: &str) -> Vec<String> {
+    (0..fixture.shard_count())
+        .map(|shard| {
+            (0..)
+                .map(|n| format!("{prefix}-{n}"))
+                .find(|id| fixture.shard_of(id) == shard)
+                .expect("some id lives in every shard")
+        })
+        .collect()
+}
+
+/// A queue of several shards, served by two workers that each consume every shard: commands
+/// go to the shard of their id (each shard's stream holds exactly its own), all run once; a
+/// RUNNING command in every shard is cancelled and its handler hears it, wherever it runs; a
+/// failed command in every shard is retried and succeeds; listings and counts cover every
+/// shard, and nothing is lost or left pending.
+pub async fn sharded_commands_run_cancel_and_retry_across_shards<F: ShardedFixture>(fixture: F) {
+    const QUICK: usize = 60;
+    let shards = usize::from(fixture.shard_count());
+    assert!(shards > 1, "a sharded fixture");
+    let queue = queue(&fixture).await;
+    let quick: Vec<String> = (0..QUICK).map(|i| format!("quick-{i}")).collect();
+    for (i, id) in quick.iter().enumerate() {
+        queue.submit(command("double", i as u64, id)).await.unwrap();
+    }
+    // Routed by id, before any worker runs: each shard's stream holds its own commands.
+    let mut expected = vec![0; shards];
+    for id in &quick {
+        expected[usize::from(fixture.shard_of(id))] += 1;
+    }
+    assert!(
+        expected.iter().all(|&n| n > 0),
+        "{QUICK} ids cover every shard: {expected:?}"
+    );
+    assert_eq!(fixture.shard_lengths().await, expected);
+
+    let calls = Calls::default();
+    let stubborn = Stubborn::new(true);
+    let (stubborn_calls, stops) = (stubborn.calls.clone(), stubborn.stops.clone());
+    let second = Stubborn {
+        calls: stubborn_calls.clone(),
+        stops: stops.clone(),
+        block_in_check: true,
+    };
+    let start = |stubborn: Stubborn| {
+        builder::<F>(&queue)
+            .handler("double", Double(calls.clone()))
+            .handler("flaky", Flaky(calls.clone()))
+            .handler("stubborn", stubborn)
+            .start()
+    };
+    let a = start(stubborn).await.unwrap();
+    let b = start(second).await.unwrap();
+
+    for (i, id) in quick.iter().enumerate() {
+        let done = queue.wait(id, PATIENCE).await.unwrap();
+        assert_eq!(done.status, Status::Succeeded, "{id}");
+        assert_eq!(queue.result::<u64>(id).await.unwrap(), Some(2 * i as u64));
+    }
+
+    // A RUNNING command in every shard, blocked in a check: cancelled, each handler hears it.
+    let running = one_id_per_shard(&fixture, "running");
+    for id in &running {
+        queue.submit(command("stubborn", (), id)).await.unwrap();
+    }
+    eventually("a check of every RUNNING command is in flight", || {
+        running
+            .iter()
+            .all(|id| stubborn_calls.get(id, "check") >= 1)
+    })
+    .await;
+    for id in &running {
+        assert_eq!(
+            queue.state(id).await.unwrap().unwrap().status,
+            Status::Running
+        );
+        assert!(queue.cancel(id).await.unwrap(), "{id}");
+    }
+    eventually("every cancelled check heard its cancel", || {
+        stops.lock().unwrap().len() == shards
+    })
+    .await;
+    assert!(stops
+        .lock()
+        .unwrap()
+        .iter()
+        .all(|r| *r == StopReason::Cancelled));
+
+    // A failed command in every shard, retried.
+    let flaky = one_id_per_shard(&fixture, "flaky");
+    for id in &flaky {
+        queue.submit(command("flaky", (), id)).await.unwrap();
+    }
+    for id in &flaky {
+        assert_eq!(
+            queue.wait(id, PATIENCE).await.unwrap().status,
+            Status::Failed
+        );
+    }
+    assert_eq!(
+        listed::<F>(&queue, Status::Failed, 2).await,
+        sorted(flaky.clone())
+    );
+    for id in &flaky {
+        assert_eq!(queue.retry(id).await.unwrap().status, Status::Submitted);
+    }
+    for id in &flaky {
+        assert_eq!(
+            queue.wait(id, PATIENCE).await.unwrap().status,
+            Status::Succeeded
+        );
+        assert_eq!(queue.result::<u32>(id).await.unwrap(), Some(1));
+        assert_eq!(
+            calls.get(id, "execute"),
+            2,
+            "{id}: the first run and the retry"
+        );
+    }
+
+    // Every command once, listed once under its status across shards (pages smaller than a
+    // shard's share, so pages merge), counted in every shard.
+    for id in &quick {
+        assert_eq!(calls.get(id, "execute"), 1, "{id} ran once");
+    }
+    let succeeded = sorted(quick.iter().chain(&flaky).cloned());
+    assert_eq!(listed::<F>(&queue, Status::Succeeded, 7).await, succeeded);
+    assert_eq!(
+        listed::<F>(&queue, Status::Cancelled, 1).await,
+        sorted(running.clone())
+    );
+    let counts = queue.counts().await.unwrap();
+    assert_eq!(counts.get(Status::Succeeded), (QUICK + shards) as u64);
+    assert_eq!(counts.get(Status::Cancelled), shards as u64);
+    assert_eq!(counts.total(), (QUICK + 2 * shards) as u64);
+    wait_pending_zero(&fixture).await;
+    stop(a).await;
+    stop(b).await;
+}

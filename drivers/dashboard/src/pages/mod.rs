@@ -40,6 +40,11 @@ pub(crate) fn dead_url(stream: &str) -> String {
     format!("/streams/{}/dead", segment(stream))
 }
 
+/// The page of a sharded queue (streams `{queue:i}`).
+pub(crate) fn sharded_url(queue: &str) -> String {
+    format!("/sharded/{}", segment(queue))
+}
+
 pub(crate) fn queue_url(queue: &str) -> String {
     format!("/queues/{}", segment(queue))
 }

@@ -31,6 +31,7 @@ const LIVE_HEADER: &str = "x-leasehold-live";
 pub(crate) fn router<S: Source>(shared: Arc<Shared<S>>) -> Router {
     Router::new()
         .route("/", get(read::overview_page::<S>))
+        .route("/sharded/{queue}", get(read::sharded_page::<S>))
         .route("/streams/{stream}", get(read::stream_page::<S>))
         .route("/streams/{stream}/dead", get(read::dead_page::<S>))
         .route(

@@ -27,6 +27,20 @@ pub(super) async fn overview_page<S: Source>(
     )
 }
 
+pub(super) async fn sharded_page<S: Source>(
+    State(shared): AppState<S>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    Query(params): Query<Params>,
+) -> Response {
+    let body = overview::sharded_page(&shared.snapshot(), &name)
+        .map(|page| page.into_string().into())
+        .ok_or_else(|| {
+            Failure::not_found(format!("no sharded queue named {name:?} is shown here"))
+        });
+    respond(&shared, &headers, &params, &name, &[], true, body)
+}
+
 pub(super) async fn stream_page<S: Source>(
     State(shared): AppState<S>,
     Path(name): Path<String>,
@@ -77,7 +91,14 @@ pub(super) async fn stream_page<S: Source>(
             }
         },
     };
-    respond(&shared, &headers, &params, &name, &[], true, body)
+    // A shard's page sits under its queue's.
+    let queue = overview::queue_of_shard(&name);
+    let crumbs: Vec<(&str, String)> = queue
+        .as_deref()
+        .map(|queue| (queue, pages::sharded_url(queue)))
+        .into_iter()
+        .collect();
+    respond(&shared, &headers, &params, &name, &crumbs, true, body)
 }
 
 pub(super) async fn dead_page<S: Source>(
