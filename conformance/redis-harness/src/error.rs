@@ -56,6 +56,23 @@ pub enum Error {
         /// What the first node that was not ready reported.
         state: String,
     },
+    /// A Sentinel topology could not be set up, or a sentinel refused a command.
+    #[error("Redis Sentinel: {reason}")]
+    Sentinel {
+        /// What failed, with the replies that say why.
+        reason: String,
+    },
+    /// A topology (Sentinel, or a cluster after a failover) did not reach the state waited
+    /// for within the timeout.
+    #[error("{what} did not happen within {timeout:?}; last seen: {state}")]
+    TopologyTimeout {
+        /// What was waited for.
+        what: String,
+        /// The timeout.
+        timeout: Duration,
+        /// What the topology reported last.
+        state: String,
+    },
     /// Creating the temporary data directory or a log file in it failed.
     #[error("preparing the redis-server data directory failed: {0}")]
     Setup(#[source] io::Error),

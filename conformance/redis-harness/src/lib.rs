@@ -37,6 +37,21 @@
 //! A process is only reaped by [`Drop`] (or `kill`/`stop`): if the test binary itself is killed
 //! with `SIGKILL` or aborts, the server outlives it.
 //!
+//! ## Sentinel
+//!
+//! [`RedisSentinel::start`] runs a master, its replicas (`--replicaof`) and several sentinels
+//! (`redis-server sentinel.conf --sentinel`, a generated configuration monitoring the master
+//! with short `down-after-milliseconds` and `failover-timeout`), each a [`RedisServer`] on a
+//! free loopback port, and returns once every sentinel names the master and knows every
+//! replica. [`RedisSentinel::failover`] sends `SENTINEL FAILOVER` and waits until every
+//! sentinel names the promoted replica and it answers as a master;
+//! [`RedisSentinel::crash_master`] kills the master instead and waits until the sentinels have
+//! agreed it is down and promoted a replica; [`RedisSentinel::wait_replicated`] waits until
+//! every replica holds what the master holds;
+//! [`RedisSentinel::wait_converged`] waits until every other server replicates from it too. The
+//! old master, still up, keeps answering as a master until a sentinel's next look at it (every
+//! 10 s) turns it into a replica: that takes 10–20 s, which a test need not wait for.
+//!
 //! ## Clusters
 //!
 //! [`RedisCluster::start`] runs several such servers with `--cluster-enabled yes` (each with its
@@ -44,13 +59,18 @@
 //! with `redis-cli --cluster create … --cluster-yes` (or, without `redis-cli` or with fewer than
 //! three masters, with `CLUSTER ADDSLOTSRANGE` / `MEET` / `REPLICATE` sent by the harness; see
 //! [`Join`]), and returns once every node reports `cluster_state:ok` with every slot and every
-//! node known, and every replica is in sync. [`RedisCluster::owner`] names the node serving a
+//! node known, every node agrees on which nodes are masters and which replicas (see
+//! [`RedisCluster::failover`]), and every replica is in sync. [`RedisCluster::owner`] names the node serving a
 //! slot; dropping the cluster kills every node and deletes their directories. It honours
-//! `LEASEHOLD_REDIS_SERVER` too, and looks for `redis-cli` beside that binary first.
+//! `LEASEHOLD_REDIS_SERVER` too, and looks for `redis-cli` beside that binary first. Built with
+//! [`ClusterBuilder::replicas`], [`RedisCluster::failover`] promotes a master's replica with
+//! `CLUSTER FAILOVER`, sent to that replica, and waits until every node sees it serve the
+//! slots.
 
 mod cluster;
 mod error;
 mod resp;
+mod sentinel;
 
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
@@ -64,6 +84,7 @@ use std::time::{Duration, Instant};
 pub use cluster::{ClusterBuilder, Join, RedisCluster};
 pub use error::Error;
 pub use resp::Reply;
+pub use sentinel::{RedisSentinel, SentinelBuilder};
 
 /// Environment variable naming the `redis-server` binary to run (default: `redis-server` from
 /// `PATH`). [`Builder::binary`] takes precedence.
@@ -86,6 +107,7 @@ const POLL: Duration = Duration::from_millis(10);
 const TAIL_LINES: usize = 30;
 
 const LOG_FILE: &str = "redis.log";
+const SENTINEL_CONFIG_FILE: &str = "sentinel.conf";
 const OUTPUT_FILE: &str = "redis-output.log";
 
 /// Options for a [`RedisServer`]; see [`RedisServer::builder`].
@@ -97,6 +119,10 @@ pub struct Builder {
     password: Option<String>,
     args: Vec<OsString>,
     startup_timeout: Duration,
+    /// Run as a sentinel (`redis-server sentinel.conf --sentinel`), with this configuration
+    /// written to `sentinel.conf` in the server's directory before its first start (Sentinel
+    /// rewrites the file as it learns the topology, so a restart keeps what it learnt).
+    sentinel_config: Option<String>,
 }
 
 impl Default for Builder {
@@ -107,6 +133,7 @@ impl Default for Builder {
             password: None,
             args: Vec::new(),
             startup_timeout: Duration::from_secs(10),
+            sentinel_config: None,
         }
     }
 }
@@ -404,6 +431,14 @@ impl RedisServer {
         let log_start = file_len(&dir.join(LOG_FILE));
         let output_start = file_len(&dir.join(OUTPUT_FILE));
         let mut cmd = Command::new(&self.binary);
+        if let Some(config) = &self.options.sentinel_config {
+            let path = dir.join(SENTINEL_CONFIG_FILE);
+            if !path.exists() {
+                std::fs::write(&path, config).map_err(Error::Setup)?;
+            }
+            // The configuration file comes first, as redis-server takes it.
+            cmd.arg(path).arg("--sentinel");
+        }
         cmd.arg("--port")
             .arg(self.port.to_string())
             .args(["--bind", "127.0.0.1", "--daemonize", "no", "--save", ""])

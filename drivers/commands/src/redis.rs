@@ -26,8 +26,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use leasehold_core::{ShardError, Shards, MAX_DURATION};
 use leasehold_redis::{
-    backend_error as redis_error, key_slot, ConnectError, Connection, RedisBackend, RedisConfig,
-    RedisConfigError, Servers,
+    backend_error as redis_error, evalsha_cmd, key_slot, ConnectError, Connection, RedisBackend,
+    RedisConfig, RedisConfigError, Servers, WaitReplicas,
 };
 use redis::Script;
 
@@ -60,6 +60,7 @@ pub struct RedisStoreConfig {
     group: String,
     ttl: Duration,
     command_timeout: Duration,
+    wait: Option<(u32, Duration)>,
 }
 
 impl RedisStoreConfig {
@@ -82,6 +83,23 @@ impl RedisStoreConfig {
         Self::with_servers(Servers::cluster(nodes), queue)
     }
 
+    /// Queue `queue` on the master named `master_name` in Redis Sentinel, found through the
+    /// sentinels at `sentinel_urls` (see [`Servers::sentinel`]); defaults as
+    /// [`RedisStoreConfig::new`]. The connections follow a failover.
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+    pub fn sentinel<I, S>(
+        sentinel_urls: I,
+        master_name: impl Into<String>,
+        queue: impl Into<String>,
+    ) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::with_servers(Servers::sentinel(sentinel_urls, master_name), queue)
+    }
+
     /// Queue `queue` on `servers`; defaults as [`RedisStoreConfig::new`].
     pub fn with_servers(servers: Servers, queue: impl Into<String>) -> Self {
         Self {
@@ -91,6 +109,7 @@ impl RedisStoreConfig {
             group: "commands".into(),
             ttl: DEFAULT_TTL,
             command_timeout: Duration::from_secs(5),
+            wait: None,
         }
     }
 
@@ -134,6 +153,35 @@ impl RedisStoreConfig {
         self
     }
 
+    /// Every state write (submit, compare-and-set, requeue) waits until at least `replicas`
+    /// replicas acknowledged it, up to `timeout`, and fails (transient) when fewer did; the
+    /// queue's workers' stream writes do too (see
+    /// [`RedisConfig::wait_replicas`](leasehold_redis::RedisConfig::wait_replicas)). Off by
+    /// default: without it, a failover can roll a command's state back to an earlier one
+    /// (a result, a cancel, or the submit itself lost). A submit that failed so was written
+    /// on the master all the same: submitting again is safe (idempotent by id).
+    #[must_use]
+    pub fn wait_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.wait = Some((replicas, timeout));
+        self
+    }
+
+    fn waiting(&self) -> Option<WaitReplicas> {
+        self.wait
+            .map(|(replicas, timeout)| WaitReplicas::new(replicas, timeout))
+    }
+
+    /// The configuration of `stream`'s consumers: the queue's servers, group, command timeout
+    /// and `wait_replicas`.
+    fn stream_config(&self, stream: &str) -> RedisConfig {
+        let config = RedisConfig::with_servers(self.servers.clone(), stream, &self.group)
+            .command_timeout(self.command_timeout);
+        match self.wait {
+            Some((replicas, timeout)) => config.wait_replicas(replicas, timeout),
+            None => config,
+        }
+    }
+
     fn validate(&self) -> Result<(), RedisConfigError> {
         if self.queue.is_empty() {
             return Err(RedisConfigError::Empty("queue"));
@@ -155,9 +203,8 @@ impl RedisStoreConfig {
         }
         for tag in self.tags() {
             // The stream's own keys (dead letters, delayed messages), as its consumers derive
-            // them (and the servers).
-            RedisConfig::with_servers(self.servers.clone(), stream_key(&tag), &self.group)
-                .validate()?;
+            // them, the servers and `wait_replicas`.
+            self.stream_config(&stream_key(&tag)).validate()?;
             // The store's keys, which its scripts touch with the stream.
             let status_keys = STATUSES.map(|status| status_key(&tag, status));
             let keys = std::iter::once(("state hash", state_key(&tag, "")))
@@ -315,24 +362,34 @@ impl RedisCommandStore {
         u64::try_from(self.config.ttl.as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// A state-writing script invocation with its keys, all in the shard of `id`: the state
-    /// hash, the stream, the status indexes.
-    fn writing<'a>(&self, script: &'a Script, id: &str) -> redis::ScriptInvocation<'a> {
+    /// A state-writing script's `EVALSHA` with its keys, all in the shard of `id`: the state
+    /// hash, the stream, the status indexes; and that shard's stream, which its `WAIT` is
+    /// routed by.
+    fn writing(&self, script: &Script, id: &str) -> (redis::Cmd, &str) {
         let shard = usize::from(self.shard_of(id));
         let tag = &self.tags[shard];
-        let mut invocation = script.key(state_key(tag, id));
-        invocation.key(&self.streams[shard]);
-        for status in STATUSES {
-            invocation.key(status_key(tag, status));
-        }
-        invocation
+        let mut keys = vec![state_key(tag, id), self.streams[shard].clone()];
+        keys.extend(STATUSES.map(|status| status_key(tag, status)));
+        (evalsha_cmd(script, &keys), &self.streams[shard])
+    }
+
+    /// Runs a state-writing script on `stream`'s shard, followed by `WAIT` when
+    /// `wait_replicas` is on.
+    async fn write<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        cmd: &redis::Cmd,
+        stream: &str,
+    ) -> redis::RedisResult<T> {
+        self.conn
+            .write(cmd, stream.as_bytes(), Some(script), self.config.waiting())
+            .await
     }
 
     /// Compare-and-set, enqueueing `entry` too if there is one.
     async fn cas(&self, state: &CommandState, entry: Option<&[u8]>) -> Result<bool, StoreError> {
-        let mut invocation = self.writing(&self.cas, &state.id);
-        invocation
-            .arg(state.version - 1)
+        let (mut cmd, stream) = self.writing(&self.cas, &state.id);
+        cmd.arg(state.version - 1)
             .arg(state.version)
             .arg(state.to_json())
             .arg(self.ttl_ms())
@@ -340,15 +397,15 @@ impl RedisCommandStore {
             .arg(state.status.to_string())
             .arg(state.status_changed_at);
         if let Some(entry) = entry {
-            invocation.arg(FIELD).arg(entry);
+            cmd.arg(FIELD).arg(entry);
         }
         let what = if entry.is_some() {
             "requeue"
         } else {
             "compare-and-set"
         };
-        let written: i64 = invocation
-            .invoke_async(&mut self.conn.clone())
+        let written: i64 = self
+            .write(&self.cas, &cmd, stream)
             .await
             .map_err(|e| redis_error(what, e))?;
         Ok(written == 1)
@@ -421,9 +478,8 @@ impl CommandStore for RedisCommandStore {
     }
 
     async fn submit(&self, state: &CommandState, entry: &[u8]) -> Result<Submit, StoreError> {
-        let (created, existing): (i64, Option<String>) = self
-            .writing(&self.submit, &state.id)
-            .arg(state.version)
+        let (mut cmd, stream) = self.writing(&self.submit, &state.id);
+        cmd.arg(state.version)
             .arg(state.to_json())
             .arg(self.ttl_ms())
             .arg(FIELD)
@@ -431,8 +487,9 @@ impl CommandStore for RedisCommandStore {
             .arg(&state.id)
             .arg(state.status.to_string())
             .arg(state.status_changed_at)
-            .arg(state_key(self.tag_of(&state.id), ""))
-            .invoke_async(&mut self.conn.clone())
+            .arg(state_key(self.tag_of(&state.id), ""));
+        let (created, existing): (i64, Option<String>) = self
+            .write(&self.submit, &cmd, stream)
             .await
             .map_err(|e| redis_error("submit", e))?;
         match (created, existing) {
@@ -548,13 +605,10 @@ impl RedisCommandStore {
         shard: usize,
         claim_timeout: Duration,
     ) -> Result<RedisBackend, StoreError> {
-        let config = RedisConfig::with_servers(
-            self.config.servers.clone(),
-            &self.streams[shard],
-            &self.config.group,
-        )
-        .claim_timeout(claim_timeout)
-        .command_timeout(self.config.command_timeout);
+        let config = self
+            .config
+            .stream_config(&self.streams[shard])
+            .claim_timeout(claim_timeout);
         Ok(RedisBackend::connect(config).await?)
     }
 }

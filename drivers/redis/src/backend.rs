@@ -46,8 +46,9 @@ use redis::{AsyncConnectionConfig, RedisError, Script, Value};
 use crate::config::{
     unique_consumer_name, ConnectError, DelayedKeys, RedisConfig, RedisConfigError,
 };
-use crate::conn::{Connection, Servers};
+use crate::conn::{node_changed, Connection, Servers};
 use crate::error::{error, is_nogroup, is_unblocked};
+use crate::replicas::evalsha_cmd;
 
 /// A script made of shared Lua helpers followed by its own file.
 macro_rules! script {
@@ -164,24 +165,6 @@ pub async fn check_credentials(client: &redis::Client, timeout: Duration) -> Bac
     }
 }
 
-/// Runs an `EVALSHA` of `script` on `con`; loads the script first if the server does not know
-/// it (a restarted server, a new connection to another one). NOSCRIPT means nothing ran, so
-/// the retry is safe whatever the script does.
-pub(crate) async fn evalsha<T: redis::FromRedisValue>(
-    con: &Connection,
-    script: &Script,
-    cmd: &redis::Cmd,
-) -> Result<T, RedisError> {
-    let mut con = con.clone();
-    match cmd.query_async(&mut con).await {
-        Err(e) if e.code() == Some("NOSCRIPT") => {
-            script.load_async(&mut con).await?;
-            cmd.query_async(&mut con).await
-        }
-        other => other,
-    }
-}
-
 impl RedisBackend {
     /// Connects, and creates the stream and group if they do not exist (the group starts at
     /// the stream's beginning, so existing entries are consumed as they are).
@@ -197,7 +180,7 @@ impl RedisBackend {
         let timeout = config.target.command_timeout;
         servers.check_credentials(timeout).await?;
         let commands = servers.connect(timeout, Some(timeout)).await?;
-        let blocking = Blocking::open(servers, timeout)
+        let blocking = Blocking::open(servers, timeout, commands.moves())
             .await
             .map_err(|e| error("connect", e))?;
         Self::set_up(config, commands, Some(blocking)).await
@@ -256,6 +239,23 @@ impl RedisBackend {
         &self.dead_key
     }
 
+    /// Runs the write `cmd` on the command connection, followed by `WAIT` when
+    /// `wait_replicas` is on (see [`Connection::write`]).
+    async fn write<T: redis::FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+        script: Option<&Script>,
+    ) -> Result<T, RedisError> {
+        self.commands
+            .write(
+                cmd,
+                self.config.target.stream.as_bytes(),
+                script,
+                self.config.target.wait,
+            )
+            .await
+    }
+
     /// Creates the stream and group if missing (`BUSYGROUP` means it exists: fine), and the
     /// group of the same name on the wake stream, which a consuming wait blocks on too (from
     /// its end: only wake-ups from then on matter).
@@ -300,13 +300,17 @@ impl RedisBackend {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         let min_idle = millis(self.config.claim_timeout);
-        let mut invocation = FETCH.prepare_invoke();
-        invocation
-            .key(&self.config.target.stream)
-            .key(&self.dead_key)
-            .key(&self.delayed_keys.delayed)
-            .key(&self.delayed_keys.wake)
-            .arg(&self.config.group)
+        let stream = &self.config.target.stream;
+        let mut cmd = evalsha_cmd(
+            &FETCH,
+            &[
+                stream,
+                &self.dead_key,
+                &self.delayed_keys.delayed,
+                &self.delayed_keys.wake,
+            ],
+        );
+        cmd.arg(&self.config.group)
             .arg(&self.consumer)
             .arg(min_idle)
             .arg(&cursor)
@@ -316,12 +320,11 @@ impl RedisBackend {
             .arg(if reclaim_first { "1" } else { "0" })
             .arg(self.config.target.max_len_arg())
             .arg(SCRIPT_BATCH);
-        let reply: Value = match invocation.invoke_async(&mut self.commands.clone()).await {
+        let reply: Value = match self.write(&cmd, Some(&FETCH)).await {
             Err(e) if is_nogroup(&e) => {
-                tracing::warn!(stream = %self.config.target.stream, "consumer group vanished; recreating");
+                tracing::warn!(%stream, "consumer group vanished; recreating");
                 self.ensure_group().await?;
-                invocation
-                    .invoke_async(&mut self.commands.clone())
+                self.write(&cmd, Some(&FETCH))
                     .await
                     .map_err(|e| error("fetch", e))?
             }
@@ -394,11 +397,26 @@ impl RedisBackend {
             .arg("STREAMS")
             .arg(&self.config.target.stream)
             .arg(">");
-        let replies: Vec<redis::RedisResult<Value>> = pipe
-            .ignore_errors()
-            .query_async(&mut self.commands.clone())
+        let wait = self.config.target.wait;
+        if let Some(wait) = wait {
+            pipe.add_command(wait.cmd());
+        }
+        let mut replies = self
+            .commands
+            .pipeline_at(&pipe, self.config.target.stream.as_bytes())
             .await
             .map_err(|e| error("fetch", e))?;
+        if let Some(wait) = wait {
+            // Entries this read took but replicas may not hold stay pending with this
+            // consumer, unseen by the engine, and are reclaimed after the claim timeout.
+            let acked = replies.pop().unwrap_or(Value::Nil);
+            acked
+                .extract_error()
+                .and_then(|acked| wait.check(&acked))
+                .map_err(|e| error("fetch", e))?;
+        }
+        let replies: Vec<redis::RedisResult<Value>> =
+            replies.into_iter().map(Value::extract_error).collect();
         let [first, second, idle, read]: [redis::RedisResult<Value>; 4] = replies
             .try_into()
             .map_err(|_| BackendError::fatal("fetch: wrong number of replies"))?;
@@ -488,7 +506,7 @@ impl RedisBackend {
             .arg(&self.delayed_keys.wake)
             .arg(last)
             .arg(wake);
-        self.block_on(&cmd, wait)
+        self.block_on(&cmd, wait, false)
             .await
             .map_err(|e| error("wait for entries", e))?;
         Ok(())
@@ -511,7 +529,7 @@ impl RedisBackend {
             .arg(wake)
             .arg(">")
             .arg(">");
-        let reply = match self.block_on(&cmd, wait).await {
+        let reply = match self.block_on(&cmd, wait, true).await {
             // The stream, the wake stream or a group was deleted (a stream deleted while the
             // read blocks on it ends the read with `UNBLOCKED`): recreated, and the script reads
             // again.
@@ -568,20 +586,32 @@ impl RedisBackend {
     /// waits for its reply, no longer than `wait`: then `CLIENT UNBLOCK … TIMEOUT` ends it on
     /// the server, which answers at once with what it had (nothing, or what it took just
     /// before), where the server's own timeout would come up to 1/`hz` late. Its reply is always
-    /// read, so a consuming read is never abandoned here. The connection goes back for the next
-    /// wait unless it failed; dropping this future drops it, which ends the read on the server.
-    async fn block_on(&self, cmd: &redis::Cmd, wait: Duration) -> Result<Value, RedisError> {
+    /// read, so a consuming read is never abandoned here. When `consuming` and the read took
+    /// anything, `wait_replicas` waits for the replicas on the same connection, after it. The
+    /// connection goes back for the next wait unless it failed or its server is no master
+    /// any more; dropping this future drops it, which ends the read on the server.
+    async fn block_on(
+        &self,
+        cmd: &redis::Cmd,
+        wait: Duration,
+        consuming: bool,
+    ) -> Result<Value, RedisError> {
         let taken = self
             .blocking
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
+        // Behind Sentinel, the command connection moves to a new master first (it asks the
+        // sentinels now and then): one opened before that may still be on a demoted master
+        // that takes no new entries, so it is opened anew, on the master named now.
+        let moves = self.commands.moves();
         let mut blocking = match taken {
-            Some(blocking) => blocking,
-            None => {
+            Some(blocking) if blocking.moves == moves => blocking,
+            _ => {
                 Blocking::open(
                     &self.config.target.servers,
                     self.config.target.command_timeout,
+                    moves,
                 )
                 .await?
             }
@@ -605,9 +635,19 @@ impl RedisBackend {
                 }
             }
         };
-        // A reply, or an error the server answered: the connection is fine (and kept while the
-        // stream is fetched from).
-        let fine = reply.as_ref().map_or_else(|e| e.code().is_some(), |_| true);
+        let reply = match (reply, self.config.target.wait) {
+            (Ok(reply), Some(replicas)) if consuming && reply != Value::Nil => blocking
+                .con
+                .wait_for_replicas(replicas, self.config.target.stream.as_bytes())
+                .await
+                .map(|()| reply),
+            (reply, _) => reply,
+        };
+        // A reply, or an error the server answered on a master: the connection is fine (and
+        // kept while the stream is fetched from).
+        let fine = reply
+            .as_ref()
+            .map_or_else(|e| e.code().is_some() && !node_changed(e), |_| true);
         if fine {
             // Read under the lock `set_fetching` takes after its store: either this sees it
             // stopped, or `set_fetching` finds the connection here and closes it.
@@ -781,7 +821,7 @@ impl RedisBackend {
             if let Some(tail) = tail {
                 cmd.arg(tail);
             }
-            match evalsha::<Vec<usize>>(&self.commands, script, &cmd).await {
+            match self.write::<Vec<usize>>(&cmd, Some(script)).await {
                 Ok(lost) => {
                     let mut kept = vec![true; chunk.len()];
                     for position in lost {
@@ -813,21 +853,15 @@ impl RedisBackend {
         lease: &LeaseRef,
         extra: &[String],
     ) -> BackendResult<SettleResult> {
-        let mut invocation = script.prepare_invoke();
-        invocation
-            .key(&self.config.target.stream)
-            .key(&self.dead_key)
-            .arg(&self.config.group)
+        let mut cmd = evalsha_cmd(script, &[&self.config.target.stream, &self.dead_key]);
+        cmd.arg(&self.config.group)
             .arg(&self.consumer)
             .arg(lease.id.as_str())
             .arg(lease.fence.0);
         for arg in extra {
-            invocation.arg(arg);
+            cmd.arg(arg);
         }
-        match invocation
-            .invoke_async::<i64>(&mut self.commands.clone())
-            .await
-        {
+        match self.write::<i64>(&cmd, Some(script)).await {
             Ok(1) => Ok(SettleResult::Ok),
             Ok(_) => Ok(SettleResult::Lost),
             Err(e) if is_nogroup(&e) => Ok(SettleResult::Lost),
@@ -876,10 +910,7 @@ impl Backend for RedisBackend {
 
     async fn publish(&self, payload: Bytes) -> BackendResult<MessageId> {
         let id: String = self
-            .config
-            .target
-            .xadd(&payload)
-            .query_async(&mut self.commands.clone())
+            .write(&self.config.target.xadd(&payload), None)
             .await
             .map_err(|e| error("publish", e))?;
         Ok(id.into())
@@ -993,18 +1024,13 @@ impl Backend for RedisBackend {
     /// `claim_timeout - delay`, so any consumer's `XAUTOCLAIM` takes it once `delay` passed.
     async fn release(&self, lease: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
         let idle = self.config.claim_timeout.saturating_sub(delay);
-        let mut invocation = RELEASE.prepare_invoke();
-        invocation
-            .key(&self.config.target.stream)
-            .arg(&self.config.group)
+        let mut cmd = evalsha_cmd(&RELEASE, &[&self.config.target.stream]);
+        cmd.arg(&self.config.group)
             .arg(&self.consumer)
             .arg(lease.id.as_str())
             .arg(lease.fence.0)
             .arg(millis(idle));
-        match invocation
-            .invoke_async::<i64>(&mut self.commands.clone())
-            .await
-        {
+        match self.write::<i64>(&cmd, Some(&RELEASE)).await {
             Ok(1) => Ok(SettleResult::Ok),
             Ok(_) => Ok(SettleResult::Lost),
             Err(e) if is_nogroup(&e) => Ok(SettleResult::Lost),
@@ -1218,6 +1244,8 @@ fn parse_entries(entries: Value, field: &[u8]) -> Option<Vec<(String, Option<Byt
 pub(crate) struct Blocking {
     con: Connection,
     id: Option<i64>,
+    /// The command connection's [`Connection::moves`] when this one was opened.
+    moves: u64,
 }
 
 impl Blocking {
@@ -1227,7 +1255,7 @@ impl Blocking {
     /// the master serving the stream (and follows it when the slot moves); its waits end by
     /// the server's timeout, as `CLIENT UNBLOCK` would have to reach that master by its own
     /// client id there.
-    async fn open(servers: &Servers, timeout: Duration) -> Result<Self, RedisError> {
+    async fn open(servers: &Servers, timeout: Duration, moves: u64) -> Result<Self, RedisError> {
         let mut con = servers.connect_plain(timeout).await?;
         let id = if servers.is_cluster() {
             None
@@ -1238,7 +1266,7 @@ impl Blocking {
                 .await
                 .ok()
         };
-        Ok(Self { con, id })
+        Ok(Self { con, id, moves })
     }
 }
 

@@ -5,6 +5,7 @@ use std::time::Duration;
 use leasehold_core::{BackendError, ErrorKind, MAX_DURATION};
 
 use crate::conn::Servers;
+use crate::replicas::WaitReplicas;
 use crate::slot::{hash_tag, key_slot};
 
 /// A Redis configuration that cannot work: found before anything is sent to Redis.
@@ -33,6 +34,16 @@ pub enum RedisConfigError {
         what: &'static str,
         /// The name given.
         name: String,
+    },
+    /// A [`RedisConfig::wait_replicas`] that cannot work.
+    #[error("wait_replicas({replicas}, {timeout:?}): {reason}")]
+    WaitReplicas {
+        /// The replicas asked for.
+        replicas: u32,
+        /// The timeout given.
+        timeout: Duration,
+        /// Which bound it breaks.
+        reason: &'static str,
     },
     /// A time to live outside 1 ms ..= one year.
     #[error("ttl must be between 1 ms and one year, got {0:?}")]
@@ -148,6 +159,24 @@ impl RedisConfig {
         Self::with_servers(Servers::cluster(nodes), stream, group)
     }
 
+    /// A stream on the master named `master_name` in Redis Sentinel, found through the
+    /// sentinels at `sentinel_urls` (see [`Servers::sentinel`]), consumed by consumer group
+    /// `group`; defaults as [`RedisConfig::new`]. The connections follow a failover.
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+    pub fn sentinel<I, S>(
+        sentinel_urls: I,
+        master_name: impl Into<String>,
+        stream: impl Into<String>,
+        group: impl Into<String>,
+    ) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::with_servers(Servers::sentinel(sentinel_urls, master_name), stream, group)
+    }
+
     /// A stream on `servers`, consumed by consumer group `group`; defaults as
     /// [`RedisConfig::new`].
     pub fn with_servers(
@@ -220,6 +249,21 @@ impl RedisConfig {
         self
     }
 
+    /// Every write waits until at least `replicas` replicas acknowledged it, up to `timeout`
+    /// (`WAIT`, pipelined right after the write on the same connection), and fails as a
+    /// transient error when fewer did: the fetch (whose entries are then left pending, to be
+    /// reclaimed after the claim timeout), renew, ack, release and dead-letter, and
+    /// publishing. Off by default: Redis replicates asynchronously, so a failover can lose a
+    /// write the old master acknowledged (a fetch, an ack, a renew); with this on, a write
+    /// that succeeded is on `replicas` replicas. It costs a wait on every write until `replicas`
+    /// replicas have it. `replicas` at least 1; `timeout` at least 1 ms and below the command
+    /// timeout.
+    #[must_use]
+    pub fn wait_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.target = self.target.wait_replicas(replicas, timeout);
+        self
+    }
+
     /// Where the stream's Redis runs.
     pub fn servers(&self) -> &Servers {
         &self.target.servers
@@ -272,6 +316,7 @@ pub struct PublisherConfig {
     pub(crate) field: String,
     pub(crate) max_len: Option<usize>,
     pub(crate) command_timeout: Duration,
+    pub(crate) wait: Option<WaitReplicas>,
 }
 
 /// Leaves the URL out: it may hold a password.
@@ -282,6 +327,7 @@ impl std::fmt::Debug for PublisherConfig {
             .field("field", &self.field)
             .field("max_len", &self.max_len)
             .field("command_timeout", &self.command_timeout)
+            .field("wait_replicas", &self.wait)
             .finish_non_exhaustive()
     }
 }
@@ -305,6 +351,22 @@ impl PublisherConfig {
         Self::with_servers(Servers::cluster(nodes), stream)
     }
 
+    /// Publishing to `stream` on the master named `master_name` in Redis Sentinel (see
+    /// [`Servers::sentinel`]); defaults as [`PublisherConfig::new`].
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+    pub fn sentinel<I, S>(
+        sentinel_urls: I,
+        master_name: impl Into<String>,
+        stream: impl Into<String>,
+    ) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::with_servers(Servers::sentinel(sentinel_urls, master_name), stream)
+    }
+
     /// Publishing to `stream` on `servers`; defaults as [`PublisherConfig::new`].
     pub fn with_servers(servers: Servers, stream: impl Into<String>) -> Self {
         Self {
@@ -313,6 +375,7 @@ impl PublisherConfig {
             field: "data".into(),
             max_len: None,
             command_timeout: Duration::from_secs(5),
+            wait: None,
         }
     }
 
@@ -339,6 +402,21 @@ impl PublisherConfig {
         self
     }
 
+    /// Every publish waits until at least `replicas` replicas acknowledged it, as
+    /// [`RedisConfig::wait_replicas`] says; a publish that fails so was appended on the master
+    /// all the same, and publishing it again may append it twice (a deduplication key makes
+    /// the retry safe).
+    #[must_use]
+    pub fn wait_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.wait = Some(WaitReplicas::new(replicas, timeout));
+        self
+    }
+
+    /// The `wait_replicas` setting, if on.
+    pub fn replicas_waited_for(&self) -> Option<WaitReplicas> {
+        self.wait
+    }
+
     /// Checks the configuration without connecting, as [`RedisPublisher::connect`] does
     /// first: names, durations, and that the delayed and deduplication keys can be placed in
     /// the stream's cluster slot.
@@ -360,6 +438,9 @@ impl PublisherConfig {
         }
         if self.max_len == Some(0) {
             return Err(RedisConfigError::ZeroMaxLen);
+        }
+        if let Some(wait) = &self.wait {
+            wait.validate(self.command_timeout)?;
         }
         DelayedKeys::of(&self.stream).map(drop)
     }
@@ -671,6 +752,41 @@ mod tests {
             ok.consumer("").validate(),
             Err(RedisConfigError::Empty("consumer"))
         );
+    }
+
+    #[test]
+    fn bad_wait_replicas_are_errors() {
+        let ok = RedisConfig::new("redis://x", "s", "g");
+        let second = Duration::from_secs(1);
+        assert_eq!(ok.clone().wait_replicas(1, second).validate(), Ok(()));
+        let reason = |config: RedisConfig| match config.validate() {
+            Err(RedisConfigError::WaitReplicas { reason, .. }) => reason,
+            other => panic!("{other:?}"),
+        };
+        assert!(reason(ok.clone().wait_replicas(0, second)).contains("at least one replica"));
+        assert!(reason(ok.clone().wait_replicas(1, Duration::ZERO)).contains("at least 1 ms"));
+        assert!(reason(ok.clone().wait_replicas(1, Duration::from_secs(5)))
+            .contains("below command_timeout"));
+        // Below a longer command timeout it is fine; the publisher's is checked the same way.
+        let longer = ok.command_timeout(Duration::from_secs(10));
+        assert_eq!(
+            longer
+                .clone()
+                .wait_replicas(2, Duration::from_secs(5))
+                .validate(),
+            Ok(())
+        );
+        let publisher = PublisherConfig::new("redis://x", "s").wait_replicas(0, second);
+        assert!(matches!(
+            publisher.validate(),
+            Err(RedisConfigError::WaitReplicas { replicas: 0, .. })
+        ));
+        let message = longer
+            .wait_replicas(1, Duration::from_secs(60))
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("wait_replicas(1, 60s)"), "{message}");
     }
 
     #[test]

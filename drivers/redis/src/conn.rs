@@ -4,7 +4,10 @@
 //! [`ConnectionLike`] by delegating to a single server's `ConnectionManager` or to a cluster
 //! connection: commands, pipelines and scripts are written once. On a cluster, redis-rs routes
 //! each command by its first key (a script by its first key, a pipeline by its commands' one
-//! slot), follows `MOVED` and `ASK`, and refreshes its slot map when a slot moved.
+//! slot), follows `MOVED` and `ASK`, and refreshes its slot map when a slot moved. Behind
+//! Redis Sentinel (feature `sentinel`) the connection asks the sentinels for the master, and
+//! asks again after a connection error or a `READONLY` reply (a demoted master), so it follows
+//! a failover: the failed call is a transient error, which the worker retries.
 
 use std::time::Duration;
 
@@ -15,8 +18,9 @@ use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, RedisResult, Valu
 use crate::config::{ConnectError, RedisConfigError};
 use crate::error::error;
 
-/// Where Redis runs: one server, or (with the `cluster` feature) a Redis Cluster known by some
-/// of its nodes. Its `Debug` leaves the URLs out: they may hold passwords.
+/// Where Redis runs: one server, (with the `cluster` feature) a Redis Cluster known by some of
+/// its nodes, or (with the `sentinel` feature) a master known by name to Redis Sentinel. Its
+/// `Debug` leaves the URLs out: they may hold passwords.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Servers(Where);
 
@@ -25,6 +29,18 @@ enum Where {
     One(String),
     #[cfg(feature = "cluster")]
     Cluster(Vec<String>),
+    #[cfg(feature = "sentinel")]
+    Sentinel(SentinelSpec),
+}
+
+/// A master known to Redis Sentinel: the sentinels' URLs, the master's name there, and the URL
+/// whose database and credentials the connections to the master use.
+#[cfg(feature = "sentinel")]
+#[derive(Clone, PartialEq, Eq)]
+struct SentinelSpec {
+    sentinels: Vec<String>,
+    master: String,
+    master_auth: Option<String>,
 }
 
 impl std::fmt::Debug for Servers {
@@ -33,6 +49,13 @@ impl std::fmt::Debug for Servers {
             Where::One(_) => f.write_str("Servers::One"),
             #[cfg(feature = "cluster")]
             Where::Cluster(nodes) => write!(f, "Servers::Cluster({} nodes)", nodes.len()),
+            #[cfg(feature = "sentinel")]
+            Where::Sentinel(spec) => write!(
+                f,
+                "Servers::Sentinel({:?}, {} sentinels)",
+                spec.master,
+                spec.sentinels.len()
+            ),
         }
     }
 }
@@ -56,9 +79,63 @@ impl Servers {
         Self(Where::Cluster(nodes.into_iter().map(Into::into).collect()))
     }
 
+    /// The master named `master_name` in Redis Sentinel, found by asking the sentinels at
+    /// `sentinel_urls` (any one that answers will do). Connections go to the master it names
+    /// and ask again after a connection error or a `READONLY` reply, so they follow a
+    /// failover. The connections to the master use database 0 without credentials (see
+    /// [`Servers::sentinel_with_master_auth`]).
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+    pub fn sentinel<I, S>(sentinel_urls: I, master_name: impl Into<String>) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self(Where::Sentinel(SentinelSpec {
+            sentinels: sentinel_urls.into_iter().map(Into::into).collect(),
+            master: master_name.into(),
+            master_auth: None,
+        }))
+    }
+
+    /// As [`Servers::sentinel`], the connections to the master (and to whichever replica a
+    /// failover promotes) using the database, user and password of `master_url`, whose host
+    /// and port are ignored (e.g. `redis://:secret@master/2`). The sentinels' own credentials
+    /// go in their URLs.
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+    pub fn sentinel_with_master_auth<I, S>(
+        sentinel_urls: I,
+        master_name: impl Into<String>,
+        master_url: impl Into<String>,
+    ) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self(Where::Sentinel(SentinelSpec {
+            sentinels: sentinel_urls.into_iter().map(Into::into).collect(),
+            master: master_name.into(),
+            master_auth: Some(master_url.into()),
+        }))
+    }
+
     /// Whether this is a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
-        !matches!(self.0, Where::One(_))
+        #[cfg(feature = "cluster")]
+        if matches!(self.0, Where::Cluster(_)) {
+            return true;
+        }
+        false
+    }
+
+    /// Whether this is a master found through Redis Sentinel.
+    pub fn is_sentinel(&self) -> bool {
+        #[cfg(feature = "sentinel")]
+        if matches!(self.0, Where::Sentinel(_)) {
+            return true;
+        }
+        false
     }
 
     /// Fails on an empty URL or an empty list of nodes (the URLs are parsed at connect).
@@ -72,6 +149,8 @@ impl Servers {
             }
             #[cfg(feature = "cluster")]
             Where::Cluster(_) => Ok(()),
+            #[cfg(feature = "sentinel")]
+            Where::Sentinel(spec) => spec.validate(),
         }
     }
 
@@ -81,10 +160,13 @@ impl Servers {
             Where::One(url) => vec![url.as_str()],
             #[cfg(feature = "cluster")]
             Where::Cluster(nodes) => nodes.iter().map(String::as_str).collect(),
+            #[cfg(feature = "sentinel")]
+            Where::Sentinel(spec) => spec.sentinels.iter().map(String::as_str).collect(),
         }
     }
 
-    /// Opens one plain connection to each server (each node given of a cluster) in turn: a
+    /// Opens one plain connection to each server (each node given of a cluster, each sentinel
+    /// and then the master it names) in turn: a
     /// wrong password, an unknown user or a bad TLS setup is a fatal error here, at once, where
     /// the reconnecting connections would retry it for seconds. Transient failures (a server
     /// not up yet) pass: the connections' retries handle them.
@@ -104,6 +186,26 @@ impl Servers {
                 .await;
             if let Err(e) = probe {
                 let e = error("connect", e);
+                if e.kind() == ErrorKind::Fatal {
+                    return Err(e.into());
+                }
+            }
+        }
+        #[cfg(feature = "sentinel")]
+        if let Where::Sentinel(spec) = &self.0 {
+            let probe = match spec.master_client(timeout).await {
+                Ok(client) => client
+                    .get_multiplexed_async_connection_with_config(
+                        &AsyncConnectionConfig::new()
+                            .set_connection_timeout(Some(timeout))
+                            .set_response_timeout(Some(timeout)),
+                    )
+                    .await
+                    .map(drop),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = probe {
+                let e = error("connect to the master", e);
                 if e.kind() == ErrorKind::Fatal {
                     return Err(e.into());
                 }
@@ -160,6 +262,17 @@ impl Servers {
                     .map_err(|e| error("connect to the cluster", e))?;
                 Ok(Connection(Link::Cluster(cluster)))
             }
+            #[cfg(feature = "sentinel")]
+            Where::Sentinel(spec) => {
+                spec.master_auth()?;
+                let follower = Follower::new(spec.clone(), timeout, response_timeout);
+                // The first connection now, so that `connect` fails when no master is found.
+                follower
+                    .get()
+                    .await
+                    .map_err(|e| error("connect to the master", e))?;
+                Ok(Connection(Link::Sentinel(follower)))
+            }
         }
     }
 
@@ -188,16 +301,43 @@ impl Servers {
                     client.get_async_connection().await?,
                 )))
             }
+            // The master as the sentinels name it now; a wait that fails drops this
+            // connection, and the next one asks them again.
+            #[cfg(feature = "sentinel")]
+            Where::Sentinel(spec) => {
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(timeout))
+                    .set_response_timeout(None);
+                let con = spec
+                    .master_client(timeout)
+                    .await?
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                Ok(Connection(Link::Plain(con)))
+            }
         }
     }
 
     /// A pub/sub connection. On a cluster, to the first node given that answers: a classic
-    /// `PUBLISH` reaches every node of a cluster, so any one hears every message.
+    /// `PUBLISH` reaches every node of a cluster, so any one hears every message. Behind
+    /// Sentinel, to the master the sentinels name now (a `PUBLISH` on the master reaches its
+    /// replicas' subscribers too, but not the other way round).
     ///
     /// # Errors
     ///
     /// A URL that does not parse, or no server reached.
     pub async fn pubsub(&self) -> BackendResult<redis::aio::PubSub> {
+        #[cfg(feature = "sentinel")]
+        if let Where::Sentinel(spec) = &self.0 {
+            let client = spec
+                .master_client(Duration::from_secs(5))
+                .await
+                .map_err(|e| error("subscribe", e))?;
+            return client
+                .get_async_pubsub()
+                .await
+                .map_err(|e| error("subscribe", e));
+        }
         let mut last = None;
         for url in self.urls() {
             let client = crate::backend::client(url).map_err(ConnectError::from)?;
@@ -223,6 +363,9 @@ enum Link {
     Plain(redis::aio::MultiplexedConnection),
     #[cfg(feature = "cluster")]
     Cluster(redis::cluster_async::ClusterConnection),
+    /// The master Sentinel names, asked for again after a failure.
+    #[cfg(feature = "sentinel")]
+    Sentinel(Follower),
 }
 
 impl std::fmt::Debug for Connection {
@@ -231,6 +374,8 @@ impl std::fmt::Debug for Connection {
             Link::One(_) | Link::Plain(_) => "Connection::One",
             #[cfg(feature = "cluster")]
             Link::Cluster(_) => "Connection::Cluster",
+            #[cfg(feature = "sentinel")]
+            Link::Sentinel(_) => "Connection::Sentinel",
         })
     }
 }
@@ -256,6 +401,15 @@ impl ConnectionLike for Connection {
             }),
             #[cfg(feature = "cluster")]
             Link::Cluster(con) => con.req_packed_command(cmd),
+            #[cfg(feature = "sentinel")]
+            Link::Sentinel(follower) => Box::pin(async move {
+                let (generation, mut con) = follower.get().await?;
+                let value = con.req_packed_command(cmd).await;
+                follower.check(generation, value.as_ref().map(std::slice::from_ref));
+                let value = value.map_err(redirect_is_fatal)?;
+                refuse_redirect(&value)?;
+                Ok(value)
+            }),
         }
     }
 
@@ -284,6 +438,15 @@ impl ConnectionLike for Connection {
             }),
             #[cfg(feature = "cluster")]
             Link::Cluster(con) => con.req_packed_commands(pipeline, offset, count),
+            #[cfg(feature = "sentinel")]
+            Link::Sentinel(follower) => Box::pin(async move {
+                let (generation, mut con) = follower.get().await?;
+                let values = con.req_packed_commands(pipeline, offset, count).await;
+                follower.check(generation, values.as_deref());
+                let values = values.map_err(redirect_is_fatal)?;
+                values.iter().try_for_each(refuse_redirect)?;
+                Ok(values)
+            }),
         }
     }
 
@@ -293,6 +456,8 @@ impl ConnectionLike for Connection {
             Link::Plain(con) => con.get_db(),
             #[cfg(feature = "cluster")]
             Link::Cluster(con) => con.get_db(),
+            #[cfg(feature = "sentinel")]
+            Link::Sentinel(follower) => follower.0.db,
         }
     }
 }
@@ -340,6 +505,8 @@ impl Connection {
     /// `CLUSTER SLOTS`: the first node of each slot range serves it).
     pub(crate) async fn key_holders(&self) -> RedisResult<Vec<Node>> {
         match &self.0 {
+            #[cfg(feature = "sentinel")]
+            Link::Sentinel(_) => Ok(vec![Node::Only]),
             Link::One(_) | Link::Plain(_) => Ok(vec![Node::Only]),
             #[cfg(feature = "cluster")]
             Link::Cluster(con) => {
@@ -380,6 +547,44 @@ impl Connection {
         }
     }
 
+    /// How many times this connection moved to a master the sentinels named (0 but behind
+    /// Sentinel): a connection opened apart from it (the blocking one) and tied to the master
+    /// it used then is stale once this has changed.
+    pub(crate) fn moves(&self) -> u64 {
+        match &self.0 {
+            #[cfg(feature = "sentinel")]
+            Link::Sentinel(follower) => follower
+                .0
+                .generations
+                .load(std::sync::atomic::Ordering::Relaxed),
+            _ => 0,
+        }
+    }
+
+    /// The replies to `pipe`, sent on one connection (server errors among them as values): on
+    /// a cluster, to the master serving `key`'s slot.
+    pub(crate) async fn pipeline_at(&self, pipe: &Pipeline, key: &[u8]) -> RedisResult<Vec<Value>> {
+        match &self.0 {
+            #[cfg(feature = "cluster")]
+            Link::Cluster(con) => {
+                use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
+                let route = Route::new(crate::slot::key_slot(key), SlotAddr::Master);
+                con.clone()
+                    .route_pipeline(
+                        pipe.clone(),
+                        0,
+                        pipe.len(),
+                        SingleNodeRoutingInfo::SpecificNode(route),
+                    )
+                    .await
+            }
+            _ => {
+                let _ = key;
+                self.clone().req_packed_commands(pipe, 0, pipe.len()).await
+            }
+        }
+    }
+
     /// `cmd` on `node` (one of [`key_holders`](Self::key_holders)).
     pub(crate) async fn query_on<T: redis::FromRedisValue>(
         &self,
@@ -399,5 +604,388 @@ impl Connection {
             }
             _ => cmd.query_async(&mut self.clone()).await,
         }
+    }
+}
+
+/// A reply or an error after which a connection to a master found through Sentinel is dropped
+/// and the sentinels asked again: the node is gone or unreachable (a connection error or a
+/// timeout), or it is no master any more (`READONLY` to a write, `UNBLOCKED` for a blocked read
+/// on a demoted master, `MASTERDOWN` from a replica). Everything else keeps the connection.
+pub(crate) fn node_changed(e: &redis::RedisError) -> bool {
+    e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.code()
+            .is_some_and(|code| matches!(code, "READONLY" | "UNBLOCKED" | "MASTERDOWN"))
+}
+
+#[cfg(feature = "sentinel")]
+fn value_says_node_changed(value: &Value) -> bool {
+    matches!(value, Value::ServerError(e) if matches!(e.code(), "READONLY" | "MASTERDOWN"))
+}
+
+/// Runs `future` for at most `timeout`, as an I/O timeout error after that.
+#[cfg(feature = "sentinel")]
+async fn within<T>(
+    timeout: Duration,
+    what: &'static str,
+    future: impl std::future::Future<Output = RedisResult<T>>,
+) -> RedisResult<T> {
+    let timer = async {
+        async_io::Timer::after(timeout).await;
+        Err(redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            what,
+        )))
+    };
+    futures_lite::future::or(future, timer).await
+}
+
+#[cfg(feature = "sentinel")]
+impl SentinelSpec {
+    fn validate(&self) -> Result<(), RedisConfigError> {
+        if self.sentinels.is_empty() || self.sentinels.iter().any(String::is_empty) {
+            return Err(RedisConfigError::Empty("sentinel url"));
+        }
+        if self.master.is_empty() {
+            return Err(RedisConfigError::Empty("sentinel master name"));
+        }
+        if self.master_auth.as_deref() == Some("") {
+            return Err(RedisConfigError::Empty("sentinel master url"));
+        }
+        self.master_auth().map(drop)
+    }
+
+    /// The database and credentials of the connections to the master.
+    fn master_auth(&self) -> Result<redis::RedisConnectionInfo, RedisConfigError> {
+        use redis::IntoConnectionInfo;
+        match &self.master_auth {
+            None => Ok(redis::RedisConnectionInfo::default()),
+            Some(url) => url
+                .as_str()
+                .into_connection_info()
+                .map(|info| info.redis_settings().clone())
+                .map_err(|e| RedisConfigError::Url(e.to_string())),
+        }
+    }
+
+    /// A client for the master the sentinels name now (one that itself answers `ROLE` as a
+    /// master), asked within `timeout`.
+    async fn master_client(&self, timeout: Duration) -> RedisResult<redis::Client> {
+        use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+        let auth = self.master_auth().map_err(|e| {
+            redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "bad sentinel master url",
+                e.to_string(),
+            ))
+        })?;
+        let node = SentinelNodeConnectionInfo::default().set_redis_connection_info(auth);
+        let mut client = SentinelClient::build(
+            self.sentinels.clone(),
+            self.master.clone(),
+            Some(node),
+            SentinelServerType::Master,
+        )?;
+        within(
+            timeout,
+            "no master found through the sentinels in time",
+            client.async_get_client(),
+        )
+        .await
+    }
+}
+
+/// A connection to the master Sentinel names, shared by its clones: opened on first use, and
+/// opened again (the sentinels asked again) on the next use after [`node_changed`] said the
+/// node is gone or demoted. The call that met the failure fails (transient); the engine
+/// retries it, on the new master.
+///
+/// A failover does not always reach the old master: after `SENTINEL FAILOVER`, or a network
+/// partition, it stays up as a master — taking writes that are lost — until a sentinel's
+/// next look at it (every 10 s) turns it into a replica. So the first call at least
+/// [`RECHECK`] after the last look also asks a sentinel where the master is (one
+/// `SENTINEL GET-MASTER-ADDR-BY-NAME`, on a connection kept for it, given up after
+/// [`LOOK_TIMEOUT`]), and moves to the master it names: a connection leaves a demoted master
+/// within about a second.
+#[cfg(feature = "sentinel")]
+#[derive(Clone)]
+struct Follower(std::sync::Arc<FollowerState>);
+
+/// How often a connection to a master found through Sentinel asks a sentinel whether the
+/// master moved: at most once per this, on the first call after it.
+#[cfg(feature = "sentinel")]
+const RECHECK: Duration = Duration::from_secs(1);
+
+/// Bound on that look, which delays the call it rides on: a sentinel answers in a round trip,
+/// and sentinels that are slow or unreachable must not hold up the writes to a master that
+/// works (the look is given up, and tried again a [`RECHECK`] later).
+#[cfg(feature = "sentinel")]
+const LOOK_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// The connection in use: its generation, so that a failure seen on an older one does not drop
+/// a newer one, and the master's address it goes to.
+#[cfg(feature = "sentinel")]
+#[derive(Clone)]
+struct Current {
+    generation: u64,
+    con: redis::aio::MultiplexedConnection,
+    address: Option<(String, u16)>,
+}
+
+#[cfg(feature = "sentinel")]
+struct FollowerState {
+    spec: SentinelSpec,
+    db: i64,
+    config: AsyncConnectionConfig,
+    timeout: Duration,
+    current: std::sync::Mutex<Option<Current>>,
+    generations: std::sync::atomic::AtomicU64,
+    /// When a sentinel was last asked where the master is.
+    looked: std::sync::Mutex<std::time::Instant>,
+    /// A connection to a sentinel that answered, for those looks.
+    sentinel: std::sync::Mutex<Option<redis::aio::MultiplexedConnection>>,
+}
+
+#[cfg(feature = "sentinel")]
+impl Follower {
+    fn new(spec: SentinelSpec, timeout: Duration, response_timeout: Option<Duration>) -> Self {
+        let db = spec.master_auth().map_or(0, |auth| auth.db());
+        Self(std::sync::Arc::new(FollowerState {
+            spec,
+            db,
+            config: AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(timeout))
+                .set_response_timeout(response_timeout),
+            timeout,
+            current: std::sync::Mutex::new(None),
+            generations: std::sync::atomic::AtomicU64::new(0),
+            looked: std::sync::Mutex::new(std::time::Instant::now()),
+            sentinel: std::sync::Mutex::new(None),
+        }))
+    }
+
+    fn current(&self) -> std::sync::MutexGuard<'_, Option<Current>> {
+        self.0.current.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The connection in use, or a new one to the master the sentinels name now.
+    async fn get(&self) -> RedisResult<(u64, redis::aio::MultiplexedConnection)> {
+        let current = self.current().clone();
+        if let Some(current) = current {
+            if !self.time_to_look() || self.still_master(&current).await {
+                return Ok((current.generation, current.con));
+            }
+            let mut slot = self.current();
+            if slot
+                .as_ref()
+                .is_some_and(|c| c.generation == current.generation)
+            {
+                tracing::info!(
+                    master = %self.0.spec.master,
+                    "the sentinels name another master; moving to it"
+                );
+                *slot = None;
+            }
+        }
+        let client = self.0.spec.master_client(self.0.timeout).await?;
+        let address = match client.get_connection_info().addr() {
+            redis::ConnectionAddr::Tcp(host, port)
+            | redis::ConnectionAddr::TcpTls { host, port, .. } => Some((host.clone(), *port)),
+            _ => None,
+        };
+        let con = client
+            .get_multiplexed_async_connection_with_config(&self.0.config)
+            .await?;
+        let generation = 1 + self
+            .0
+            .generations
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::info!(master = %self.0.spec.master, "connected to the master named by Sentinel");
+        *self.0.looked.lock().unwrap_or_else(|e| e.into_inner()) = std::time::Instant::now();
+        // Another call may have connected meanwhile: the newest wins, this one is still used.
+        *self.current() = Some(Current {
+            generation,
+            con: con.clone(),
+            address,
+        });
+        Ok((generation, con))
+    }
+
+    /// Whether [`RECHECK`] has passed since the last look; if so, this call looks (the next
+    /// ones wait another [`RECHECK`]).
+    fn time_to_look(&self) -> bool {
+        let now = std::time::Instant::now();
+        let mut looked = self.0.looked.lock().unwrap_or_else(|e| e.into_inner());
+        if now.saturating_duration_since(*looked) < RECHECK {
+            return false;
+        }
+        *looked = now;
+        true
+    }
+
+    /// Whether a sentinel still names `current`'s address as the master. Yes when none
+    /// answers: the connection's own errors say when its node is gone.
+    async fn still_master(&self, current: &Current) -> bool {
+        let Some((host, port)) = &current.address else {
+            return true;
+        };
+        match within(
+            LOOK_TIMEOUT,
+            "no sentinel answered in time",
+            self.ask_sentinel(),
+        )
+        .await
+        {
+            Ok(Some((named_host, named_port))) => named_host == *host && named_port == *port,
+            Ok(None) => true,
+            Err(e) => {
+                tracing::debug!(%e, "asking a sentinel for the master failed");
+                true
+            }
+        }
+    }
+
+    /// `SENTINEL GET-MASTER-ADDR-BY-NAME` on the kept sentinel connection, or on a new one to
+    /// the first sentinel that answers.
+    async fn ask_sentinel(&self) -> RedisResult<Option<(String, u16)>> {
+        let kept = self
+            .0
+            .sentinel
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut cmd = redis::cmd("SENTINEL");
+        cmd.arg("GET-MASTER-ADDR-BY-NAME").arg(&self.0.spec.master);
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.0.timeout))
+            .set_response_timeout(Some(self.0.timeout));
+        let mut last = None;
+        let candidates = kept
+            .into_iter()
+            .map(Ok)
+            .chain(self.0.spec.sentinels.iter().map(|url| Err(url.as_str())));
+        for candidate in candidates {
+            let mut con = match candidate {
+                Ok(con) => con,
+                Err(url) => {
+                    let opened = match redis::Client::open(url) {
+                        Ok(client) => {
+                            client
+                                .get_multiplexed_async_connection_with_config(&config)
+                                .await
+                        }
+                        Err(e) => Err(e),
+                    };
+                    match opened {
+                        Ok(con) => con,
+                        Err(e) => {
+                            last = Some(e);
+                            continue;
+                        }
+                    }
+                }
+            };
+            match cmd.query_async::<Option<(String, u16)>>(&mut con).await {
+                Ok(address) => {
+                    *self.0.sentinel.lock().unwrap_or_else(|e| e.into_inner()) = Some(con);
+                    return Ok(address);
+                }
+                Err(e) => {
+                    *self.0.sentinel.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "no sentinel"))
+        }))
+    }
+
+    /// Drops connection `generation` if `result` says the node is gone or no master any more.
+    fn check(&self, generation: u64, result: Result<&[Value], &redis::RedisError>) {
+        let changed = match result {
+            Ok(values) => values.iter().any(value_says_node_changed),
+            Err(e) => node_changed(e),
+        };
+        if changed {
+            let mut current = self.current();
+            if current.as_ref().is_some_and(|c| c.generation == generation) {
+                tracing::info!(
+                    master = %self.0.spec.master,
+                    "the master went away or was demoted; asking the sentinels again"
+                );
+                *current = None;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(code: &str) -> redis::RedisError {
+        redis::make_extension_error(code.into(), Some("detail".into()))
+    }
+
+    /// What makes a Sentinel connection ask the sentinels again: its node gone, or no master.
+    #[test]
+    fn a_gone_or_demoted_node_is_a_changed_node() {
+        for e in [
+            redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "reset",
+            )),
+            redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "timed out",
+            )),
+            server("READONLY"),
+            server("UNBLOCKED"),
+            server("MASTERDOWN"),
+        ] {
+            assert!(node_changed(&e), "{e}");
+        }
+        for e in [server("NOGROUP"), server("NOSCRIPT"), server("BUSY")] {
+            assert!(!node_changed(&e), "{e}");
+        }
+    }
+
+    #[cfg(feature = "sentinel")]
+    #[test]
+    fn a_readonly_reply_in_a_pipeline_is_a_changed_node() {
+        let reply = |code: &str| {
+            Value::ServerError(redis::ServerError::try_from(server(code)).expect("a server error"))
+        };
+        assert!(value_says_node_changed(&reply("READONLY")));
+        assert!(value_says_node_changed(&reply("MASTERDOWN")));
+        assert!(!value_says_node_changed(&reply("NOGROUP")));
+        assert!(!value_says_node_changed(&Value::Okay));
+    }
+
+    #[cfg(feature = "sentinel")]
+    #[test]
+    fn sentinel_servers_are_validated_without_connecting() {
+        let ok = Servers::sentinel(["redis://127.0.0.1:26379"], "mymaster");
+        assert_eq!(ok.validate(), Ok(()));
+        assert!(ok.is_sentinel() && !ok.is_cluster());
+        assert_eq!(
+            Servers::sentinel(Vec::<String>::new(), "m").validate(),
+            Err(RedisConfigError::Empty("sentinel url"))
+        );
+        assert_eq!(
+            Servers::sentinel(["redis://x"], "").validate(),
+            Err(RedisConfigError::Empty("sentinel master name"))
+        );
+        assert!(matches!(
+            Servers::sentinel_with_master_auth(["redis://x"], "m", "not a url").validate(),
+            Err(RedisConfigError::Url(_))
+        ));
+        let auth = Servers::sentinel_with_master_auth(["redis://x"], "m", "redis://:pw@h/3");
+        assert_eq!(auth.validate(), Ok(()));
+        let debug = format!("{:?}", Servers::sentinel(["redis://:secret@x"], "m"));
+        assert!(!debug.contains("secret"), "{debug}");
     }
 }

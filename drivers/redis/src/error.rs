@@ -4,7 +4,9 @@
 //! | class | errors | why |
 //! |---|---|---|
 //! | transient | I/O errors, timeouts, dropped or refused connections | the network or the server comes back |
-//! | transient | `LOADING`, `BUSY`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `READONLY`, `MOVED`, `ASK` | the server is starting, busy, failing over or moving slots: the same call succeeds later |
+//! | transient | `LOADING`, `BUSY`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `READONLY`, `UNBLOCKED`, `MOVED`, `ASK` | the server is starting, busy, failing over or moving slots: the same call succeeds later |
+//! | transient | no master found through Sentinel | the master is down and the sentinels have not promoted a replica yet (a wrong master name says so too, at connect) |
+//! | transient | `NOREPLICAS` | fewer replicas than asked for acknowledged a write (the server's `min-replicas-to-write`, or `wait_replicas`): they catch up or come back |
 //! | fatal | `NOAUTH`, `WRONGPASS`, failed authentication, `NOPERM` | credentials or permissions: retrying cannot fix them |
 //! | fatal | `WRONGTYPE` | a key of another type stands where the stream (or a state) should be |
 //! | fatal | script errors, other `ERR` replies, unknown commands, replies that do not parse, bad client configuration | a defect or an incompatible server |
@@ -31,6 +33,8 @@ const TRANSIENT_CODES: &[&str] = &[
     "CLUSTERDOWN",
     "MASTERDOWN",
     "READONLY",
+    "UNBLOCKED",
+    "NOREPLICAS",
     "MOVED",
     "ASK",
 ];
@@ -39,7 +43,13 @@ const TRANSIENT_CODES: &[&str] = &[
 pub fn classify(e: &RedisError) -> ErrorKind {
     let connection =
         e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal();
-    if connection || e.code().is_some_and(|code| TRANSIENT_CODES.contains(&code)) {
+    // The sentinels name no master that is up (it is down, the failover is under way).
+    let failing_over = matches!(
+        e.kind(),
+        redis::ErrorKind::MasterNameNotFoundBySentinel
+            | redis::ErrorKind::NoValidReplicasFoundBySentinel
+    );
+    if connection || failing_over || e.code().is_some_and(|code| TRANSIENT_CODES.contains(&code)) {
         ErrorKind::Transient
     } else {
         ErrorKind::Fatal
@@ -108,9 +118,17 @@ mod tests {
             known(ServerErrorKind::Moved),
             known(ServerErrorKind::Ask),
             server("BUSY"),
+            server("UNBLOCKED"),
+            server("NOREPLICAS"),
         ] {
             assert_eq!(classify(&e), ErrorKind::Transient, "{e}");
         }
+    }
+
+    #[test]
+    fn no_master_behind_sentinel_is_transient() {
+        let e = RedisError::from((RedisKind::MasterNameNotFoundBySentinel, "no master"));
+        assert_eq!(classify(&e), ErrorKind::Transient);
     }
 
     #[test]

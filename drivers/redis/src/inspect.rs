@@ -71,6 +71,26 @@ impl RedisInspector {
         Self::connect_to(&Servers::cluster(nodes)).await
     }
 
+    /// Connects to the master named `master_name` in Redis Sentinel, found through the
+    /// sentinels at `sentinel_urls` (see [`Servers::sentinel`]); the connection follows a
+    /// failover.
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect), or no master found through the sentinels.
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+    pub async fn connect_sentinel<I, S>(
+        sentinel_urls: I,
+        master_name: impl Into<String>,
+    ) -> Result<Self, ConnectError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::connect_to(&Servers::sentinel(sentinel_urls, master_name)).await
+    }
+
     /// Connects to `servers`.
     ///
     /// # Errors

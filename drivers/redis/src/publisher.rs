@@ -10,7 +10,7 @@ use leasehold_core::{
 };
 use redis::Value;
 
-use crate::backend::{evalsha, DELAYED_SUMMARY, PUBLISH};
+use crate::backend::{DELAYED_SUMMARY, PUBLISH};
 use crate::config::{ConnectError, DelayedKeys, PublisherConfig};
 use crate::conn::Connection;
 use crate::error::error;
@@ -111,9 +111,30 @@ impl RedisPublisher {
         for message in &batch {
             pipe.add_command(config.xadd(&message.payload));
         }
-        let ids: Vec<String> = pipe
-            .query_async(&mut self.inner.commands.clone())
+        if let Some(wait) = config.wait {
+            pipe.add_command(wait.cmd());
+        }
+        let mut replies = self
+            .inner
+            .commands
+            .pipeline_at(&pipe, config.stream.as_bytes())
             .await
+            .map_err(|e| error("publish", e))?;
+        if let Some(wait) = config.wait {
+            let acked = replies.pop().unwrap_or(Value::Nil);
+            acked
+                .extract_error()
+                .and_then(|acked| wait.check(&acked))
+                .map_err(|e| error("publish", e))?;
+        }
+        let ids: Vec<String> = replies
+            .into_iter()
+            .map(|reply| {
+                reply
+                    .extract_error()
+                    .and_then(|id| redis::from_redis_value(id).map_err(Into::into))
+            })
+            .collect::<Result<_, redis::RedisError>>()
             .map_err(|e| error("publish", e))?;
         Ok(ids
             .into_iter()
@@ -162,7 +183,8 @@ impl RedisPublisher {
                 .unwrap_or_default();
             cmd.arg(due).arg(ttl).arg(message.payload.as_ref());
         }
-        let reply: Value = evalsha(commands, &PUBLISH, &cmd)
+        let reply: Value = commands
+            .write(&cmd, config.stream.as_bytes(), Some(&PUBLISH), config.wait)
             .await
             .map_err(|e| error("publish", e))?;
         parse_published(reply)
