@@ -403,6 +403,58 @@ impl RedisCluster {
         }
     }
 
+    /// Moves `slot` with its keys from the master serving it to `target`, as `redis-cli
+    /// --cluster reshard` does: `IMPORTING` / `MIGRATING`, `MIGRATE … KEYS` in batches, then
+    /// `SETSLOT … NODE` on every master. It pauses 150 ms inside each open state so that
+    /// clients meet `ASK` and `TRYAGAIN` on the way.
+    ///
+    /// # Errors
+    ///
+    /// `target` already serves the slot, or a command failed.
+    pub fn migrate(&self, slot: u16, target: &RedisServer) -> Result<(), Error> {
+        let source = self.owner(slot)?;
+        if source.port() == target.port() {
+            return Err(setup(format!(
+                "slot {slot} is already on port {}",
+                target.port()
+            )));
+        }
+        let slot = slot.to_string();
+        let (source_id, target_id) = (node_id(source)?, node_id(target)?);
+        expect_ok(
+            target,
+            &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source_id],
+        )?;
+        expect_ok(
+            source,
+            &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id],
+        )?;
+        std::thread::sleep(Duration::from_millis(150));
+        let port = target.port().to_string();
+        loop {
+            let keys = source.command(["CLUSTER", "GETKEYSINSLOT", &slot, "100"])?;
+            let keys: Vec<&str> = keys
+                .as_array()
+                .map(|keys| keys.iter().filter_map(Reply::as_str).collect())
+                .ok_or_else(|| setup(format!("CLUSTER GETKEYSINSLOT replied {keys:?}")))?;
+            if keys.is_empty() {
+                break;
+            }
+            let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+            args.extend(keys);
+            expect_ok(source, &args)?;
+        }
+        std::thread::sleep(Duration::from_millis(150));
+        expect_ok(target, &["CLUSTER", "SETSLOT", &slot, "NODE", &target_id])?;
+        expect_ok(source, &["CLUSTER", "SETSLOT", &slot, "NODE", &target_id])?;
+        for other in self.masters() {
+            if other.port() != source.port() && other.port() != target.port() {
+                expect_ok(other, &["CLUSTER", "SETSLOT", &slot, "NODE", &target_id])?;
+            }
+        }
+        Ok(())
+    }
+
     /// Stops every node cleanly; the first error, after trying them all.
     pub fn stop(&self) -> Result<(), Error> {
         let mut first = Ok(());
@@ -484,11 +536,7 @@ impl RedisCluster {
         let deadline = Instant::now() + timeout;
         for (i, replica) in self.replicas().iter().enumerate() {
             let master = &self.masters()[i % self.masters];
-            let id = master.command(["CLUSTER", "MYID"])?;
-            let id = id
-                .as_str()
-                .ok_or_else(|| setup(format!("CLUSTER MYID replied {id:?}")))?
-                .to_owned();
+            let id = node_id(master)?;
             // Until gossip has told the replica of its master: `ERR Unknown node`.
             loop {
                 let reply = replica.command(["CLUSTER", "REPLICATE", &id])?;
@@ -607,6 +655,14 @@ fn expect_ok(node: &RedisServer, args: &[&str]) -> Result<(), Error> {
             node.port()
         ))),
     }
+}
+
+/// `CLUSTER MYID` of `node`.
+fn node_id(node: &RedisServer) -> Result<String, Error> {
+    let id = node.command(["CLUSTER", "MYID"])?;
+    id.as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| setup(format!("CLUSTER MYID replied {id:?}")))
 }
 
 fn setup(reason: impl Into<String>) -> Error {

@@ -244,70 +244,6 @@ async fn a_worker_consumes_a_stream_on_another_master() {
     worker.shutdown(Duration::from_secs(2)).await;
 }
 
-/// `CLUSTER MYID` of `node`.
-fn id_of(node: &RedisServer) -> String {
-    let id = node.command(["CLUSTER", "MYID"]).expect("CLUSTER MYID");
-    id.as_str()
-        .unwrap_or_else(|| panic!("CLUSTER MYID: {id:?}"))
-        .to_owned()
-}
-
-fn expect_ok(node: &RedisServer, args: &[&str]) {
-    let reply = node.command(args).expect("a cluster command");
-    assert_eq!(
-        reply,
-        Reply::Simple("OK".into()),
-        "{} on port {}",
-        args.join(" "),
-        node.port()
-    );
-}
-
-/// Moves `slot` with its keys from the master serving it to `target`, as `redis-cli --cluster
-/// reshard` does: `IMPORTING` / `MIGRATING`, `MIGRATE … KEYS`, then `SETSLOT … NODE` on every
-/// master. Pauses inside the open state so that clients meet `ASK` and `TRYAGAIN`.
-fn migrate(cluster: &RedisCluster, slot: u16, target: &RedisServer) {
-    let source = cluster.owner(slot).expect("the slot is served");
-    assert_ne!(source.port(), target.port());
-    let slot = slot.to_string();
-    let (source_id, target_id) = (id_of(source), id_of(target));
-    expect_ok(
-        target,
-        &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source_id],
-    );
-    expect_ok(
-        source,
-        &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id],
-    );
-    std::thread::sleep(Duration::from_millis(150));
-    let port = target.port().to_string();
-    loop {
-        let keys = source
-            .command(["CLUSTER", "GETKEYSINSLOT", &slot, "100"])
-            .expect("GETKEYSINSLOT");
-        let keys: Vec<String> = keys
-            .as_array()
-            .unwrap_or_else(|| panic!("GETKEYSINSLOT: {keys:?}"))
-            .iter()
-            .map(|key| key.as_str().expect("a key").to_owned())
-            .collect();
-        if keys.is_empty() {
-            break;
-        }
-        let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
-        args.extend(keys.iter().map(String::as_str));
-        expect_ok(source, &args);
-    }
-    std::thread::sleep(Duration::from_millis(150));
-    expect_ok(target, &["CLUSTER", "SETSLOT", &slot, "NODE", &target_id]);
-    expect_ok(source, &["CLUSTER", "SETSLOT", &slot, "NODE", &target_id]);
-    for other in cluster.masters() {
-        if other.port() != source.port() && other.port() != target.port() {
-            expect_ok(other, &["CLUSTER", "SETSLOT", &slot, "NODE", &target_id]);
-        }
-    }
-}
-
 /// The slot of a live stream — its entries, consumer group, pending entries and dead-letter
 /// key — moves to another master while a worker consumes it and a publisher appends to it:
 /// the worker and the publisher follow, every message runs, none is lost, no lease is left
@@ -352,7 +288,7 @@ async fn a_live_stream_follows_its_slot_to_another_master() {
     };
     let target = &cluster.masters()[2];
     // On this thread, while the runtime's other thread runs the worker and the publisher.
-    tokio::task::block_in_place(|| migrate(&cluster, slot, target));
+    tokio::task::block_in_place(|| cluster.migrate(slot, target).expect("migrate the slot"));
     feeding.await.expect("the publisher ran");
     assert_eq!(
         owner(&cluster, &stream).port(),
@@ -484,7 +420,10 @@ async fn a_master_that_forgot_the_scripts_gets_them_again() {
             .await
             .expect("publish");
     }
-    let flush = || expect_ok(master, &["SCRIPT", "FLUSH"]);
+    let flush = || {
+        let reply = master.command(["SCRIPT", "FLUSH"]).expect("SCRIPT FLUSH");
+        assert_eq!(reply, Reply::Simple("OK".into()), "SCRIPT FLUSH");
+    };
     flush();
     let fetched = backend.fetch(2, Duration::ZERO).await.expect("fetch");
     assert_eq!(fetched.len(), 2);

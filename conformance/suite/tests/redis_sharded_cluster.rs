@@ -2,7 +2,8 @@
 //! properties on shard streams (each test's shard on the master next in turn) reached through
 //! `RedisBackend::connect_shards` (one command connection for all shards, blocking connections
 //! opened at the first wait), and two workers sharing a queue of 8 shards spread over the
-//! masters, fed by a `ShardedProducer`: each message done once, keys routed to their shard.
+//! masters, fed by a `ShardedProducer`: each message done once, keys routed to their shard;
+//! and a shard's slot migrated to another master under two workers and a producer.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -221,4 +222,62 @@ async fn two_workers_share_a_queue_spread_over_the_masters() {
     }
     let runs = runs.lock().unwrap();
     assert!(runs.values().all(|&n| n == 1), "each once: {runs:?}");
+}
+
+/// A shard's slot — its stream, group, pending entries and dead-letter key — moves to another
+/// master while two workers consume the queue and a producer spreads messages over it: the
+/// workers and the producer follow, every message runs once, none is lost, no lease lapses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_shard_follows_its_slot_to_another_master() {
+    const N: u64 = 600;
+    let cluster = start_cluster();
+    let shards = Shards::new("moving", 4).unwrap();
+    let slot = key_slot(shards.stream(0).as_bytes());
+    let source = owner(&cluster, &shards.stream(0)).port();
+    let target = cluster
+        .masters()
+        .iter()
+        .find(|m| m.port() != source)
+        .expect("another master");
+    let runs = Arc::new(Mutex::new(HashMap::new()));
+    let a = worker(&cluster, &shards, "a", &runs).await;
+    let b = worker(&cluster, &shards, "b", &runs).await;
+    let publishers = RedisPublisher::connect_shards(
+        PublisherConfig::cluster(entry_nodes(&cluster), "unused"),
+        &shards,
+    )
+    .await
+    .expect("connect");
+    let producer: ShardedProducer<u64, _> =
+        ShardedProducer::new(shards.clone(), publishers).unwrap();
+    let first: Vec<u64> = (0..100).collect();
+    producer.publish_batch(&first).await.unwrap();
+    until("the workers started", async || {
+        runs.lock().unwrap().len() >= 50
+    })
+    .await;
+    // Publishing goes on during the move.
+    let feeding = tokio::spawn(async move {
+        for start in (100..N).step_by(20) {
+            let batch: Vec<u64> = (start..start + 20).collect();
+            producer.publish_batch(&batch).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    // On this thread, while the runtime's other thread runs the workers and the producer.
+    tokio::task::block_in_place(|| cluster.migrate(slot, target).expect("migrate the slot"));
+    feeding.await.expect("the producer ran");
+    assert_eq!(owner(&cluster, &shards.stream(0)).port(), target.port());
+
+    until("every message done", async || {
+        runs.lock().unwrap().len() as u64 == N
+    })
+    .await;
+    for w in [a, b] {
+        let report = w.shutdown(Duration::from_secs(5)).await;
+        assert!(report.lost == 0 && report.halted.is_empty(), "{report:?}");
+    }
+    let runs = runs.lock().unwrap();
+    let twice: Vec<_> = runs.iter().filter(|(_, &n)| n > 1).collect();
+    assert!(twice.is_empty(), "ran twice in the move: {twice:?}");
 }
