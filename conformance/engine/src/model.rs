@@ -1526,9 +1526,10 @@ impl Model {
     }
 
     /// Whether a ready lease must start: a slot is free beyond the part of the outstanding
-    /// fetches' reservation that the prefetch room does not cover.
+    /// fetches' reservation that the prefetch's ceiling (`cfg.prefetch`, not the adaptive
+    /// prefetch now, which may have shrunk since they were sent) does not cover.
     pub(crate) fn slot_free(&self) -> bool {
-        self.running() + self.reserved().saturating_sub(self.prefetch()) < self.cfg.concurrency
+        self.running() + self.reserved().saturating_sub(self.cfg.prefetch) < self.cfg.concurrency
     }
 
     /// The `Ack` batches in flight, for the harness to answer.

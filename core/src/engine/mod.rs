@@ -473,10 +473,13 @@ impl<P> LeaseEngine<P> {
     }
 
     /// Whether a ready lease may start: a slot is free and not promised to an outstanding
-    /// fetch. Only the part of a fetch's reservation beyond the prefetch room is promised to
-    /// slots: what it brings beyond the free slots waits, ready, anyway.
+    /// fetch. Only the part of a fetch's reservation beyond the prefetch's ceiling is promised
+    /// to slots: what it brings beyond the free slots waits, ready, anyway. Not beyond the
+    /// adaptive prefetch as it is now: it may have shrunk since the fetch was sent, and a
+    /// fetch that blocks for new entries would then keep a slot idle up to its whole wait
+    /// while a message in hand waits for one.
     fn slot_free(&self) -> bool {
-        self.running + self.reserved.saturating_sub(self.prefetch()) < self.cfg.concurrency
+        self.running + self.reserved.saturating_sub(self.cfg.prefetch) < self.cfg.concurrency
     }
 
     /// How many more messages a fetch may bring: free slots (and prefetch room) that are not
@@ -728,7 +731,7 @@ impl<P: Clone> LeaseEngine<P> {
         }
         let leases = &self.leases;
         let is_live = |slot: u32, stamp: u32| leases.current(slot, stamp).is_some();
-        // First: the adaptive prefetch, and so `slot_free`, reads the oldest running one.
+        // First: the adaptive prefetch reads the oldest running one.
         self.deadlines.prune(is_live);
         if self.ready.front().is_some() && self.slot_free() {
             self.start_ready();
