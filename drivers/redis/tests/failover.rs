@@ -476,7 +476,9 @@ fn wait_replicas_waits_for_a_replica_and_fails_without_one() {
     let plain = rt.block_on(RedisBackend::connect(config("plain"))).unwrap();
     let waiting = rt
         .block_on(RedisBackend::connect(
-            config("waiting").wait_replicas(1, Duration::from_millis(500)),
+            // Long enough for a replica on a loaded machine to answer (it answers a WAIT at
+            // once, but a busy one can take hundreds of milliseconds to be scheduled).
+            config("waiting").wait_replicas(1, Duration::from_secs(2)),
         ))
         .unwrap();
     let round = |backend: &RedisBackend, i: usize| {
@@ -505,7 +507,7 @@ fn wait_replicas_waits_for_a_replica_and_fails_without_one() {
     };
     eprintln!(
         "fetch + ack (two writes), median of {ROUNDS} rounds taking turns: without \
-         wait_replicas {:?}, with wait_replicas(1, 500ms) {:?} (master and replica on \
+         wait_replicas {:?}, with wait_replicas(1, 2s) {:?} (master and replica on \
          loopback)",
         median(&mut without),
         median(&mut with)
