@@ -78,6 +78,18 @@ fn bench_redis_runs_one_small_round() {
         assert_cpu(variant);
         assert!(report.slow_ratio(*prefetch).is_some_and(|r| r > 0.0));
     }
+    // The runtime's own rate for the 10 ms handler, measured alongside, below the ideal.
+    let sleep_loop = report
+        .sleep_loop
+        .as_ref()
+        .expect("measured with the 10 ms rows");
+    assert_eq!(sleep_loop.rates.len(), 1);
+    assert!(sleep_loop.median() > 0.0, "{sleep_loop:?}");
+    for (prefetch, _) in &report.slow {
+        assert!(report
+            .slow_to_sleep_loop(*prefetch)
+            .is_some_and(|r| r > 0.0));
+    }
     // 10 000 leases, 1000 ids per script: 10 script calls per heartbeat tick.
     assert!(!report.renew_ms.is_empty());
     assert!(
@@ -139,8 +151,16 @@ fn bench_redis_runs_one_small_round() {
             json["ratio_to_ideal"].as_f64(),
             report.slow_ratio(*prefetch)
         );
+        assert_eq!(
+            json["ratio_to_sleep_loop"].as_f64(),
+            report.slow_to_sleep_loop(*prefetch)
+        );
         assert!(json["met"].is_boolean(), "{json}");
     }
+    assert_eq!(
+        json["sleep_loop"]["msg_per_s"].as_f64(),
+        Some(sleep_loop.median())
+    );
     assert_eq!(json["heartbeat"]["script_calls_per_tick"], 10.0);
     assert_eq!(json["rss"]["during_kb"], report.rss.during_kb);
 }

@@ -18,6 +18,11 @@
 //!   last message.
 //! - **10 ms**: the same with `tokio::time::sleep(10 ms)` as the handler at concurrency 1000,
 //!   at each prefetch (ideal: 1000 / 10 ms = 100 000 msg/s).
+//! - **sleep loop**: what the runtime itself makes of that handler, no queue at all: 1000 tasks
+//!   on the same runtime, each looping `tokio::time::sleep(10 ms)` until as many sleeps as a
+//!   round has messages are done. A sleep ends at the timer's next millisecond tick after its
+//!   deadline, often later on a busy runtime, so this is the ceiling the 10 ms rows are held
+//!   to besides the ideal.
 //! - **heartbeat**: one [`RedisBackend::renew`](leasehold_tokio::core::Backend::renew) call over
 //!   10 000 held leases (10 script calls of 1000 ids).
 //! - **RSS**: resident set size of this process before a worker starts, and while it holds 1000
@@ -280,6 +285,9 @@ pub struct RedisBenchReport {
     pub metered: Vec<((usize, usize), Variant)>,
     /// leasehold, 10 ms handler at concurrency 1000, keyed by prefetch (in the options' order).
     pub slow: Vec<(usize, Variant)>,
+    /// The sleep loop: the runtime's own rate for the 10 ms handler at concurrency 1000 (with
+    /// the 10 ms rows).
+    pub sleep_loop: Option<Variant>,
     /// Milliseconds of one renew over `HELD_LEASES` (10 000) leases, one per timed call.
     pub renew_ms: Vec<f64>,
     /// Script calls (EVALSHA) per renew tick, one per measured round.
@@ -317,6 +325,20 @@ impl RedisBenchReport {
     pub fn slow_ratio(&self, prefetch: usize) -> Option<f64> {
         let (_, variant) = self.slow.iter().find(|(p, _)| *p == prefetch)?;
         Some(variant.median() / ideal_slow_rate())
+    }
+
+    /// The 10 ms handler's throughput at `prefetch` / the sleep loop's, the median of the
+    /// per-round ratios (each round's two measured back to back).
+    pub fn slow_to_sleep_loop(&self, prefetch: usize) -> Option<f64> {
+        let (_, variant) = self.slow.iter().find(|(p, _)| *p == prefetch)?;
+        let base = self.sleep_loop.as_ref()?;
+        let ratios: Vec<f64> = variant
+            .rates
+            .iter()
+            .zip(&base.rates)
+            .map(|(rate, base)| rate / base.max(f64::MIN_POSITIVE))
+            .collect();
+        (!ratios.is_empty()).then(|| median(&ratios))
     }
 }
 
@@ -365,6 +387,7 @@ impl RedisBenchReport {
                         "handler_ms": SLOW_HANDLER.as_secs_f64() * 1e3,
                         "ideal_msg_per_s": ideal_slow_rate(),
                         "ratio_to_ideal": ratio,
+                        "ratio_to_sleep_loop": self.slow_to_sleep_loop(*prefetch),
                         "target_ratio": TARGET_SLOW,
                         "met": ratio.map(|ratio| ratio >= TARGET_SLOW),
                     }),
@@ -390,6 +413,11 @@ impl RedisBenchReport {
                 }),
             )).collect::<Vec<_>>(),
             "slow": slow,
+            "sleep_loop": self.sleep_loop.as_ref().map(|v| with(v, json!({
+                "tasks": SLOW_CONCURRENCY,
+                "handler_ms": SLOW_HANDLER.as_secs_f64() * 1e3,
+                "ratio_to_ideal": v.median() / ideal_slow_rate(),
+            }))),
             "heartbeat": {
                 "held_leases": HELD_LEASES,
                 "renew_ms": median(&self.renew_ms),
@@ -435,6 +463,27 @@ impl RedisBenchReport {
             },
         })
     }
+}
+
+/// The sleep loop: `SLOW_CONCURRENCY` tasks each taking the next of `messages` tickets and
+/// sleeping `SLOW_HANDLER` for it, until none is left; how long until the last sleep ended.
+async fn sleep_loop_round(messages: usize) -> Duration {
+    let taken = Arc::new(AtomicUsize::new(0));
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..SLOW_CONCURRENCY)
+        .map(|_| {
+            let taken = taken.clone();
+            tokio::spawn(async move {
+                while taken.fetch_add(1, Ordering::Relaxed) < messages {
+                    tokio::time::sleep(SLOW_HANDLER).await;
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        let _ = task.await;
+    }
+    start.elapsed()
 }
 
 fn ideal_slow_rate() -> f64 {
@@ -497,12 +546,19 @@ impl fmt::Display for RedisBenchReport {
             };
             row(f, variant, &format!("{ratio:.2} × raw"), &target)?;
         }
+        if let Some(base) = &self.sleep_loop {
+            let ratio = base.median() / ideal_slow_rate();
+            row(f, base, &format!("{ratio:.2} × ideal"), "")?;
+        }
         for (prefetch, variant) in &self.slow {
             let slow = self.slow_ratio(*prefetch).unwrap_or(0.0);
+            let to_loop = self
+                .slow_to_sleep_loop(*prefetch)
+                .map_or(String::new(), |r| format!(" ({r:.2} × sleep loop)"));
             row(
                 f,
                 variant,
-                &format!("{slow:.2} × ideal"),
+                &format!("{slow:.2} × ideal{to_loop}"),
                 &format!(
                     "≥ {TARGET_SLOW} × {} msg/s: {}",
                     grouped(ideal_slow_rate()),
@@ -715,6 +771,9 @@ pub fn run(options: &RedisBenchOptions) -> Result<RedisBenchReport, BenchError> 
             (p, Variant::new(name))
         })
         .collect();
+    let mut sleep_loop = options
+        .slow
+        .then(|| Variant::new(format!("tokio sleep loop, {SLOW_CONCURRENCY} tasks")));
     let mut long: Vec<(usize, Vec<LongRound>)> =
         options.prefetch.iter().map(|&p| (p, Vec::new())).collect();
     let mut renew_ms = Vec::new();
@@ -734,6 +793,15 @@ pub fn run(options: &RedisBenchOptions) -> Result<RedisBenchReport, BenchError> 
         let cost = probe.stop(&server, options.messages)?;
         if measured {
             raw.record(options.messages, took, cost, None);
+        }
+        if let Some(variant) = &mut sleep_loop {
+            bar.set_message(format!("round {round} of {}: sleep loop", options.rounds));
+            let probe = Probe::start(&server)?;
+            let took = runtime.block_on(sleep_loop_round(options.messages));
+            let cost = probe.stop(&server, options.messages)?;
+            if measured {
+                variant.record(options.messages, took, cost, None);
+            }
         }
         let leasehold_variants = no_op
             .iter_mut()
@@ -804,6 +872,7 @@ pub fn run(options: &RedisBenchOptions) -> Result<RedisBenchReport, BenchError> 
         no_op,
         metered,
         slow,
+        sleep_loop,
         renew_ms,
         renew_scripts,
         long,
