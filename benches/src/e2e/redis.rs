@@ -328,7 +328,7 @@ impl RedisBenchReport {
     }
 
     /// The 10 ms handler's throughput at `prefetch` / the sleep loop's, the median of the
-    /// per-round ratios (each round's two measured back to back).
+    /// per-round ratios (both measured in the same round, under the same load).
     pub fn slow_to_sleep_loop(&self, prefetch: usize) -> Option<f64> {
         let (_, variant) = self.slow.iter().find(|(p, _)| *p == prefetch)?;
         let base = self.sleep_loop.as_ref()?;
@@ -481,7 +481,7 @@ async fn sleep_loop_round(messages: usize) -> Duration {
         })
         .collect();
     for task in tasks {
-        let _ = task.await;
+        task.await.expect("a sleep-loop task never panics");
     }
     start.elapsed()
 }

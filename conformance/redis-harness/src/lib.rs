@@ -372,6 +372,34 @@ impl RedisServer {
         conn.call(args).map_err(|source| self.io(source))
     }
 
+    /// Waits until this master counts `n` replicas online. A replica reports
+    /// `master_link_status:up` as soon as its first sync loads, but its master takes it as
+    /// online (and only then counts it for `WAIT`, and asks it for acknowledgements) once it
+    /// sent its first `REPLCONF ACK`, which it does on its once-a-second timer: a `WAIT` sent
+    /// in between blocks up to a second.
+    pub fn await_replicas_online(&self, n: usize, timeout: Duration) -> Result<(), Error> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let info = self.command(["INFO", "replication"])?;
+            let state = info.as_str().unwrap_or_default().to_owned();
+            let online = state
+                .lines()
+                .filter(|l| l.starts_with("slave") && l.contains("state=online"))
+                .count();
+            if online >= n {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::TopologyTimeout {
+                    what: format!("{n} replica(s) online at the master on port {}", self.port),
+                    timeout,
+                    state,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// The last lines of the server log and of its stdout/stderr.
     pub fn log_tail(&self) -> String {
         let mut out = String::new();

@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use leasehold_conformance::{
     backend_suite, publisher_suite, BackendFactory, DeadLetterInfo, PublisherFactory,
@@ -42,21 +42,9 @@ impl Replicated {
             .args(["--replicaof", "127.0.0.1", &port])
             .start()
             .unwrap_or_else(need);
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            let info = replica.command(["INFO", "replication"]).expect("INFO");
-            if info
-                .as_str()
-                .is_some_and(|i| i.contains("master_link_status:up"))
-            {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the replica never synced: {info:?}"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        master
+            .await_replicas_online(1, Duration::from_secs(15))
+            .unwrap_or_else(|e| panic!("the replica never came online: {e}"));
         Self {
             master,
             _replica: replica,
