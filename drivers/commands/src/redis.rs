@@ -308,6 +308,15 @@ impl RedisCommandStore {
         // Fails at once on a wrong password or a bad TLS setup, as the backend does.
         config.servers.check_credentials(timeout).await?;
         let conn = config.servers.connect(timeout, Some(timeout)).await?;
+        let (submit, cas) = (Script::new(SUBMIT), Script::new(CAS));
+        // Known from the start: with `wait_replicas`, a write whose script the server did not
+        // know would still pay its `WAIT`, which can block until the replica's next
+        // once-a-second acknowledgement though nothing was written.
+        for (name, script) in [("submit", &submit), ("compare-and-set", &cas)] {
+            script.load_async(&mut conn.clone()).await.map_err(|e| {
+                ConnectError::Redis(redis_error(&format!("load the {name} script"), e))
+            })?;
+        }
         let tags = config.tags();
         Ok(Self {
             streams: tags.iter().map(|tag| stream_key(tag)).collect(),
@@ -316,8 +325,8 @@ impl RedisCommandStore {
             channel: format!("leasehold:{{{}}}:cancels", config.queue),
             config,
             conn,
-            submit: Script::new(SUBMIT),
-            cas: Script::new(CAS),
+            submit,
+            cas,
             list: Script::new(LIST),
         })
     }
