@@ -468,8 +468,8 @@ fn wait_replicas_waits_for_a_replica_and_fails_without_one() {
     let plain = rt.block_on(RedisBackend::connect(config("plain"))).unwrap();
     let waiting = rt
         .block_on(RedisBackend::connect(
-            // Above a second: on an idle Redis 7.0 master a WAIT can take until the replica's
-            // once-a-second acknowledgement.
+            // Above a second: the first WAIT right after the replica came online can take
+            // until its next once-a-second acknowledgement (seen on Redis 7.0).
             config("waiting").wait_replicas(1, Duration::from_secs(2)),
         ))
         .unwrap();
