@@ -309,14 +309,8 @@ impl RedisCommandStore {
         config.servers.check_credentials(timeout).await?;
         let conn = config.servers.connect(timeout, Some(timeout)).await?;
         let (submit, cas) = (Script::new(SUBMIT), Script::new(CAS));
-        // Known from the start: with `wait_replicas`, a write whose script the server did not
-        // know would still pay its `WAIT`, which can block until the replica's next
-        // once-a-second acknowledgement though nothing was written.
-        for (name, script) in [("submit", &submit), ("compare-and-set", &cas)] {
-            script.load_async(&mut conn.clone()).await.map_err(|e| {
-                ConnectError::Redis(redis_error(&format!("load the {name} script"), e))
-            })?;
-        }
+        conn.load_scripts(&[("submit", &submit), ("compare-and-set", &cas)])
+            .await?;
         let tags = config.tags();
         Ok(Self {
             streams: tags.iter().map(|tag| stream_key(tag)).collect(),

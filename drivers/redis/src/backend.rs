@@ -211,23 +211,18 @@ impl RedisBackend {
             undeliverable: Mutex::new(Vec::new()),
         };
         backend.ensure_group().await?;
-        // Every script known from the start: the fast path sends the promote script by hash in
-        // a pipeline, and with `wait_replicas` a write whose script the server did not know
-        // would still pay its `WAIT`, which can block until the replica's next once-a-second
-        // acknowledgement though nothing was written.
-        for (name, script) in [
-            ("promote", &*PROMOTE),
-            ("fetch", &*FETCH),
-            ("ack", &*ACK),
-            ("renew", &*RENEW),
-            ("release", &*RELEASE),
-            ("dead-letter", &*DEAD_LETTER),
-        ] {
-            script
-                .load_async(&mut backend.commands.clone())
-                .await
-                .map_err(|e| error(&format!("load the {name} script"), e))?;
-        }
+        // The fast path also sends the promote script by hash in a pipeline.
+        backend
+            .commands
+            .load_scripts(&[
+                ("promote", &PROMOTE),
+                ("fetch", &FETCH),
+                ("ack", &ACK),
+                ("renew", &RENEW),
+                ("release", &RELEASE),
+                ("dead-letter", &DEAD_LETTER),
+            ])
+            .await?;
         Ok(backend)
     }
 

@@ -54,12 +54,8 @@ impl std::fmt::Debug for RedisPublisher {
 }
 
 impl RedisPublisher {
-    /// Connects, and loads the publish script. Nothing is created until the first publish.
-    ///
-    /// With [`wait_replicas`](PublisherConfig::wait_replicas), a first publish that found the
-    /// script unknown would wait in vain: its `WAIT`, in the same pipeline, can block until the
-    /// replica's next once-a-second acknowledgement though nothing was written; loaded here, the
-    /// script runs at once.
+    /// Connects, and loads the publish script (see `Connection::load_scripts`). Nothing is
+    /// created until the first publish.
     ///
     /// # Errors
     ///
@@ -70,10 +66,7 @@ impl RedisPublisher {
         let timeout = config.command_timeout;
         config.servers.check_credentials(timeout).await?;
         let commands = config.servers.connect(timeout, Some(timeout)).await?;
-        PUBLISH
-            .load_async(&mut commands.clone())
-            .await
-            .map_err(|e| error("load the publish script", e))?;
+        commands.load_scripts(&[("publish", &PUBLISH)]).await?;
         Self::from_parts(config, commands)
     }
 

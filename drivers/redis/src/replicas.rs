@@ -13,8 +13,11 @@ use std::time::Duration;
 
 use redis::{Cmd, FromRedisValue, Script, Value};
 
+use leasehold_core::BackendResult;
+
 use crate::config::RedisConfigError;
 use crate::conn::Connection;
+use crate::error::error;
 
 /// How many replicas must acknowledge each write, and how long to wait for them; see
 /// [`RedisConfig::wait_replicas`](crate::RedisConfig::wait_replicas).
@@ -129,6 +132,20 @@ impl Connection {
             other => other?,
         };
         redis::from_redis_value(value).map_err(Into::into)
+    }
+
+    /// Loads `scripts` (each with its name, for the error), so that no write meets
+    /// `NOSCRIPT`: such a write runs nothing, yet with `wait_replicas` its `WAIT` in the same
+    /// pipeline still blocks, on Redis 7.0 until the replica's next once-a-second
+    /// acknowledgement. Every connecting type calls it once, at connect.
+    pub async fn load_scripts(&self, scripts: &[(&str, &Script)]) -> BackendResult<()> {
+        for (name, script) in scripts {
+            script
+                .load_async(&mut self.clone())
+                .await
+                .map_err(|e| error(&format!("load the {name} script"), e))?;
+        }
+        Ok(())
     }
 
     /// `WAIT` alone, for the writes this connection made (on a cluster, on its link to the
