@@ -1,6 +1,7 @@
 //! The conformance suite against the Redis backend, on a throwaway `redis-server` per test
 //! (real time: a 2 s claim timeout, and `advance` sleeps), and the worker-level properties with
-//! a real `leasehold-tokio` worker over it.
+//! a real `leasehold-tokio` worker over it; then the backend and publisher suites again with
+//! `wait_replicas(1, …)` on, over a master and its replica (module `wait_replicas`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -16,8 +17,17 @@ use leasehold_redis_harness::RedisServer;
 mod support;
 use support::dead_letter;
 
+/// `wait_replicas`' bound in the replicated suites. Generous: a replica on loopback
+/// acknowledges within milliseconds, but the tests run side by side on a loaded machine, and
+/// a shortfall fails the call.
+const WAIT: Duration = Duration::from_secs(2);
+
 struct RedisFactory {
+    /// The server, or the master of the replicated suites.
     server: RedisServer,
+    /// In the replicated suites: the replica (held so it runs as long as the master); every
+    /// write then waits for it.
+    replica: Option<RedisServer>,
     streams: AtomicUsize,
     /// The dead-letter key of the stream opened last, for [`BackendFactory::dead_letters`].
     dead_key: Mutex<Option<String>>,
@@ -27,10 +37,32 @@ struct RedisFactory {
 
 impl RedisFactory {
     fn new() -> Self {
-        let server = RedisServer::start()
-            .unwrap_or_else(|e| panic!("the Redis conformance tests need redis-server: {e}"));
+        let server = RedisServer::start().unwrap_or_else(need);
+        Self::over(server, None)
+    }
+
+    /// A master and its replica, the replica counted online by the master.
+    fn replicated() -> Self {
+        // A replica's first sync at once, not after waiting 5 s for more replicas.
+        let master = RedisServer::builder()
+            .args(["--repl-diskless-sync-delay", "0"])
+            .start()
+            .unwrap_or_else(need);
+        let port = master.port().to_string();
+        let replica = RedisServer::builder()
+            .args(["--replicaof", "127.0.0.1", &port])
+            .start()
+            .unwrap_or_else(need);
+        master
+            .await_replicas_online(1, Duration::from_secs(15))
+            .unwrap_or_else(|e| panic!("the replica never came online: {e}"));
+        Self::over(master, Some(replica))
+    }
+
+    fn over(server: RedisServer, replica: Option<RedisServer>) -> Self {
         Self {
             server,
+            replica,
             streams: AtomicUsize::new(0),
             dead_key: Mutex::default(),
             stream: Mutex::default(),
@@ -52,9 +84,12 @@ impl BackendFactory for RedisFactory {
         let stream = format!("jobs-{}", self.streams.fetch_add(1, Ordering::Relaxed));
         let mut handles = Vec::with_capacity(replicas);
         for i in 0..replicas {
-            let config = RedisConfig::new(self.server.url(), stream.as_str(), "workers")
+            let mut config = RedisConfig::new(self.server.url(), stream.as_str(), "workers")
                 .consumer(format!("replica-{i}"))
                 .claim_timeout(claim_timeout);
+            if self.replica.is_some() {
+                config = config.wait_replicas(1, WAIT);
+            }
             handles.push(RedisBackend::connect(config).await.expect("connect"));
         }
         if let Some(first) = handles.first() {
@@ -92,7 +127,11 @@ impl PublisherFactory for RedisFactory {
     async fn publisher(&self) -> RedisPublisher {
         let stream = self.stream.lock().expect("not poisoned").clone();
         let stream = stream.expect("a stream was opened");
-        RedisPublisher::connect(PublisherConfig::new(self.server.url(), stream))
+        let mut config = PublisherConfig::new(self.server.url(), stream);
+        if self.replica.is_some() {
+            config = config.wait_replicas(1, WAIT);
+        }
+        RedisPublisher::connect(config)
             .await
             .expect("connect the publisher")
     }
@@ -101,4 +140,21 @@ impl PublisherFactory for RedisFactory {
 mod publisher {
     use super::*;
     publisher_suite!(RedisFactory::new());
+}
+
+/// `wait_replicas(1, …)` on, on a throwaway master and its replica per test: every write (the
+/// fetch script and the scriptless read, renew, ack, release, dead-letter, publish) goes with
+/// its `WAIT` in one pipeline, and every property holds as it does without.
+mod wait_replicas {
+    use super::*;
+    backend_suite!(RedisFactory::replicated());
+
+    mod publisher {
+        use super::*;
+        publisher_suite!(RedisFactory::replicated());
+    }
+}
+
+fn need(e: leasehold_redis_harness::Error) -> RedisServer {
+    panic!("the Redis conformance tests need redis-server: {e}")
 }
