@@ -8,6 +8,13 @@
 //! push and a wake, where a spawn is an aligned allocation, a registration with the runtime and
 //! a free, often on another thread. Spawning was most of the driver's time per message, and the
 //! driver is the serial part of a worker.
+//!
+//! Why the queue wakes idle tasks as a chain (see [`crate::jobs`]), one at a time, each woken
+//! task waking the next before it runs its invocation: waking a task per queued invocation put
+//! a fetch's worth of tasks on every thread of the runtime, and each of their outcomes reached
+//! the driver as a wake from another thread. With the chain, handlers that finish at once run
+//! back to back on few tasks and one thread; handlers that wait still all start, one task
+//! switch apart.
 
 use std::future::Future;
 use std::marker::PhantomData;
@@ -27,6 +34,7 @@ use crate::codec::Decode;
 use crate::delivery::{Delivery, IntoOutcome, Meta, StreamScope};
 use crate::event::Event;
 use crate::inbox::Inbox;
+use crate::jobs::{JobQueue, Taker};
 use crate::meters::{Ended, HandlerMeters};
 use crate::runtime::Runtime;
 
@@ -93,7 +101,6 @@ where
     F::Output: IntoOutcome,
 {
     Box::new(move |env, stream, meters| {
-        let (queue, jobs) = async_channel::unbounded();
         Arc::new_cyclic(|me| Typed {
             me: me.clone(),
             env,
@@ -102,8 +109,7 @@ where
             codec,
             handler,
             types: PhantomData,
-            queue,
-            jobs,
+            jobs: Arc::new(JobQueue::new()),
             tasks: AtomicUsize::new(0),
             busy: AtomicUsize::new(0),
         })
@@ -116,7 +122,7 @@ type Job<P> = (P, Invocation);
 /// A stream's typed handler, its pool of tasks and everything they share, in one allocation.
 ///
 /// The queue closes when this is dropped (after the driver is gone), and the tasks, which only
-/// hold a weak reference between invocations, end.
+/// hold a weak reference to it between invocations, end.
 struct Typed<R, P, M, C, H, F> {
     /// Itself, for the tasks it starts (they hold it weakly between invocations).
     me: Weak<Self>,
@@ -126,13 +132,13 @@ struct Typed<R, P, M, C, H, F> {
     codec: C,
     handler: H,
     types: PhantomData<fn() -> (M, F)>,
-    queue: async_channel::Sender<Job<P>>,
-    /// The receiving end, cloned into each task started.
-    jobs: async_channel::Receiver<Job<P>>,
+    /// The invocations handed over and not yet taken; each task started holds it too.
+    jobs: Arc<JobQueue<Job<P>>>,
     /// Tasks started. Only the driver changes it.
     tasks: AtomicUsize,
     /// Invocations handed over that no task has finished yet. Never more than `tasks`, so every
-    /// queued invocation has a task that will take it.
+    /// queued invocation has a task that will take it: the queue wakes an idle one, or none is
+    /// idle and a busy one comes back to the queue before it idles.
     busy: AtomicUsize,
 }
 
@@ -170,11 +176,18 @@ where
         let busy = self.busy.fetch_add(1, Ordering::AcqRel) + 1;
         if busy > self.tasks.load(Ordering::Relaxed) {
             self.tasks.fetch_add(1, Ordering::Relaxed);
-            let task = Self::serve(self.me.clone(), self.jobs.clone());
+            let task = Self::serve(self.me.clone(), Taker::new(&self.jobs));
             self.env.rt.spawn_unboxed(task);
         }
-        // Unbounded, and open while `self` lives: it cannot fail.
-        let _ = self.queue.try_send((payload, invocation));
+        self.jobs.push((payload, invocation));
+    }
+}
+
+impl<R, P, M, C, H, F> Drop for Typed<R, P, M, C, H, F> {
+    /// The driver is gone: the idle tasks are woken and end (a task that still takes a queued
+    /// invocation drops it, as nobody waits for its outcome).
+    fn drop(&mut self) {
+        self.jobs.close();
     }
 }
 
@@ -257,8 +270,8 @@ where
 
     /// A task of the stream's pool: runs the invocations it takes from the queue, one at a
     /// time, until the queue closes.
-    async fn serve(stream: Weak<Self>, jobs: async_channel::Receiver<Job<P>>) {
-        while let Ok((payload, invocation)) = jobs.recv().await {
+    async fn serve(stream: Weak<Self>, mut jobs: Taker<Job<P>>) {
+        while let Some((payload, invocation)) = jobs.take().await {
             // Gone only with its driver: nobody is waiting for the outcome.
             let Some(this) = stream.upgrade() else {
                 return;

@@ -1,13 +1,13 @@
-//! Atomics from `std`, or from `loom` under `--cfg loom` so the loom tests explore every
-//! interleaving of the completion race.
+//! Synchronization primitives from `std`, or from `loom` under `--cfg loom` so the loom tests
+//! explore every interleaving of the completion race and of the handler tasks' job queue.
 
 #[cfg(loom)]
 pub(crate) use loom::sync::{
     atomic::{AtomicU8, Ordering},
-    Arc,
+    Arc, Mutex, MutexGuard,
 };
 #[cfg(not(loom))]
 pub(crate) use std::sync::{
     atomic::{AtomicU8, Ordering},
-    Arc,
+    Arc, Mutex, MutexGuard,
 };
