@@ -227,6 +227,20 @@ mod tests {
         }
     }
 
+    /// `N` tasks that found nothing and idle, in the order they idled.
+    fn idle_tasks<const N: usize>(queue: &Arc<JobQueue<u32>>) -> [Task; N] {
+        std::array::from_fn(|_| {
+            let mut task = Task::new(queue);
+            assert!(task.poll().is_pending());
+            task
+        })
+    }
+
+    /// How often each task was woken.
+    fn wakes(tasks: &[Task]) -> Vec<usize> {
+        tasks.iter().map(Task::wakes).collect()
+    }
+
     /// Whenever jobs are queued, a woken task is on its way or no task is idle.
     fn assert_invariant(queue: &JobQueue<u32>) {
         let state = queue.lock();
@@ -254,26 +268,20 @@ mod tests {
     #[test]
     fn a_push_wakes_one_idle_task_and_the_woken_wakes_the_next() {
         let queue = Arc::new(JobQueue::new());
-        let mut tasks: Vec<Task> = (0..3).map(|_| Task::new(&queue)).collect();
-        for task in &mut tasks {
-            assert!(task.poll().is_pending());
-        }
+        let mut tasks = idle_tasks::<3>(&queue);
         queue.push(1);
         queue.push(2);
         assert_invariant(&queue);
         // One woken (the last to idle), though two jobs are queued.
-        let woken: Vec<usize> = tasks.iter().map(Task::wakes).collect();
-        assert_eq!(woken, [0, 0, 1]);
+        assert_eq!(wakes(&tasks), [0, 0, 1]);
         // It takes a job and, one more being queued, wakes the next.
         assert_eq!(tasks[2].poll(), Poll::Ready(Some(1)));
         assert_invariant(&queue);
-        let woken: Vec<usize> = tasks.iter().map(Task::wakes).collect();
-        assert_eq!(woken, [0, 1, 1]);
+        assert_eq!(wakes(&tasks), [0, 1, 1]);
         // That one takes the last: nobody else is woken.
         assert_eq!(tasks[1].poll(), Poll::Ready(Some(2)));
         assert_invariant(&queue);
-        let woken: Vec<usize> = tasks.iter().map(Task::wakes).collect();
-        assert_eq!(woken, [0, 1, 1]);
+        assert_eq!(wakes(&tasks), [0, 1, 1]);
         // Back from its job, a task idles again and is the next woken.
         assert!(tasks[2].poll().is_pending());
         queue.push(3);
@@ -303,10 +311,7 @@ mod tests {
     #[test]
     fn a_task_polled_while_idle_takes_a_job_and_leaves_the_idle_list() {
         let queue = Arc::new(JobQueue::new());
-        let mut first = Task::new(&queue);
-        let mut second = Task::new(&queue);
-        assert!(first.poll().is_pending());
-        assert!(second.poll().is_pending());
+        let [mut first, mut second] = idle_tasks(&queue);
         assert!(first.poll().is_pending());
         queue.push(1);
         // `second` was woken; `first`, polled anyway, takes the job and leaves the list.
@@ -321,10 +326,7 @@ mod tests {
     #[test]
     fn a_woken_task_dropped_hands_its_wake_up_on() {
         let queue = Arc::new(JobQueue::new());
-        let mut kept = Task::new(&queue);
-        let mut dropped = Task::new(&queue);
-        assert!(kept.poll().is_pending());
-        assert!(dropped.poll().is_pending());
+        let [mut kept, dropped] = idle_tasks(&queue);
         queue.push(1);
         assert_eq!((kept.wakes(), dropped.wakes()), (0, 1));
         drop(dropped);
@@ -335,15 +337,11 @@ mod tests {
     #[test]
     fn close_wakes_every_idle_task_and_hands_out_what_is_left() {
         let queue = Arc::new(JobQueue::new());
-        let mut tasks: Vec<Task> = (0..3).map(|_| Task::new(&queue)).collect();
-        for task in &mut tasks {
-            assert!(task.poll().is_pending());
-        }
+        let mut tasks = idle_tasks::<3>(&queue);
         queue.push(1);
         queue.push(2);
         queue.close();
-        let woken: Vec<usize> = tasks.iter().map(Task::wakes).collect();
-        assert_eq!(woken, [1, 1, 1]);
+        assert_eq!(wakes(&tasks), [1, 1, 1]);
         assert_eq!(tasks[0].poll(), Poll::Ready(Some(1)));
         assert_eq!(tasks[1].poll(), Poll::Ready(Some(2)));
         for task in &mut tasks {
