@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_core::{
     Config, Effect, Fence, Fetched, InvocationId, LeaseEngine, MessageId, Outcome, RenewResult,
-    SettleResult, StreamId, MAX_DURATION,
+    SettleResult, StreamId, Tenure, MAX_DURATION,
 };
 
 /// The claim timeout of every benchmark engine; the heartbeat follows at a third of it.
@@ -106,6 +106,7 @@ impl<P: Clone + std::fmt::Debug> Driver<P> {
                     payload: payload(i),
                     delivery_count: 1,
                     fence: Fence(1),
+                    tenure: Tenure::NONE,
                 }
             })
             .collect()

@@ -10,7 +10,9 @@
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 
-use crate::types::{DeadLetterReason, Fence, Fetched, MessageId, RenewResult, SettleResult};
+use crate::types::{
+    DeadLetterReason, Fence, Fetched, MessageId, RenewResult, SettleResult, Tenure,
+};
 
 /// An entry a backend dead-lettered by itself: it can never be delivered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +30,8 @@ pub struct LeaseRef {
     pub id: MessageId,
     /// The fence of the delivery this consumer holds.
     pub fence: Fence,
+    /// The consumer's tenure when that delivery was made.
+    pub tenure: Tenure,
 }
 
 impl<P> From<&Fetched<P>> for LeaseRef {
@@ -36,6 +40,7 @@ impl<P> From<&Fetched<P>> for LeaseRef {
         Self {
             id: message.id.clone(),
             fence: message.fence,
+            tenure: message.tenure,
         }
     }
 }

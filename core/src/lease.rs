@@ -6,7 +6,7 @@ use std::hash::BuildHasher;
 use hashbrown::{DefaultHashBuilder, HashTable};
 
 use crate::backend::LeaseRef;
-use crate::types::{CancelReason, Fence, LeaseId, MessageId, StreamId};
+use crate::types::{CancelReason, Fence, LeaseId, MessageId, StreamId, Tenure};
 
 /// A lease the engine holds on one message, as a driver sees it when executing an effect.
 #[derive(Debug)]
@@ -17,6 +17,8 @@ pub struct Lease<P> {
     /// Engine sequence number at which `fence` was adopted: results of operations sent before
     /// it carry an older fence and are stale.
     pub(crate) fence_seq: u64,
+    /// The consumer's tenure when the current delivery was made.
+    pub(crate) tenure: Tenure,
     /// While settling: the engine sequence number at which the settle operation was last sent.
     /// While running: the tick its invocation started (for the observed handler time).
     pub(crate) sent_seq: u64,
@@ -59,6 +61,7 @@ impl<P> Lease<P> {
         LeaseRef {
             id: self.id.clone(),
             fence: self.fence,
+            tenure: self.tenure,
         }
     }
 }

@@ -67,7 +67,7 @@
 //!             Effect::Fetch { stream, max, .. } => {
 //!                 let n = max.min(queue.len());
 //!                 let batch = queue.drain(..n).map(|(id, payload)| Fetched {
-//!                     id: id.into(), payload, delivery_count: 1, fence: Fence(1),
+//!                     id: id.into(), payload, delivery_count: 1, fence: Fence(1), tenure: Tenure::NONE,
 //!                 });
 //!                 engine.handle_fetched(now, stream, batch.collect());
 //!             }
@@ -144,5 +144,5 @@ pub use publish::{
 pub use shard::{ShardError, Shards, MAX_SHARDS};
 pub use types::{
     AckId, CancelReason, DeadLetterReason, Fence, Fetched, InvocationId, LeaseId, LossReason,
-    MessageId, Outcome, RenewId, RenewResult, SettleResult, StreamId,
+    MessageId, Outcome, RenewId, RenewResult, SettleResult, StreamId, Tenure,
 };

@@ -67,6 +67,23 @@ impl From<u64> for MessageId {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Fence(pub u64);
 
+/// A consumer's tenure when a delivery was made: lets a backend vouch for the delivery's fence
+/// without reading it back.
+///
+/// A backend that keeps tenures changes a consumer's tenure, never to a value it had before,
+/// every time a message leaves the consumer's hands other than by its own fenced operations (a
+/// takeover, above all). So while the consumer's tenure is still the one a delivery was made
+/// under, that delivery is held with its fence, and a fenced operation on it needs no per-lease
+/// check. [`Tenure::NONE`]: the backend keeps none and checks every fence. Opaque to the engine,
+/// which carries it from the fetch to the operations, like the fence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Tenure(pub u64);
+
+impl Tenure {
+    /// No tenure: every fenced operation checks the fence itself.
+    pub const NONE: Self = Self(0);
+}
+
 /// One message returned by a fetch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fetched<P> {
@@ -79,6 +96,9 @@ pub struct Fetched<P> {
     pub delivery_count: u32,
     /// The fence of this delivery.
     pub fence: Fence,
+    /// The consumer's tenure when this delivery was made ([`Tenure::NONE`] if the backend
+    /// keeps none).
+    pub tenure: Tenure,
 }
 
 /// Identifies a held lease inside one engine. Never reused, so a late result for a lease that

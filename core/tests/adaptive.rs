@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use leasehold_core::{
     Config, Effect, Fence, Fetched, InvocationId, LeaseEngine, Outcome, RenewResult, SettleResult,
+    Tenure,
 };
 
 enum Event {
@@ -130,6 +131,7 @@ impl Drive {
                                     payload: id,
                                     delivery_count: 1,
                                     fence: Fence(1),
+                                    tenure: Tenure::NONE,
                                 }
                             })
                             .collect();

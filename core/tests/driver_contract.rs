@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use common::*;
 use leasehold_core::{
-    Effect, Fence, LeaseRef, MessageId, Outcome, RenewResult, SettleResult, StreamId,
+    Effect, Fence, LeaseRef, MessageId, Outcome, RenewResult, SettleResult, StreamId, Tenure,
 };
 
 /// A `Run` carries the stream, the lease's reference, the delivery count, the attempt, the
@@ -36,7 +36,8 @@ fn effects_carry_what_their_execution_needs() {
         run.lease,
         LeaseRef {
             id: seven.clone(),
-            fence: Fence(3)
+            fence: Fence(3),
+            tenure: Tenure::NONE,
         }
     );
     assert_eq!((run.delivery_count, run.attempt), (3, 1));

@@ -21,6 +21,7 @@
 //! measured rounds with their range, and their ratio; `INFO cpu` (user + sys) per id is given
 //! too, noisier (it counts networking, and anything the server does meanwhile).
 
+use leasehold_core::Tenure;
 use std::fmt;
 use std::time::Duration;
 
@@ -668,6 +669,7 @@ fn lease<P>(fetched: &Fetched<P>) -> LeaseRef {
     LeaseRef {
         id: fetched.id.clone(),
         fence: fetched.fence,
+        tenure: Tenure::NONE,
     }
 }
 

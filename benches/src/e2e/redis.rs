@@ -31,6 +31,7 @@
 //!   this process's CPU time (every thread's `/proc/self/task/*/schedstat`), after minus before
 //!   each round, divided by its messages: which side is the limit.
 
+use leasehold_core::Tenure;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -1232,6 +1233,7 @@ async fn hold_leases(url: &str, stream: &str, n: usize) -> Result<HeldLeases, Be
         leases.extend(batch.into_iter().map(|f| LeaseRef {
             id: f.id,
             fence: f.fence,
+            tenure: Tenure::NONE,
         }));
     }
     Ok(HeldLeases { backend, leases })

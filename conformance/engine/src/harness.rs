@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_core::{
     Effect, ErrorKind, Fence, Fetched, LeaseEngine, LeaseId, MessageId, Outcome, RenewResult,
-    SettleResult, StreamId,
+    SettleResult, StreamId, Tenure,
 };
 
 use crate::model::{Model, OldSettle, Op, Tag};
@@ -507,6 +507,7 @@ impl Harness {
                 payload: self.next_tag,
                 delivery_count,
                 fence,
+                tenure: Tenure::NONE,
             });
         }
         batch

@@ -2,7 +2,9 @@
 
 use std::time::{Duration, Instant};
 
-use leasehold_core::{Config, Effect, Fence, Fetched, LeaseEngine, LeaseId, MessageId, StreamId};
+use leasehold_core::{
+    Config, Effect, Fence, Fetched, LeaseEngine, LeaseId, MessageId, StreamId, Tenure,
+};
 use leasehold_engine_check::{check, run, Finish, Item, Jump, Scenario, SettleAnswer, Setup, Step};
 
 fn ms(n: u64) -> Duration {
@@ -15,6 +17,7 @@ fn fetched(id: &str) -> Fetched<()> {
         payload: (),
         delivery_count: 1,
         fence: Fence(1),
+        tenure: Tenure::NONE,
     }
 }
 

@@ -30,7 +30,7 @@ use futures::channel::oneshot;
 use futures::future::select;
 use leasehold_core::{
     Backend, BackendError, BackendResult, CancelReason, DeadLetterReason, ErrorKind, Fetched,
-    LeaseRef, MessageId, Outcome, Outgoing, RenewResult, SettleResult,
+    LeaseRef, MessageId, Outcome, Outgoing, RenewResult, SettleResult, Tenure,
 };
 use leasehold_memory::Bytes;
 use leasehold_worker::Runtime;
@@ -537,6 +537,7 @@ impl SimBackend {
             .map(|run| LeaseRef {
                 id: s.msgs[run.msg].id.clone(),
                 fence: leasehold_core::Fence(run.fence),
+                tenure: Tenure::NONE,
             })
             .take(1)
             .collect()

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use leasehold_core::{
     DeadLetterReason, Due, Fence, Fetched, LeaseRef, MessageId, Outgoing, Published, RenewResult,
-    SettleResult,
+    SettleResult, Tenure,
 };
 use leasehold_memory::{Bytes, ManualClock, MemoryBackend, MemoryStream, StreamConfig};
 
@@ -439,6 +439,7 @@ impl ModelStore {
             payload: payload.clone(),
             delivery_count: count,
             fence: Fence(u64::from(count)),
+            tenure: Tenure::NONE,
         }
     }
 }

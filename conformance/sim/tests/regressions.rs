@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use leasehold_core::{
-    Config, Effect, Fence, Fetched, LeaseEngine, Outcome, SettleResult, StreamId,
+    Config, Effect, Fence, Fetched, LeaseEngine, Outcome, SettleResult, StreamId, Tenure,
 };
 
 /// A `Lost` answer to a release whose lease was re-fenced meanwhile re-sent the settle effect
@@ -20,6 +20,7 @@ fn a_release_is_not_resent_for_a_lease_expired_by_the_same_input() {
         payload: 7,
         delivery_count: fence as u32,
         fence: Fence(fence),
+        tenure: Tenure::NONE,
     };
     assert!(matches!(engine.poll_effect(), Some(Effect::Fetch { .. })));
     engine.handle_fetched(t0, StreamId(0), vec![delivery(1)]);

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use leasehold_conformance::{backend_suite, BackendFactory, DeadLetterInfo};
 use leasehold_core::Stats;
-use leasehold_core::{Backend, ErrorKind, Outgoing, Publisher};
+use leasehold_core::{Backend, ErrorKind, Outgoing, Publisher, Tenure};
 use leasehold_redis::{
     key_slot, PublisherConfig, RedisBackend, RedisConfig, RedisInspector, RedisPublisher,
 };
@@ -432,6 +432,7 @@ async fn a_master_that_forgot_the_scripts_gets_them_again() {
         .map(|m| LeaseRef {
             id: m.id.clone(),
             fence: m.fence,
+            tenure: Tenure::NONE,
         })
         .collect();
     flush();

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use leasehold_memory::Bytes;
-use leasehold_worker::core::{ErrorKind, LeaseRef};
+use leasehold_worker::core::{ErrorKind, LeaseRef, Tenure};
 use leasehold_worker::{CancelReason, Delivery, Health, Outcome};
 
 use crate::support::{
@@ -178,6 +178,7 @@ pub async fn lost_lease_cancels_the_handler_and_drops_its_result<T: TestRuntime>
     let lease = LeaseRef {
         id: id.clone(),
         fence: stolen[0].fence,
+        tenure: Tenure::NONE,
     };
     // The thief keeps its lease alive while the worker's next heartbeat learns of the loss.
     let keep = || {

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use leasehold_memory::Bytes;
-use leasehold_worker::core::{ErrorKind, LeaseRef, RenewResult};
+use leasehold_worker::core::{ErrorKind, LeaseRef, RenewResult, Tenure};
 use leasehold_worker::meters::{
     ACKS, BACKEND_ERRORS, DEAD_LETTERS, DELIVERIES, FETCH_RTT, HANDLER_DURATION, HELD, INVOCATIONS,
     LEASES_LOST, LEASE_MARGIN, RENEW_RTT, RUNNING,
@@ -144,6 +144,7 @@ pub async fn a_takeover_is_counted_and_logged_with_the_lease_margin<T: TestRunti
     let lease = LeaseRef {
         id: id.clone(),
         fence: stolen[0].fence,
+        tenure: Tenure::NONE,
     };
     wait_until(&rt, "the takeover to be noticed", || {
         assert_eq!(

@@ -295,6 +295,7 @@ impl<P: Clone> LeaseEngine<P> {
                 payload: message.payload,
                 fence: message.fence,
                 fence_seq,
+                tenure: message.tenure,
                 sent_seq: self.now,
                 epoch,
                 delivery_count: message.delivery_count,
@@ -320,6 +321,7 @@ impl<P: Clone> LeaseEngine<P> {
         let fence_seq = self.next_seq();
         let lease = self.leases.get_mut(id).expect("found");
         lease.fence = message.fence;
+        lease.tenure = message.tenure;
         lease.delivery_count = message.delivery_count;
         lease.fence_seq = fence_seq;
         if lease.epoch < epoch {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_core::{
     AckId, CancelReason, Config, DeadLetterReason, Effect, ErrorKind, Fence, Fetched, InvocationId,
-    LeaseEngine, LeaseId, MessageId, Outcome, RenewId, RenewResult, SettleResult, StreamId,
+    LeaseEngine, LeaseId, MessageId, Outcome, RenewId, RenewResult, SettleResult, StreamId, Tenure,
 };
 
 /// `n` milliseconds.
@@ -254,6 +254,7 @@ pub fn delivery(id: u64, delivery_count: u32, fence: u64) -> Fetched<String> {
         payload: format!("payload {id}"),
         delivery_count,
         fence: Fence(fence),
+        tenure: Tenure::NONE,
     }
 }
 
@@ -617,6 +618,7 @@ impl Sim {
                             payload: id,
                             delivery_count: 1 + self.rng.below(5) as u32,
                             fence: Fence(self.next_fence),
+                            tenure: Tenure::NONE,
                         }
                     })
                     .collect();

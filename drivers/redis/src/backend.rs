@@ -39,7 +39,7 @@ use std::time::{Duration, Instant, SystemTime};
 use bytes::Bytes;
 use leasehold_core::{
     Backend, BackendError, BackendResult, DeadLetterReason, ErrorKind, Fence, Fetched, LeaseRef,
-    MessageId, RenewResult, SettleResult, Undeliverable,
+    MessageId, RenewResult, SettleResult, Tenure, Undeliverable,
 };
 use redis::{AsyncConnectionConfig, RedisError, Script, Value};
 
@@ -474,11 +474,13 @@ impl RedisBackend {
                     payload,
                     delivery_count: 1,
                     fence: Fence(1),
+                    tenure: Tenure::NONE,
                 }),
                 None => {
                     let lease = LeaseRef {
                         id: id.into(),
                         fence: Fence(1),
+                        tenure: Tenure::NONE,
                     };
                     // Never deliverable. Should this fail, the entry stays pending with us
                     // and the fetch script dead-letters it when it is reclaimed.
@@ -1408,6 +1410,7 @@ fn parse_fetch(reply: Value) -> Option<ScriptFetch> {
             payload: Bytes::from(payload),
             delivery_count: u32::try_from(count).unwrap_or(u32::MAX),
             fence: Fence(count),
+            tenure: Tenure::NONE,
         });
     }
     Some(ScriptFetch {

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use leasehold_core::{
-    Backend, DeadLetterReason, Fence, Fetched, LeaseRef, RenewResult, SettleResult,
+    Backend, DeadLetterReason, Fence, Fetched, LeaseRef, RenewResult, SettleResult, Tenure,
 };
 use leasehold_redis::{RedisBackend, RedisConfig};
 use leasehold_redis_harness::RedisServer;
@@ -28,6 +28,7 @@ fn lease(message: &Fetched<Bytes>) -> LeaseRef {
     LeaseRef {
         id: message.id.clone(),
         fence: message.fence,
+        tenure: Tenure::NONE,
     }
 }
 
@@ -153,6 +154,7 @@ async fn no_steal_back_and_no_stale_ack_after_a_takeover() {
     let stale = LeaseRef {
         id: first.id.clone(),
         fence: first.fence,
+        tenure: Tenure::NONE,
     };
     assert_eq!(b.renew(&[stale]).await.unwrap(), [RenewResult::Lost]);
 }
@@ -193,6 +195,7 @@ async fn a_batch_skips_held_entries_it_does_not_name() {
     let stale = LeaseRef {
         id: m[3].id.clone(),
         fence: Fence(2),
+        tenure: Tenure::NONE,
     };
     let batch = [lease(&m[4]), lease(&m[1]), stale, lease(&m[3])];
     use RenewResult::{Kept, Lost};
@@ -249,6 +252,7 @@ async fn a_batch_of_owned_foreign_stale_and_unknown_leases_is_answered_per_lease
     let reclaimed = LeaseRef {
         id: m[1].id.clone(),
         fence: Fence(2),
+        tenure: Tenure::NONE,
     };
     let batch = [
         lease(&m[2]),
@@ -257,11 +261,13 @@ async fn a_batch_of_owned_foreign_stale_and_unknown_leases_is_answered_per_lease
         LeaseRef {
             id: undelivered.clone().into(),
             fence: Fence(1),
+            tenure: Tenure::NONE,
         },
         lease(&m[0]),
         LeaseRef {
             id: "not-an-id".into(),
             fence: Fence(1),
+            tenure: Tenure::NONE,
         },
         reclaimed,
     ];
@@ -341,6 +347,7 @@ async fn acks_delete_exactly_the_acked_entries() {
     let stale = LeaseRef {
         id: m[2].id.clone(),
         fence: Fence(m[2].fence.0 + 1),
+        tenure: Tenure::NONE,
     };
     assert_eq!(
         a.ack(&[lease(&m[3]), stale, lease(&m[1])]).await.unwrap(),

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use leasehold_core::{Outgoing, Publisher};
+use leasehold_core::{Outgoing, Publisher, Tenure};
 use leasehold_redis::{
     key_slot, PublisherConfig, RedisBackend, RedisConfig, RedisInspector, RedisPublisher,
 };
@@ -481,6 +481,7 @@ fn wait_replicas_waits_for_a_replica_and_fails_without_one() {
             let lease = leasehold_core::LeaseRef {
                 id: fetched[0].id.clone(),
                 fence: fetched[0].fence,
+                tenure: Tenure::NONE,
             };
             let acked = backend.ack(&[lease]).await.unwrap();
             assert_eq!(acked, [leasehold_core::SettleResult::Ok]);

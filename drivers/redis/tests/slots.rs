@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use leasehold_core::{
     Backend, DeadLetterReason, Dedupe, Due, Fetched, LeaseRef, Outgoing, Publisher, SettleResult,
+    Tenure,
 };
 use leasehold_redis::{
     hash_tag, key_slot, ConnectError, PublisherConfig, RedisBackend, RedisConfig, RedisConfigError,
@@ -154,6 +155,7 @@ fn lease(message: &Fetched<Bytes>) -> LeaseRef {
     LeaseRef {
         id: message.id.clone(),
         fence: message.fence,
+        tenure: Tenure::NONE,
     }
 }
 

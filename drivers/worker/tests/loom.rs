@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use leasehold_core::{Config, Effect, Fence, Fetched, LeaseEngine, Outcome, Run, StreamId};
+use leasehold_core::{Config, Effect, Fence, Fetched, LeaseEngine, Outcome, Run, StreamId, Tenure};
 use leasehold_worker::{CancelReason, Cancellation};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
@@ -23,6 +23,7 @@ fn outcome_racing_cancel_is_never_acked_when_cancel_wins() {
             payload: (),
             delivery_count: 1,
             fence: Fence(1),
+            tenure: Tenure::NONE,
         };
         engine.handle_fetched(t0, StreamId(0), vec![delivery]);
         let Some(Effect::Run(Run { invocation, .. })) = engine.poll_effect() else {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use leasehold_core::{Fence, Fetched, MessageId};
+use leasehold_core::{Fence, Fetched, MessageId, Tenure};
 
 use super::{standing, Entry, Pending, Store};
 
@@ -124,6 +124,7 @@ fn delivery(id: &MessageId, payload: &Bytes, delivery_count: u32) -> Fetched<Byt
         payload: payload.clone(),
         delivery_count,
         fence: Fence(u64::from(delivery_count)),
+        tenure: Tenure::NONE,
     }
 }
 

@@ -282,7 +282,7 @@ fn answer_each<T>(
 
 #[cfg(test)]
 mod tests {
-    use leasehold_core::{ErrorKind, Fence, RenewResult, SettleResult};
+    use leasehold_core::{ErrorKind, Fence, RenewResult, SettleResult, Tenure};
 
     use super::*;
 
@@ -291,6 +291,7 @@ mod tests {
         let lease = |id: &str| LeaseRef {
             id: id.into(),
             fence: Fence(1),
+            tenure: Tenure::NONE,
         };
         let refs = vec![lease("1-0"), lease("2-0")];
         let short = answer_each("renew", &refs, Ok(vec![RenewResult::Kept]));
