@@ -3,6 +3,7 @@
 
 use leasehold_benches::e2e::redis::{self as bench_redis, RedisBenchOptions, Variant};
 use leasehold_benches::e2e::BenchError;
+use leasehold_redis::FenceCheck;
 
 /// Every CPU figure present is finite and not negative; the server's is always readable.
 fn assert_cpu(variant: &Variant) {
@@ -38,6 +39,7 @@ fn bench_redis_runs_one_small_round() {
         metrics: true,
         long: false,
         slow: true,
+        fence_check: FenceCheck::Tenure,
     };
     let report = bench_redis::run(&options).expect("the redis bench runs");
     let metered: Vec<(usize, usize)> = report.metered.iter().map(|(key, _)| *key).collect();

@@ -6,6 +6,7 @@
 //! it, hidden, and ignore it.
 
 use clap::{value_parser, Parser};
+use leasehold_redis::FenceCheck;
 
 use std::time::Duration;
 
@@ -142,6 +143,10 @@ pub struct RedisArgs {
     /// loop, the heartbeat and the RSS reading: a profile of the drain).
     #[arg(long)]
     pub no_slow: bool,
+    /// How the workers' fenced operations check their leases: `per-lease` (the default) or
+    /// `tenure`.
+    #[arg(long, default_value = "per-lease", value_parser = parse_fence_check)]
+    pub fence_check: FenceCheck,
     /// No progress spinner.
     #[arg(long)]
     pub no_progress: bool,
@@ -151,6 +156,15 @@ pub struct RedisArgs {
     /// Added by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     pub bench: bool,
+}
+
+/// A `--fence-check` value.
+fn parse_fence_check(value: &str) -> Result<FenceCheck, String> {
+    match value {
+        "per-lease" => Ok(FenceCheck::PerLease),
+        "tenure" => Ok(FenceCheck::Tenure),
+        _ => Err(format!("{value:?}: `per-lease` or `tenure`")),
+    }
 }
 
 /// A `--prefetch` value: `auto` (kept as `u32::MAX`), or a count up to 1 000 000.
@@ -189,6 +203,7 @@ impl RedisArgs {
             metrics: self.metrics,
             long: !self.no_long,
             slow: !self.no_slow,
+            fence_check: self.fence_check,
         }
     }
 }
@@ -400,6 +415,10 @@ pub struct FencedArgs {
     /// Leases released per round, one call each (release row; at most --renews).
     #[arg(long, default_value_t = 1000, value_parser = value_parser!(u32).range(1..=10_000_000))]
     pub releases: u32,
+    /// How the backend's fenced operations check their leases: `per-lease` (the default) or
+    /// `tenure`.
+    #[arg(long, default_value = "per-lease", value_parser = parse_fence_check)]
+    pub fence_check: FenceCheck,
     /// Print the results as JSON instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -418,6 +437,7 @@ impl FencedArgs {
             ack_batch: self.ack_batch as usize,
             renews: self.renews as usize,
             releases: self.releases.min(self.renews) as usize,
+            fence_check: self.fence_check,
         }
     }
 }

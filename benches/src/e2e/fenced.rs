@@ -21,11 +21,10 @@
 //! measured rounds with their range, and their ratio; `INFO cpu` (user + sys) per id is given
 //! too, noisier (it counts networking, and anything the server does meanwhile).
 
-use leasehold_core::Tenure;
 use std::fmt;
 use std::time::Duration;
 
-use leasehold_redis::{RedisBackend, RedisConfig};
+use leasehold_redis::{FenceCheck, RedisBackend, RedisConfig};
 use leasehold_redis_harness::RedisServer;
 use leasehold_tokio::core::{Backend, Fetched, LeaseRef, RenewResult, SettleResult};
 use redis::aio::MultiplexedConnection;
@@ -61,6 +60,8 @@ pub struct FencedOptions {
     pub renews: usize,
     /// Leases released per round (release row).
     pub releases: usize,
+    /// How the backend's fenced operations check their leases.
+    pub fence_check: FenceCheck,
 }
 
 impl Default for FencedOptions {
@@ -72,6 +73,7 @@ impl Default for FencedOptions {
             ack_batch: 100,
             renews: 10_000,
             releases: 1000,
+            fence_check: FenceCheck::PerLease,
         }
     }
 }
@@ -195,6 +197,7 @@ impl FencedReport {
             "redis_version": self.redis_version,
             "rounds": self.options.rounds,
             "ack_batch": self.options.ack_batch,
+            "fence_check": format!("{:?}", self.options.fence_check),
             "rows": self.rows.iter().map(|row| json!({
                 "name": row.name,
                 "raw_name": row.raw_name,
@@ -423,7 +426,7 @@ pub fn run(options: &FencedOptions) -> Result<FencedReport, BenchError> {
             delete(&mut con, &stream).await?;
             let stream = next_key("drain");
             publish(&mut con, &stream, options.drain).await?;
-            let backend = backend(&url, &stream).await?;
+            let backend = backend(&url, &stream, options.fence_check).await?;
             let probe = Probe::start(&server)?;
             let n = fenced_drain(&backend).await?;
             stop(
@@ -439,7 +442,8 @@ pub fn run(options: &FencedOptions) -> Result<FencedReport, BenchError> {
 
             // ack
             let stream = next_key("ack-raw");
-            let (backend, leases) = held(&url, &mut con, &stream, options.acks).await?;
+            let (backend, leases) =
+                held(&url, &mut con, &stream, options.acks, options.fence_check).await?;
             let probe = Probe::start(&server)?;
             let mut pipe = redis::pipe();
             for batch in leases.chunks(options.ack_batch) {
@@ -464,7 +468,8 @@ pub fn run(options: &FencedOptions) -> Result<FencedReport, BenchError> {
             drop(backend);
             delete(&mut con, &stream).await?;
             let stream = next_key("ack");
-            let (backend, leases) = held(&url, &mut con, &stream, options.acks).await?;
+            let (backend, leases) =
+                held(&url, &mut con, &stream, options.acks, options.fence_check).await?;
             let probe = Probe::start(&server)?;
             let mut ok = 0;
             for batch in leases.chunks(options.ack_batch) {
@@ -489,7 +494,8 @@ pub fn run(options: &FencedOptions) -> Result<FencedReport, BenchError> {
             // renew and release: the same held leases, raw and fenced alternately (neither
             // changes owner or count).
             let stream = next_key("renew");
-            let (backend, leases) = held(&url, &mut con, &stream, options.renews).await?;
+            let (backend, leases) =
+                held(&url, &mut con, &stream, options.renews, options.fence_check).await?;
             let probe = Probe::start(&server)?;
             let mut pipe = redis::pipe();
             for batch in leases.chunks(CLAIM_BATCH) {
@@ -629,11 +635,16 @@ fn stop(
     )
 }
 
-async fn backend(url: &str, stream: &str) -> Result<RedisBackend, BenchError> {
+async fn backend(
+    url: &str,
+    stream: &str,
+    fence_check: FenceCheck,
+) -> Result<RedisBackend, BenchError> {
     RedisBackend::connect(
         RedisConfig::new(url, stream, GROUP)
             .consumer(CONSUMER)
-            .claim_timeout(CLAIM_TIMEOUT),
+            .claim_timeout(CLAIM_TIMEOUT)
+            .fence_check(fence_check),
     )
     .await
     .map_err(|e| BenchError::Redis(format!("connect: {e}")))
@@ -645,9 +656,10 @@ async fn held(
     con: &mut MultiplexedConnection,
     stream: &str,
     n: usize,
+    fence_check: FenceCheck,
 ) -> Result<(RedisBackend, Vec<LeaseRef>), BenchError> {
     publish(con, stream, n).await?;
-    let backend = backend(url, stream).await?;
+    let backend = backend(url, stream, fence_check).await?;
     let mut leases = Vec::with_capacity(n);
     while leases.len() < n {
         let batch = backend
@@ -666,11 +678,7 @@ async fn held(
 }
 
 fn lease<P>(fetched: &Fetched<P>) -> LeaseRef {
-    LeaseRef {
-        id: fetched.id.clone(),
-        fence: fetched.fence,
-        tenure: Tenure::NONE,
-    }
+    LeaseRef::from(fetched)
 }
 
 /// Pipelined `XADD stream * data PAYLOAD`, 1000 per pipeline.

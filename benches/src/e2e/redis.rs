@@ -38,7 +38,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
-use leasehold_redis::{RedisBackend, RedisConfig};
+use leasehold_redis::{FenceCheck, RedisBackend, RedisConfig};
 use leasehold_redis_harness::RedisServer;
 use leasehold_tokio::core::{Backend, LeaseRef, RenewResult};
 use leasehold_tokio::{Config, Delivery, Raw, TokioRuntime, WorkerBuilder};
@@ -121,6 +121,8 @@ pub struct RedisBenchOptions {
     pub long: bool,
     /// Measure the 10 ms handler rows too (at concurrency 1000, one per prefetch setting).
     pub slow: bool,
+    /// How the leasehold workers' fenced operations check their leases.
+    pub fence_check: FenceCheck,
 }
 
 impl Default for RedisBenchOptions {
@@ -135,6 +137,7 @@ impl Default for RedisBenchOptions {
             threads: None,
             progress: false,
             metrics: false,
+            fence_check: FenceCheck::PerLease,
         }
     }
 }
@@ -399,6 +402,7 @@ impl RedisBenchReport {
         json!({
             "bench": "e2e-redis",
             "redis_version": self.redis_version,
+            "fence_check": format!("{:?}", o.fence_check),
             "messages": o.messages,
             "rounds": o.rounds,
             "threads": self.threads,
@@ -826,6 +830,7 @@ pub fn run(options: &RedisBenchOptions) -> Result<RedisBenchReport, BenchError> 
                 config,
                 handler,
                 recorder,
+                fence_check: options.fence_check,
             };
             let (took, calls, cost) =
                 leasehold_measured(&runtime, &server, &rt, &stream, options.messages, side)?;
@@ -842,7 +847,13 @@ pub fn run(options: &RedisBenchOptions) -> Result<RedisBenchReport, BenchError> 
                     prefetch_label(*prefetch)
                 ));
                 let stream = next_key("long");
-                let result = runtime.block_on(long_round(rt.clone(), &url, &stream, *prefetch))?;
+                let result = runtime.block_on(long_round(
+                    rt.clone(),
+                    &url,
+                    &stream,
+                    *prefetch,
+                    options.fence_check,
+                ))?;
                 if measured {
                     rounds.push(result);
                 }
@@ -852,7 +863,7 @@ pub fn run(options: &RedisBenchOptions) -> Result<RedisBenchReport, BenchError> 
         let stream = next_key("renew");
         let backend = runtime.block_on(async {
             publish(&url, &stream, HELD_LEASES).await?;
-            hold_leases(&url, &stream, HELD_LEASES).await
+            hold_leases(&url, &stream, HELD_LEASES, options.fence_check).await
         })?;
         for _ in 0..RENEWS_PER_ROUND {
             let before = commandstats(&server)?;
@@ -1043,6 +1054,7 @@ struct Side<'a> {
     config: Config,
     handler: Handler,
     recorder: Option<&'a Metered>,
+    fence_check: FenceCheck,
 }
 
 /// Publishes, snapshots `INFO commandstats` and CPU times, runs one leasehold round, snapshots
@@ -1088,11 +1100,13 @@ where
         config,
         handler,
         recorder,
+        fence_check,
     } = side;
     let backend = RedisBackend::connect(
         RedisConfig::new(url, stream, GROUP)
             .consumer("bench")
-            .claim_timeout(CLAIM_TIMEOUT),
+            .claim_timeout(CLAIM_TIMEOUT)
+            .fence_check(fence_check),
     )
     .await
     .map_err(|e| BenchError::Redis(format!("connect: {e}")))?;
@@ -1181,6 +1195,7 @@ async fn rss_round(rt: TokioRuntime, url: &str) -> Result<RssReading, BenchError
             config: worker_config(RSS_IN_FLIGHT, 0),
             handler: Handler::Hold(hold.clone()),
             recorder: None,
+            fence_check: FenceCheck::default(),
         },
         move |_| async move {
             hold.all_in.notified().await;
@@ -1210,11 +1225,17 @@ fn proc_status_kb(field: &str) -> Option<u64> {
 }
 
 /// A backend holding `n` leases of a fresh stream (fetched, never acked).
-async fn hold_leases(url: &str, stream: &str, n: usize) -> Result<HeldLeases, BenchError> {
+async fn hold_leases(
+    url: &str,
+    stream: &str,
+    n: usize,
+    fence_check: FenceCheck,
+) -> Result<HeldLeases, BenchError> {
     let backend = RedisBackend::connect(
         RedisConfig::new(url, stream, GROUP)
             .consumer("holder")
-            .claim_timeout(CLAIM_TIMEOUT),
+            .claim_timeout(CLAIM_TIMEOUT)
+            .fence_check(fence_check),
     )
     .await
     .map_err(|e| BenchError::Redis(format!("connect: {e}")))?;
@@ -1415,6 +1436,7 @@ async fn long_round(
     url: &str,
     stream: &str,
     prefetch: usize,
+    fence_check: FenceCheck,
 ) -> Result<LongRound, BenchError> {
     let quick = Arc::new(AtomicUsize::new(0));
     let long = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
@@ -1426,7 +1448,8 @@ async fn long_round(
         let backend = RedisBackend::connect(
             RedisConfig::new(url, stream, GROUP)
                 .consumer(format!("bench-{w}"))
-                .claim_timeout(CLAIM_TIMEOUT),
+                .claim_timeout(CLAIM_TIMEOUT)
+                .fence_check(fence_check),
         )
         .await
         .map_err(|e| BenchError::Redis(format!("connect: {e}")))?;

@@ -1,7 +1,8 @@
 //! The conformance suite against the Redis backend, on a throwaway `redis-server` per test
 //! (real time: a 2 s claim timeout, and `advance` sleeps), and the worker-level properties with
 //! a real `leasehold-tokio` worker over it; then the backend and publisher suites again with
-//! `wait_replicas(1, …)` on, over a master and its replica (module `wait_replicas`).
+//! `wait_replicas(1, …)` on, over a master and its replica (module `wait_replicas`), and both
+//! suites with fences vouched for by tenure (module `tenure`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -11,7 +12,7 @@ use leasehold_conformance::{
     backend_suite, backend_worker_suite, publisher_suite, BackendFactory, DeadLetterInfo,
     PublisherFactory,
 };
-use leasehold_redis::{PublisherConfig, RedisBackend, RedisConfig, RedisPublisher};
+use leasehold_redis::{FenceCheck, PublisherConfig, RedisBackend, RedisConfig, RedisPublisher};
 use leasehold_redis_harness::RedisServer;
 
 mod support;
@@ -33,6 +34,8 @@ struct RedisFactory {
     dead_key: Mutex<Option<String>>,
     /// The stream opened last, for [`PublisherFactory::publisher`].
     stream: Mutex<Option<String>>,
+    /// How the backends check fences.
+    fence_check: FenceCheck,
 }
 
 impl RedisFactory {
@@ -66,7 +69,15 @@ impl RedisFactory {
             streams: AtomicUsize::new(0),
             dead_key: Mutex::default(),
             stream: Mutex::default(),
+            fence_check: FenceCheck::PerLease,
         }
+    }
+
+    /// Backends that vouch for fences by tenure: every takeover in the suites is a backend's
+    /// own reclaim, which is what that needs.
+    fn by_tenure(mut self) -> Self {
+        self.fence_check = FenceCheck::Tenure;
+        self
     }
 }
 
@@ -86,7 +97,8 @@ impl BackendFactory for RedisFactory {
         for i in 0..replicas {
             let mut config = RedisConfig::new(self.server.url(), stream.as_str(), "workers")
                 .consumer(format!("replica-{i}"))
-                .claim_timeout(claim_timeout);
+                .claim_timeout(claim_timeout)
+                .fence_check(self.fence_check);
             if self.replica.is_some() {
                 config = config.wait_replicas(1, WAIT);
             }
@@ -153,6 +165,13 @@ mod wait_replicas {
         use super::*;
         publisher_suite!(RedisFactory::replicated());
     }
+}
+
+/// Fences vouched for by tenure: every property holds as it does when each lease is checked.
+mod tenure {
+    use super::*;
+    backend_suite!(RedisFactory::new().by_tenure());
+    backend_worker_suite!(RedisFactory::new().by_tenure());
 }
 
 fn need(e: leasehold_redis_harness::Error) -> RedisServer {

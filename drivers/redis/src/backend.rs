@@ -32,7 +32,7 @@
 //! `CLIENT UNBLOCK` (an ACL user without `@admin`), a wait ends by the server's timeout instead,
 //! up to 1/`hz` late.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -44,7 +44,7 @@ use leasehold_core::{
 use redis::{AsyncConnectionConfig, RedisError, Script, Value};
 
 use crate::config::{
-    unique_consumer_name, ConnectError, DelayedKeys, RedisConfig, RedisConfigError,
+    unique_consumer_name, ConnectError, DelayedKeys, FenceCheck, RedisConfig, RedisConfigError,
 };
 use crate::conn::{node_changed, Connection, Servers};
 use crate::error::{error, is_nogroup, is_unblocked};
@@ -59,6 +59,7 @@ macro_rules! script {
 
 static FETCH: LazyLock<Script> = script!(
     "lua/ids.lua",
+    "lua/tenure.lua",
     "lua/last_delivered.lua",
     "lua/delayed.lua",
     "lua/fetch.lua"
@@ -69,17 +70,24 @@ pub(crate) static DELAYED_SUMMARY: LazyLock<Script> =
     script!("lua/delayed.lua", "lua/delayed_summary.lua");
 /// The fast path's promotion, once its probe saw a delayed message due.
 static PROMOTE: LazyLock<Script> = script!("lua/delayed.lua", "lua/promote.lua");
-/// Batch scripts share the one-`XPENDING` fence check.
-static RENEW: LazyLock<Script> = script!("lua/ids.lua", "lua/fenced_batch.lua", "lua/renew.lua");
+/// Batch scripts share the fence check: by tenure, else one `XPENDING`.
+static RENEW: LazyLock<Script> = script!(
+    "lua/ids.lua",
+    "lua/tenure.lua",
+    "lua/fenced_batch.lua",
+    "lua/renew.lua"
+);
 static ACK: LazyLock<Script> = script!(
     "lua/ids.lua",
+    "lua/tenure.lua",
     "lua/fenced_batch.lua",
     "lua/last_delivered.lua",
     "lua/ack.lua"
 );
-static RELEASE: LazyLock<Script> = script!("lua/release.lua");
+static RELEASE: LazyLock<Script> = script!("lua/tenure.lua", "lua/release.lua");
 static DEAD_LETTER: LazyLock<Script> = script!("lua/dead_letter.lua");
 static REAP: LazyLock<Script> = script!("lua/reap_consumers.lua");
+static CREATE_GROUP: LazyLock<Script> = script!("lua/create_group.lua");
 
 /// How long a fetch that may wait trusts what the last look at the stream learned (nothing
 /// reclaimable, the next due time) and waits without looking again.
@@ -97,6 +105,11 @@ pub struct RedisBackend {
     consumer: String,
     dead_key: String,
     delayed_keys: DelayedKeys,
+    /// The group's tenure hash (see the module docs).
+    tenure_key: String,
+    /// This consumer's tenure as the last script reply told it (0: none yet): new entries a
+    /// read without a script delivers were delivered under it, or a later one.
+    tenure: AtomicU64,
     /// Scripts, publishes, acks and renews: multiplexed, never blocked.
     commands: Connection,
     /// Only the blocking reads, so a waiting fetch never delays a heartbeat (on a cluster: a
@@ -108,7 +121,7 @@ pub struct RedisBackend {
     /// not, no blocking connection is kept. A shard of a sharded queue assigned to other
     /// workers so costs no connection of its own.
     fetching: AtomicBool,
-    /// The `XAUTOCLAIM` cursor, carried between fetches so lapsed entries are reclaimed in turn.
+    /// The reclaim cursor, carried between fetches so lapsed entries are reclaimed in turn.
     cursor: Mutex<String>,
     /// Reclaims and new entries take turns going first.
     reclaim_turn: AtomicBool,
@@ -198,6 +211,8 @@ impl RedisBackend {
             consumer: config.consumer.clone().unwrap_or_else(unique_consumer_name),
             dead_key: config.dead_letter_key()?,
             delayed_keys: DelayedKeys::of(&config.target.stream)?,
+            tenure_key: config.tenure_key()?,
+            tenure: AtomicU64::new(0),
             config,
             commands,
             blocking: Mutex::new(blocking),
@@ -263,34 +278,18 @@ impl RedisBackend {
             .await
     }
 
-    /// Creates the stream and group if missing (`BUSYGROUP` means it exists: fine), and the
-    /// group of the same name on the wake stream, which a consuming wait blocks on too (from
-    /// its end: only wake-ups from then on matter).
+    /// Creates the stream and group if missing, and the group of the same name on the wake
+    /// stream, which a consuming wait blocks on too (from its end: only wake-ups from then on
+    /// matter). A group made anew starts the tenures afresh (`create_group.lua`).
     async fn ensure_group(&self) -> BackendResult<()> {
-        let mut pipe = redis::pipe();
-        pipe.cmd("XGROUP")
-            .arg("CREATE")
-            .arg(&self.config.target.stream)
+        CREATE_GROUP
+            .key(&self.config.target.stream)
+            .key(&self.delayed_keys.wake)
+            .key(&self.tenure_key)
             .arg(&self.config.group)
-            .arg("0")
-            .arg("MKSTREAM")
-            .cmd("XGROUP")
-            .arg("CREATE")
-            .arg(&self.delayed_keys.wake)
-            .arg(&self.config.group)
-            .arg("$")
-            .arg("MKSTREAM");
-        let created: Vec<redis::RedisResult<Value>> = pipe
-            .ignore_errors()
-            .query_async(&mut self.commands.clone())
+            .invoke_async::<Value>(&mut self.commands.clone())
             .await
             .map_err(|e| error("create group", e))?;
-        for result in created {
-            match result {
-                Err(e) if e.code() != Some("BUSYGROUP") => return Err(error("create group", e)),
-                _ => {}
-            }
-        }
         Ok(())
     }
 
@@ -315,6 +314,7 @@ impl RedisBackend {
                 &self.dead_key,
                 &self.delayed_keys.delayed,
                 &self.delayed_keys.wake,
+                &self.tenure_key,
             ],
         );
         cmd.arg(&self.config.group)
@@ -339,6 +339,7 @@ impl RedisBackend {
         };
         let mut fetched = parse_fetch(reply)
             .ok_or_else(|| BackendError::fatal("unexpected reply from the fetch script"))?;
+        self.learn_tenure(fetched.tenure);
         for id in std::mem::take(&mut fetched.undeliverable) {
             self.undeliverable(id);
         }
@@ -364,6 +365,7 @@ impl RedisBackend {
     /// them in one step). The second value says the next fetch must run the fetch script:
     /// something is reclaimable.
     async fn read_new(&self, max: usize) -> BackendResult<(Vec<Fetched<Bytes>>, bool)> {
+        let tenure = self.known_tenure();
         let promote = self.due_seen.load(Ordering::Relaxed);
         let mut pipe = redis::pipe();
         if promote {
@@ -458,14 +460,18 @@ impl RedisBackend {
                 Some((_, entries)) => parse_entries(entries, self.config.target.field.as_bytes()),
             })
             .ok_or_else(|| BackendError::fatal("unexpected reply from XREADGROUP"))?;
-        let fetched = self.deliver_read(read).await;
+        let fetched = self.deliver_read(read, tenure).await;
         Ok((fetched, reclaimable))
     }
 
-    /// New entries an `XREADGROUP … >` delivered (delivery count 1, so fence 1), as
-    /// deliveries; those without the payload field are dead-lettered and left out, as the
-    /// fetch script does.
-    async fn deliver_read(&self, read: Vec<(String, Option<Bytes>)>) -> Vec<Fetched<Bytes>> {
+    /// New entries an `XREADGROUP … >` sent under `tenure` delivered (delivery count 1, so
+    /// fence 1), as deliveries; those without the payload field are dead-lettered and left
+    /// out, as the fetch script does.
+    async fn deliver_read(
+        &self,
+        read: Vec<(String, Option<Bytes>)>,
+        tenure: Tenure,
+    ) -> Vec<Fetched<Bytes>> {
         let mut fetched = Vec::with_capacity(read.len());
         for (id, payload) in read {
             match payload {
@@ -474,13 +480,13 @@ impl RedisBackend {
                     payload,
                     delivery_count: 1,
                     fence: Fence(1),
-                    tenure: Tenure::NONE,
+                    tenure,
                 }),
                 None => {
                     let lease = LeaseRef {
                         id: id.into(),
                         fence: Fence(1),
-                        tenure: Tenure::NONE,
+                        tenure,
                     };
                     // Never deliverable. Should this fail, the entry stays pending with us
                     // and the fetch script dead-letters it when it is reclaimed.
@@ -524,6 +530,7 @@ impl RedisBackend {
     /// Waits up to `wait` for new entries, taking up to `max` of them as it wakes (one round
     /// trip: see the module docs), or for a wake-up on the wake stream, which it acknowledges.
     async fn wait_consuming(&self, max: usize, wait: Duration) -> BackendResult<Woken> {
+        let tenure = self.known_tenure();
         let (stream, wake) = (&self.config.target.stream, &self.delayed_keys.wake);
         let mut cmd = redis::cmd("XREADGROUP");
         cmd.arg("GROUP")
@@ -563,7 +570,7 @@ impl RedisBackend {
             }
         }
         let took = read.len();
-        let fetched = self.deliver_read(read).await;
+        let fetched = self.deliver_read(read, tenure).await;
         Ok(if !fetched.is_empty() {
             Woken::Took(fetched)
         } else if woken || took > 0 {
@@ -715,6 +722,33 @@ impl RedisBackend {
             && delayed.next_due(now).is_none_or(|due| due > wait)
     }
 
+    /// The tenure a fenced script may vouch for leases delivered under `tenures` with:
+    /// theirs when they share one and the configuration trusts tenures, else none (the
+    /// script checks each lease).
+    fn vouching(&self, tenures: impl IntoIterator<Item = Tenure>) -> Tenure {
+        if self.config.fence_check != FenceCheck::Tenure {
+            return Tenure::NONE;
+        }
+        let mut tenures = tenures.into_iter();
+        let first = tenures.next().unwrap_or(Tenure::NONE);
+        if tenures.all(|tenure| tenure == first) {
+            first
+        } else {
+            Tenure::NONE
+        }
+    }
+
+    /// This consumer's tenure as last learned ([`Tenure::NONE`] before any script replied).
+    fn known_tenure(&self) -> Tenure {
+        Tenure(self.tenure.load(Ordering::Relaxed))
+    }
+
+    /// A script replied with this consumer's tenure. Tenures only grow, so the largest is the
+    /// latest (replies may arrive out of order).
+    fn learn_tenure(&self, tenure: Tenure) {
+        self.tenure.fetch_max(tenure.0, Ordering::Relaxed);
+    }
+
     /// What a promotion learned; the wake id comes only with a fetch script that took nothing.
     fn set_delayed(&self, next_due: Option<Duration>, wake_id: Option<String>) {
         let now = Instant::now();
@@ -768,6 +802,7 @@ impl RedisBackend {
         let reaped: Result<i64, _> = REAP
             .key(&self.config.target.stream)
             .key(&self.delayed_keys.wake)
+            .key(&self.tenure_key)
             .arg(&self.config.group)
             .arg(millis(idle))
             .arg(&self.consumer)
@@ -787,8 +822,10 @@ impl RedisBackend {
     /// lost, and so is a lease whose id is no stream id.
     ///
     /// The fences go as runs (fence, how many leases in a row have it), the ids one argument
-    /// each; the script answers with the positions of the leases it found lost (usually none),
-    /// so neither side makes a value per lease that only says "kept".
+    /// each; the script answers with the consumer's tenure and the positions of the leases it
+    /// found lost (usually none), so neither side makes a value per lease that only says
+    /// "kept". A batch whose leases were all delivered under one tenure names it: while that is
+    /// still the consumer's tenure, the script reads no fence back.
     async fn fenced(
         &self,
         script: &Script,
@@ -810,14 +847,17 @@ impl RedisBackend {
                 continue;
             };
             let runs = fence_runs(chunk.iter().map(|&(_, i)| leases[i].fence.0));
+            let tenure = self.vouching(chunk.iter().map(|&(_, i)| leases[i].tenure));
             // EVALSHA built as one command: its arguments go into one buffer (a script
             // invocation would allocate each of them, then copy them).
             let mut cmd = redis::cmd("EVALSHA");
             cmd.arg(script.get_hash())
-                .arg(1)
+                .arg(2)
                 .arg(&self.config.target.stream)
+                .arg(&self.tenure_key)
                 .arg(&self.config.group)
                 .arg(&self.consumer)
+                .arg(tenure.0)
                 .arg(low.to_string())
                 .arg(high.to_string())
                 .arg(runs.len());
@@ -830,12 +870,19 @@ impl RedisBackend {
             if let Some(tail) = tail {
                 cmd.arg(tail);
             }
-            match self.write::<Vec<usize>>(&cmd, Some(script)).await {
-                Ok(lost) => {
+            match self.write::<Vec<u64>>(&cmd, Some(script)).await {
+                Ok(reply) => {
+                    let Some((&tenure, lost)) = reply.split_first() else {
+                        return Err(BackendError::fatal(format!("{what}: an empty reply")));
+                    };
+                    self.learn_tenure(Tenure(tenure));
                     let mut kept = vec![true; chunk.len()];
-                    for position in lost {
+                    for &position in lost {
                         // 1-based positions in the batch as sent.
-                        let Some(slot) = position.checked_sub(1).and_then(|p| kept.get_mut(p))
+                        let Some(slot) = usize::try_from(position)
+                            .ok()
+                            .and_then(|p| p.checked_sub(1))
+                            .and_then(|p| kept.get_mut(p))
                         else {
                             return Err(BackendError::fatal(format!(
                                 "{what}: the script named lease {position} of {}",
@@ -1030,15 +1077,16 @@ impl Backend for RedisBackend {
     }
 
     /// Delays are capped at the claim timeout: the entry's idle time is set to
-    /// `claim_timeout - delay`, so any consumer's `XAUTOCLAIM` takes it once `delay` passed.
+    /// `claim_timeout - delay`, so any consumer's fetch reclaims it once `delay` passed.
     async fn release(&self, lease: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
         let idle = self.config.claim_timeout.saturating_sub(delay);
-        let mut cmd = evalsha_cmd(&RELEASE, &[&self.config.target.stream]);
+        let mut cmd = evalsha_cmd(&RELEASE, &[&self.config.target.stream, &self.tenure_key]);
         cmd.arg(&self.config.group)
             .arg(&self.consumer)
             .arg(lease.id.as_str())
             .arg(lease.fence.0)
-            .arg(millis(idle));
+            .arg(millis(idle))
+            .arg(self.vouching([lease.tenure]).0);
         match self.write::<i64>(&cmd, Some(&RELEASE)).await {
             Ok(1) => Ok(SettleResult::Ok),
             Ok(_) => Ok(SettleResult::Lost),
@@ -1360,7 +1408,7 @@ fn parse_due(reply: &Value) -> Option<Option<Duration>> {
 
 /// What one run of the fetch script returned.
 struct ScriptFetch {
-    /// Where the next `XAUTOCLAIM` goes on.
+    /// Where the next reclaim goes on: this entry (`0-0`: the first lapsed one).
     cursor: String,
     entries: Vec<Fetched<Bytes>>,
     /// Entries without the payload field that the script dead-lettered.
@@ -1373,11 +1421,13 @@ struct ScriptFetch {
     next_due: Option<Duration>,
     /// The wake stream's last id, when the script took nothing.
     wake_id: Option<String>,
+    /// This consumer's tenure, under which the entries were delivered.
+    tenure: Tenure,
 }
 
 /// `{cursor, {id, count, payload, ...}, last-delivered-id or nil, 1 if reclaimable else 0,
 /// {undeliverable id, ...}, ms until the next delayed message is due or -1,
-/// wake stream's last id or nil}`.
+/// wake stream's last id or nil, tenure}`.
 fn parse_fetch(reply: Value) -> Option<ScriptFetch> {
     let Value::Array(parts) = reply else {
         return None;
@@ -1398,6 +1448,7 @@ fn parse_fetch(reply: Value) -> Option<ScriptFetch> {
         .collect::<Option<Vec<_>>>()?;
     let next_due = parse_due(&parts.next()?)?;
     let wake_id = parts.next().and_then(as_string);
+    let tenure = Tenure(as_u64(&parts.next()?)?);
     let mut entries = Vec::with_capacity(flat.len() / 3);
     let mut flat = flat.into_iter();
     while let (Some(id), Some(count), Some(payload)) = (flat.next(), flat.next(), flat.next()) {
@@ -1410,7 +1461,7 @@ fn parse_fetch(reply: Value) -> Option<ScriptFetch> {
             payload: Bytes::from(payload),
             delivery_count: u32::try_from(count).unwrap_or(u32::MAX),
             fence: Fence(count),
-            tenure: Tenure::NONE,
+            tenure,
         });
     }
     Some(ScriptFetch {
@@ -1421,6 +1472,7 @@ fn parse_fetch(reply: Value) -> Option<ScriptFetch> {
         last_delivered: last,
         next_due,
         wake_id,
+        tenure,
     })
 }
 

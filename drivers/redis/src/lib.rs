@@ -18,10 +18,10 @@
 //! A fetch reads new entries with `XREADGROUP … >`, pipelined with an `XPENDING … IDLE` that
 //! tells whether any entry has lapsed and a look at when the next delayed message is due
 //! (below). While some entry has lapsed, the fetch is one script: it promotes the due delayed
-//! messages, then `XAUTOCLAIM` (min-idle = claim timeout, cursor
-//! carried between calls, moved up to the first lapsed entry that the script's
-//! `XPENDING … IDLE` finds, so its bounded scan is not spent on live entries ahead of it) and
-//! `XREADGROUP … >`, taking turns going first with at most half of `max`, the other kind
+//! messages, then reclaims: `XPENDING … IDLE` (min-idle = claim timeout) lists lapsed
+//! entries from a cursor carried between calls (moved up to the first lapsed entry, so no scan
+//! is spent on live entries ahead of it) and `XCLAIM` takes them, each previous owner's tenure
+//! ended (below); and `XREADGROUP … >`, taking turns going first with at most half of `max`, the other kind
 //! taking the rest, so neither starves the other. Every delivery carries its delivery count,
 //! which is its fence. Entries without the payload field are dead-lettered on the spot. When
 //! nothing is there, the fetch waits on a **dedicated connection**, so it never delays a
@@ -36,6 +36,24 @@
 //! fetch; its leases are reported lost. Every key a script touches is in the stream's Redis
 //! Cluster hash slot (below).
 //!
+//! ## Tenures: fences vouched for without reading them back
+//!
+//! Reading each lease's owner and delivery count back (the ranged `XPENDING`, and turning its
+//! reply into Lua values) is most of what a fenced ack costs Redis: about twice a raw
+//! `XACK`-and-`XREADGROUP` loop per message. So the backend also keeps a **tenure** per
+//! consumer (in `{orders}:tenure:<group>`): a number that changes, never to a value it had
+//! before, every time a leasehold worker takes an entry from that consumer, and that a group
+//! made anew starts afresh. Every delivery carries the tenure it was made under
+//! ([`Tenure`](leasehold_core::Tenure)); while that is still the consumer's tenure, nothing
+//! was taken from it since, so the delivery is held with its fence. With
+//! [`FenceCheck::Tenure`] the scripts then act on the batch without reading it back (and check
+//! per lease otherwise). That holds only if every takeover goes through a leasehold worker: a
+//! consumer of another library, or an `XCLAIM` by hand, leaves the tenure as it was. So the
+//! default stays [`FenceCheck::PerLease`]; choose `Tenure` for a group only leasehold workers
+//! consume. Measured (`--bench fenced-cost`, same run): a drain costs Redis 1.45× the raw
+//! loop per message instead of 1.97×, a heartbeat 1.16× a raw `XCLAIM … JUSTID` instead of
+//! 1.46×.
+//!
 //! ## Keys and hash slots
 //!
 //! A stream's keys, for `orders`:
@@ -48,6 +66,7 @@
 //! | `{orders}:delayed:seq` | string | the counter giving each delayed message its `<seq>` |
 //! | `{orders}:delayed:wake` | stream (one entry) | appended to when a newly delayed message is due before all others |
 //! | `{orders}:dedupe:<key>` | string, with the key's ttl | the id the first publish with `<key>` returned |
+//! | `{orders}:tenure:<group>` | hash | each consumer's tenure (field `''`: the last one made) |
 //!
 //! Redis Cluster runs a script only if all its keys are in one hash slot, and hashes a key by
 //! its *hash tag* — the bytes between its first `{` and the first `}` after that, when there is
@@ -224,7 +243,7 @@ mod sharded;
 mod slot;
 
 pub use backend::{check_credentials, client, RedisBackend};
-pub use config::{ConnectError, PublisherConfig, RedisConfig, RedisConfigError};
+pub use config::{ConnectError, FenceCheck, PublisherConfig, RedisConfig, RedisConfigError};
 pub use conn::{Connection, Servers};
 pub use error::{classify, error as backend_error};
 pub use inspect::RedisInspector;

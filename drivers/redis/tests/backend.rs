@@ -25,11 +25,7 @@ async fn consumer(server: &RedisServer, name: &str) -> RedisBackend {
 }
 
 fn lease(message: &Fetched<Bytes>) -> LeaseRef {
-    LeaseRef {
-        id: message.id.clone(),
-        fence: message.fence,
-        tenure: Tenure::NONE,
-    }
+    LeaseRef::from(message)
 }
 
 async fn redis(server: &RedisServer) -> redis::aio::MultiplexedConnection {

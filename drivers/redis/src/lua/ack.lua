@@ -1,7 +1,7 @@
 -- Ack: XACK + XDEL the entries this consumer owns with the given fence, in one step each.
 -- XACK alone checks no owner: a stale worker's ack would delete the new owner's delivery.
--- KEYS: stream. ARGV: as fenced_batch.lua reads them.
--- Returns the batch positions of the leases lost (none: all acked).
+-- KEYS: stream, tenure hash. ARGV: as fenced_batch.lua reads them.
+-- Returns the consumer's tenure, then the batch positions of the leases lost (none: all acked).
 --
 -- Deleting: XDEL finds each id by walking its stream node from the node's start, about a
 -- node's length (100 entries) of work per id. But every entry this group was given (all up to
@@ -10,8 +10,9 @@
 -- XTRIM MINID, which drops whole nodes. Only ids acked while an older entry is still pending
 -- go by XDEL. (Like XDEL itself, this assumes the stream is consumed by this one group.)
 local stream, group, consumer = KEYS[1], ARGV[1], ARGV[2]
+local mine = tenure(KEYS[2], consumer)
 
-local ids, from, to, lost = held(stream, group, consumer, 0)
+local ids, from, to, lost = held(stream, group, consumer, 0, mine)
 if to >= from then
   redis.call('XACK', stream, group, unpack(ids, from, to))
   local summary = redis.call('XPENDING', stream, group)
@@ -40,4 +41,5 @@ if to >= from then
   end
   if first <= to then redis.call('XDEL', stream, unpack(ids, first, to)) end
 end
+table.insert(lost, 1, mine)
 return lost

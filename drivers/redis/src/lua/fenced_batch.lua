@@ -1,7 +1,9 @@
--- Shared by the batch scripts (prepended to ack.lua and renew.lua, after ids.lua): which of a
--- batch of leases this consumer still owns with their fence, found with ONE ranged XPENDING over
--- the batch's id span instead of one per id.
--- ARGV: group, consumer, lowest id, highest id, then the number of fence runs r, r pairs
+-- Shared by the batch scripts (prepended to ack.lua and renew.lua, after ids.lua and
+-- tenure.lua): which of a batch of leases this consumer still owns with their fence. When the
+-- batch was delivered under the consumer's tenure of now, all of them (see tenure.lua: nothing
+-- is read); otherwise found with ONE ranged XPENDING over the batch's id span.
+-- ARGV: group, consumer, the tenure every lease of the batch was delivered under (0: not one
+-- tenure, or none known), lowest id, highest id, then the number of fence runs r, r pairs
 -- (fence, how many leases in a row have it), then the ids ascending (canonical: the client
 -- sends only ids it could parse as such), then `tail` arguments of the script's own. Runs keep
 -- fences out of ARGV: a batch of fresh deliveries is one run (fence 1), so no string per lease
@@ -14,21 +16,21 @@
 -- Returns `ids, from, to, lost`: the ids that hold are ids[from..to] (ascending; ARGV itself
 -- when every lease holds, the usual case, so they are passed on with unpack and no table is
 -- built per lease), and the batch positions (1-based, in ARGV order) of the leases lost.
-local function held(stream, group, consumer, tail)
-  local runs = tonumber(ARGV[5])
-  local first = 6 + 2 * runs
+local function held(stream, group, consumer, tail, mine)
+  local runs = tonumber(ARGV[6])
+  local first = 7 + 2 * runs
   local last = #ARGV - tail
   local lost, nlost = {}, 0
-  if last < first then return ARGV, first, last, lost end
-  local pending = redis.call('XPENDING', stream, group, ARGV[3], ARGV[4], 1000000000, consumer)
+  if last < first or tonumber(ARGV[3]) == mine then return ARGV, first, last, lost end
+  local pending = redis.call('XPENDING', stream, group, ARGV[4], ARGV[5], 1000000000, consumer)
   local j, entry = 1, pending[1]
   -- The previous id and its delivery count here (false: not pending for this consumer), for
   -- an id named twice in a row.
   local prev, prev_count = nil, false
   local x = first
   for r = 0, runs - 1 do
-    local fence = tonumber(ARGV[6 + 2 * r])
-    local stop = x + tonumber(ARGV[7 + 2 * r]) - 1
+    local fence = tonumber(ARGV[7 + 2 * r])
+    local stop = x + tonumber(ARGV[8 + 2 * r]) - 1
     for y = x, stop do
       local id = ARGV[y]
       if id ~= prev then
