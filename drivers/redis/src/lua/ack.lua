@@ -29,9 +29,11 @@ if to >= from then
   end
   if below then redis.call('XTRIM', stream, 'MINID', '=', below) end
   -- ids ascend: those at or above `below` are a suffix, found by bisection (each comparison
-  -- parses two ids).
+  -- parses two ids); none, usually (acks in order): one comparison says so.
   local first = from
-  if below then
+  if below and before(ids[to], below) then
+    first = to + 1
+  elseif below then
     local lo, hi = from, to + 1
     while lo < hi do
       local mid = math.floor((lo + hi) / 2)
