@@ -55,6 +55,8 @@
 //!    beyond the first (capped at `fetch_backoff_max`), announced `Lost` and discarded when
 //!    refused or when its message is delivered again (a takeover: the delivery is a new
 //!    lease); at most `max_leases` of them, beyond which the lease expires as any other.
+//!    Leases expiring together go in the order of their latest delivery, so where the room
+//!    left is short, the earlier deliveries keep their late acks.
 //! 4. **Heartbeat** ([`Rule::Heartbeat`]). A lease's *baseline* is the send time of the last
 //!    `Renew` naming it, or of the last fetch that (re)delivered it. After every drain with no
 //!    renew chunk outstanding, every renewable lease (held, no release in flight) has baseline +

@@ -180,6 +180,9 @@ pub(crate) struct MLease {
     pub delivery_count: u32,
     /// Adoptions of a newer delivery so far.
     pub gen: u32,
+    /// When its latest delivery was taken in, among all deliveries ([`Model::deliveries`]):
+    /// leases expiring together are let go of in this order.
+    pub delivered: u64,
     /// Send time of the fetch or renew that last confirmed it, and that operation's order.
     pub confirmed: Instant,
     pub confirmed_seq: Seq,
@@ -331,6 +334,8 @@ pub(crate) struct Model {
     /// Number of the input being mirrored (each step, each timeout, each input of a burst).
     pub input: u64,
     pub leases: BTreeMap<Tag, MLease>,
+    /// Deliveries taken in so far, new or adopted.
+    pub deliveries: u64,
     pub by_id: HashMap<LeaseId, Tag>,
     /// Invocations seen in a `Run`, with their delivery and attempt.
     pub invocations: HashMap<InvocationId, (Tag, u32)>,
@@ -400,6 +405,7 @@ impl Model {
             now,
             input: 0,
             leases: BTreeMap::new(),
+            deliveries: 0,
             by_id: HashMap::new(),
             invocations: HashMap::new(),
             runs: BTreeMap::new(),
@@ -612,10 +618,14 @@ impl Model {
     }
 
     /// Drops every held lease whose confirmation is `ttl` old.
+    /// Lets go of the leases that expired, in the order of their latest delivery: where more
+    /// `Done`s expire at once than late acks may be kept, the earlier deliveries keep theirs.
     fn expire(&mut self) {
         let cutoff = self.ttl();
         let now = self.now;
-        for tag in self.tags(|l| l.state.is_held() && l.confirmed + cutoff <= now) {
+        let mut expired = self.tags(|l| l.state.is_held() && l.confirmed + cutoff <= now);
+        expired.sort_by_key(|tag| self.leases[tag].delivered);
+        for tag in expired {
             self.drop_lease(tag, CancelReason::LeaseExpired);
         }
     }
@@ -922,10 +932,13 @@ impl Model {
                 });
                 self.lease(tag).state = MState::Gone(End::Lost);
             }
+            self.deliveries += 1;
+            let delivered = self.deliveries;
             if let Some(tag) = self.held_of(stream, &message.id) {
                 self.counts.redelivered += 1;
                 let lease = self.lease(tag);
                 lease.gen += 1;
+                lease.delivered = delivered;
                 lease.fence = message.fence;
                 lease.delivery_count = message.delivery_count;
                 // A redelivery resets the backend's idle time like a renew does.
@@ -948,6 +961,7 @@ impl Model {
                     fence: message.fence,
                     delivery_count: message.delivery_count,
                     gen: 0,
+                    delivered,
                     confirmed: sent_at,
                     confirmed_seq: seq,
                     baseline: sent_at,

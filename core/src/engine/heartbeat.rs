@@ -161,16 +161,18 @@ impl<P: Clone> LeaseEngine<P> {
     }
 
     /// Drops every held lease last confirmed by an epoch sent at or before `cutoff` (it may have
-    /// lapsed on the backend by now).
+    /// lapsed on the backend by now), in the order of their latest delivery: where more `Done`s
+    /// expire at once than late acks may be kept, the earlier deliveries keep theirs.
     pub(super) fn expire(&mut self, cutoff: Tick) {
         if let Some(epoch) = self.epochs.newest_live_sent_by(cutoff) {
-            let expired: Vec<LeaseId> = self
+            let mut expired: Vec<(u64, LeaseId)> = self
                 .leases
                 .iter()
                 .filter(|(_, l)| l.state.is_held() && l.epoch <= epoch)
-                .map(|(id, _)| id)
+                .map(|(id, l)| (l.fence_seq, id))
                 .collect();
-            for id in expired {
+            expired.sort_unstable_by_key(|&(delivered, _)| delivered);
+            for (_, id) in expired {
                 self.drop_lease(id, CancelReason::LeaseExpired);
             }
         }
