@@ -82,7 +82,7 @@
 //!     assert_eq!((&message.id, message.delivery_count), (&id, 1));
 //!
 //!     // The heartbeat: renew keeps the lease however long the handler runs.
-//!     let lease = LeaseRef { id: message.id.clone(), fence: message.fence };
+//!     let lease = LeaseRef::from(message);
 //!     assert_eq!(worker.renew(&[lease.clone()]).await?, [RenewResult::Kept]);
 //!
 //!     // Done: ack removes the message.
