@@ -22,6 +22,7 @@ use std::panic::AssertUnwindSafe;
 use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
+use std::task::Waker;
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::future::{select, Either};
@@ -78,10 +79,11 @@ pub(crate) struct Invocation {
 
 /// A stream's handler with its types erased: runs invocations on its tasks.
 pub(crate) trait Dispatch<P>: Send + Sync {
-    /// Hands one invocation of this stream's handler to a task of its pool. By reference: the
-    /// driver touches no count of the shared dispatcher per message (the handler tasks, on the
-    /// other threads, change it).
-    fn dispatch(&self, payload: P, invocation: Invocation);
+    /// Hands one invocation of this stream's handler to a task of its pool, and returns the
+    /// idle task to wake for it, if any: the driver wakes it at the end of its pass. By
+    /// reference: the driver touches no count of the shared dispatcher per message (the
+    /// handler tasks, on the other threads, change it).
+    fn dispatch(&self, payload: P, invocation: Invocation) -> Option<Waker>;
 }
 
 /// Builds a stream's dispatcher once the worker's environment exists (at `start`), given the
@@ -172,14 +174,14 @@ where
     F: Future + Send + 'static,
     F::Output: IntoOutcome,
 {
-    fn dispatch(&self, payload: P, invocation: Invocation) {
+    fn dispatch(&self, payload: P, invocation: Invocation) -> Option<Waker> {
         let busy = self.busy.fetch_add(1, Ordering::AcqRel) + 1;
         if busy > self.tasks.load(Ordering::Relaxed) {
             self.tasks.fetch_add(1, Ordering::Relaxed);
             let task = Self::serve(self.me.clone(), Taker::new(&self.jobs));
             self.env.rt.spawn_unboxed(task);
         }
-        self.jobs.push((payload, invocation));
+        self.jobs.push_unwoken((payload, invocation))
     }
 }
 

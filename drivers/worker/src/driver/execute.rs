@@ -28,6 +28,7 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
     /// Executes every pending effect.
     pub(super) fn execute(&mut self) {
         self.pass_now = None;
+        self.handed_over = false;
         while let Some(effect) = self.engine.poll_effect() {
             match effect {
                 Effect::Fetch { stream, max, wait } => self.fetch(stream, max, wait),
@@ -132,6 +133,11 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
                 Effect::Drained => self.drained = true,
             }
         }
+        // Woken last: a runtime that runs the task woken last first (tokio does) then starts a
+        // handler as soon as the driver yields, before the calls this pass sent go on.
+        for waker in self.to_wake.drain(..) {
+            waker.wake();
+        }
     }
 
     /// Signals an invocation to stop, and says why.
@@ -215,9 +221,14 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
         let backend = self.backend(stream);
         let sent = self.now();
         let mut fetch = Box::pin(async move { backend.fetch(max, wait).await });
-        if let Some(result) = fetch.as_mut().now_or_never() {
-            self.ready.push(Event::Fetched(stream, sent, result));
-            return;
+        // A fetch that may wait seldom completes at once, and its first poll (sending the
+        // read, arming its timer) would hold up the handlers this pass handed over: the runtime
+        // starts them on this thread only once the driver yields. Its task polls it instead.
+        if wait.is_zero() || !self.handed_over {
+            if let Some(result) = fetch.as_mut().now_or_never() {
+                self.ready.push(Event::Fetched(stream, sent, result));
+                return;
+            }
         }
         let (abandon, abandoned) = oneshot::channel::<()>();
         self.fetch_abandon[usize::from(stream.0)] = Some(abandon);
@@ -256,9 +267,11 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
             stream: run.stream,
         };
         self.invocations.insert(run.invocation, running);
-        self.streams[usize::from(run.stream.0)]
+        self.handed_over = true;
+        let wake = self.streams[usize::from(run.stream.0)]
             .dispatch
             .dispatch(run.payload, handed);
+        self.to_wake.extend(wake);
     }
 }
 

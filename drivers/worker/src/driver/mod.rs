@@ -16,7 +16,7 @@ mod sharding;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
 use futures::channel::oneshot;
@@ -98,6 +98,10 @@ pub(crate) struct Driver<R: Runtime, B: Backend> {
     drained: bool,
     /// The instant of the current pass over the effects, once read (see `execute`).
     pass_now: Option<Instant>,
+    /// Whether this pass over the effects handed an invocation to a handler task.
+    handed_over: bool,
+    /// The handler tasks to wake at the end of this pass (see `execute`).
+    to_wake: Vec<Waker>,
     /// The sharded queue it serves, if any: its membership and shard assignment.
     sharding: Option<Sharding>,
 }
@@ -132,6 +136,8 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
             base,
             drained: false,
             pass_now: None,
+            handed_over: false,
+            to_wake: Vec::new(),
             sharding: None,
         }
     }
