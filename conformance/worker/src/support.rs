@@ -424,6 +424,18 @@ struct TapsInner {
     acks: Mutex<Vec<LeaseRef>>,
     renew_calls: AtomicUsize,
     failed_fetches: AtomicUsize,
+    seen: Mutex<Vec<Seen>>,
+}
+
+/// What a [`Probe`] saw of its fetches, in order, with the test's own marks in between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// A fetch allowed to wait was first polled.
+    Waits,
+    /// A fetch delivered messages.
+    Delivered,
+    /// The test's [`Taps::mark`].
+    Mark(&'static str),
 }
 
 impl Probe {
@@ -480,6 +492,28 @@ impl Taps {
     pub fn failed_fetches(&self) -> usize {
         self.0.failed_fetches.load(Ordering::SeqCst)
     }
+
+    /// Adds the test's own mark to what the probe saw (from a handler, say).
+    pub fn mark(&self, mark: &'static str) {
+        self.see(Seen::Mark(mark));
+    }
+
+    /// What the probe saw so far, in order.
+    pub fn seen(&self) -> Vec<Seen> {
+        self.0
+            .seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn see(&self, seen: Seen) {
+        self.0
+            .seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(seen);
+    }
 }
 
 impl Backend for Probe {
@@ -513,7 +547,16 @@ impl Backend for Probe {
             2 => Err(BackendError::fatal(
                 "NOPERM this user has no permissions (injected by the test)",
             )),
-            _ => self.inner.fetch(max, wait).await,
+            _ => {
+                if !wait.is_zero() {
+                    self.taps.see(Seen::Waits);
+                }
+                let fetched = self.inner.fetch(max, wait).await?;
+                if !fetched.is_empty() {
+                    self.taps.see(Seen::Delivered);
+                }
+                Ok(fetched)
+            }
         }
     }
 
