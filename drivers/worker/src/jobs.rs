@@ -1,6 +1,7 @@
 //! The queue a stream's handler tasks take their invocations from. A push wakes one idle task
-//! (or hands its waker to the pusher, to wake once it has sent everything else), and a woken task that takes a job while more are queued wakes the next one before it runs
-//! its own: idle tasks are woken as a chain, one at a time.
+//! (or hands its waker to the pusher, to wake once it has done everything else), and a woken
+//! task that takes a job while more are queued wakes the next one before it runs its own: idle
+//! tasks are woken as a chain, one at a time.
 //!
 //! Why not a channel that wakes a waiting receiver per message: a fetch of a hundred messages
 //! then wakes a hundred idle tasks from the driver's thread, the runtime spreads them over its
