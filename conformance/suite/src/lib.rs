@@ -23,7 +23,9 @@
 //! worker over the backend and need a real-time factory; expand [`backend_worker_suite!`] for them.
 //!
 //! A backend whose stream also takes delayed and deduplicated messages implements
-//! [`PublisherFactory`] too and expands [`publisher_suite!`].
+//! [`PublisherFactory`] too and expands [`publisher_suite!`]. One whose streams may have several
+//! consumer groups implements [`GroupsFactory`] and expands [`groups_suite!`]: no group ever
+//! loses an entry to another group's ack.
 //!
 //! With the `commands` feature, the `commands` module does the same for a command-queue store
 //! (`leasehold_commands::CommandStore`): expand `command_store_suite!`. Without it the suite
@@ -102,6 +104,12 @@ pub use publish::{
     dedupe_within_ttl_not_after, delayed_and_deduplicated, delayed_delivered_soon_after_due,
     delayed_not_before_due, delayed_promoted_once_under_racing_consumers, due_times_checked,
     PublisherFactory,
+};
+
+mod groups;
+pub use groups::{
+    ack_in_one_group_leaves_the_others_entries, crashed_groups_entries_wait_for_it,
+    groups_each_get_every_entry, late_group_gets_what_follows, GroupsFactory,
 };
 
 mod worker;
@@ -887,6 +895,24 @@ macro_rules! backend_suite {
                 $crate::$property(&factory).await;
             }
         )+
+    };
+}
+
+/// Expands to one `#[tokio::test]` per fan-out property (several consumer groups on one
+/// stream); the factory implements [`GroupsFactory`].
+///
+/// ```text
+/// leasehold_conformance::groups_suite!(MyFactory::new());
+/// ```
+#[macro_export]
+macro_rules! groups_suite {
+    ($factory:expr) => {
+        $crate::backend_suite!(@each $factory;
+            groups_each_get_every_entry,
+            ack_in_one_group_leaves_the_others_entries,
+            crashed_groups_entries_wait_for_it,
+            late_group_gets_what_follows
+        );
     };
 }
 

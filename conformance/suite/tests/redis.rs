@@ -9,8 +9,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use leasehold_conformance::{
-    backend_suite, backend_worker_suite, publisher_suite, BackendFactory, DeadLetterInfo,
-    PublisherFactory,
+    backend_suite, backend_worker_suite, groups_suite, publisher_suite, BackendFactory,
+    DeadLetterInfo, GroupsFactory, PublisherFactory,
 };
 use leasehold_redis::{FenceCheck, PublisherConfig, RedisBackend, RedisConfig, RedisPublisher};
 use leasehold_redis_harness::RedisServer;
@@ -92,23 +92,8 @@ impl BackendFactory for RedisFactory {
     }
 
     async fn open(&self, claim_timeout: Duration, replicas: usize) -> Vec<RedisBackend> {
-        let stream = format!("jobs-{}", self.streams.fetch_add(1, Ordering::Relaxed));
-        let mut handles = Vec::with_capacity(replicas);
-        for i in 0..replicas {
-            let mut config = RedisConfig::new(self.server.url(), stream.as_str(), "workers")
-                .consumer(format!("replica-{i}"))
-                .claim_timeout(claim_timeout)
-                .fence_check(self.fence_check);
-            if self.replica.is_some() {
-                config = config.wait_replicas(1, WAIT);
-            }
-            handles.push(RedisBackend::connect(config).await.expect("connect"));
-        }
-        if let Some(first) = handles.first() {
-            *self.dead_key.lock().expect("not poisoned") = Some(first.dead_letter_key().to_owned());
-        }
-        *self.stream.lock().expect("not poisoned") = Some(stream);
-        handles
+        self.open_groups(claim_timeout, &vec!["workers"; replicas])
+            .await
     }
 
     async fn advance(&self, d: Duration) {
@@ -129,7 +114,51 @@ impl BackendFactory for RedisFactory {
     }
 }
 
+impl RedisFactory {
+    /// Consumer `consumer` of `group` on `stream`.
+    async fn consumer(
+        &self,
+        stream: &str,
+        group: &str,
+        consumer: String,
+        claim_timeout: Duration,
+    ) -> RedisBackend {
+        let mut config = RedisConfig::new(self.server.url(), stream, group)
+            .consumer(consumer)
+            .claim_timeout(claim_timeout)
+            .fence_check(self.fence_check);
+        if self.replica.is_some() {
+            config = config.wait_replicas(1, WAIT);
+        }
+        RedisBackend::connect(config).await.expect("connect")
+    }
+}
+
+impl GroupsFactory for RedisFactory {
+    async fn open_groups(&self, claim_timeout: Duration, groups: &[&str]) -> Vec<RedisBackend> {
+        let stream = format!("jobs-{}", self.streams.fetch_add(1, Ordering::Relaxed));
+        let mut handles = Vec::with_capacity(groups.len());
+        for (i, group) in groups.iter().enumerate() {
+            let name = format!("replica-{i}");
+            handles.push(self.consumer(&stream, group, name, claim_timeout).await);
+        }
+        if let Some(first) = handles.first() {
+            *self.dead_key.lock().expect("not poisoned") = Some(first.dead_letter_key().to_owned());
+        }
+        *self.stream.lock().expect("not poisoned") = Some(stream);
+        handles
+    }
+
+    async fn join(&self, claim_timeout: Duration, group: &str) -> RedisBackend {
+        let stream = self.stream.lock().expect("not poisoned").clone();
+        let stream = stream.expect("a stream was opened");
+        self.consumer(&stream, group, "late".into(), claim_timeout)
+            .await
+    }
+}
+
 backend_suite!(RedisFactory::new());
+groups_suite!(RedisFactory::new());
 backend_worker_suite!(RedisFactory::new());
 
 /// A publisher on the consumers' stream: no group, no consumer name.
@@ -172,6 +201,7 @@ mod tenure {
     use super::*;
     backend_suite!(RedisFactory::new().by_tenure());
     backend_worker_suite!(RedisFactory::new().by_tenure());
+    groups_suite!(RedisFactory::new().by_tenure());
 }
 
 fn need(e: leasehold_redis_harness::Error) -> RedisServer {

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use leasehold_conformance::{backend_suite, BackendFactory, DeadLetterInfo};
+use leasehold_conformance::{backend_suite, BackendFactory, DeadLetterInfo, GroupsFactory};
 use leasehold_core::Stats;
 use leasehold_core::{Backend, ErrorKind, Outgoing, Publisher, Tenure};
 use leasehold_redis::{
@@ -79,21 +79,8 @@ impl BackendFactory for ClusterFactory {
     }
 
     async fn open(&self, claim_timeout: Duration, replicas: usize) -> Vec<RedisBackend> {
-        let master = NEXT_MASTER.fetch_add(1, Ordering::Relaxed) % 3;
-        let n = self.streams.fetch_add(1, Ordering::Relaxed);
-        let stream = stream_on(&self.cluster, master, &format!("jobs{n}"));
-        let mut handles = Vec::with_capacity(replicas);
-        for i in 0..replicas {
-            let config = RedisConfig::cluster(entry_nodes(&self.cluster), stream.as_str(), GROUP)
-                .consumer(format!("replica-{i}"))
-                .claim_timeout(claim_timeout);
-            handles.push(RedisBackend::connect(config).await.expect("connect"));
-        }
-        if let Some(first) = handles.first() {
-            let dead = first.dead_letter_key().to_owned();
-            *self.last.lock().expect("not poisoned") = Some((stream, dead));
-        }
-        handles
+        self.open_groups(claim_timeout, &vec![GROUP; replicas])
+            .await
     }
 
     async fn advance(&self, d: Duration) {
@@ -115,6 +102,47 @@ impl BackendFactory for ClusterFactory {
 mod properties {
     use super::*;
     backend_suite!(ClusterFactory::new());
+
+    impl GroupsFactory for ClusterFactory {
+        async fn open_groups(&self, claim_timeout: Duration, groups: &[&str]) -> Vec<RedisBackend> {
+            let master = NEXT_MASTER.fetch_add(1, Ordering::Relaxed) % 3;
+            let n = self.streams.fetch_add(1, Ordering::Relaxed);
+            let stream = stream_on(&self.cluster, master, &format!("jobs{n}"));
+            let mut handles = Vec::with_capacity(groups.len());
+            for (i, group) in groups.iter().enumerate() {
+                let config =
+                    RedisConfig::cluster(entry_nodes(&self.cluster), stream.as_str(), *group)
+                        .consumer(format!("replica-{i}"))
+                        .claim_timeout(claim_timeout);
+                handles.push(RedisBackend::connect(config).await.expect("connect"));
+            }
+            if let Some(first) = handles.first() {
+                let dead = first.dead_letter_key().to_owned();
+                *self.last.lock().expect("not poisoned") = Some((stream, dead));
+            }
+            handles
+        }
+
+        async fn join(&self, claim_timeout: Duration, group: &str) -> RedisBackend {
+            let last = self.last.lock().expect("not poisoned").clone();
+            let (stream, _) = last.expect("a stream was opened");
+            let config = RedisConfig::cluster(entry_nodes(&self.cluster), stream, group)
+                .consumer("late")
+                .claim_timeout(claim_timeout);
+            RedisBackend::connect(config).await.expect("connect")
+        }
+    }
+
+    /// The fan-out properties, on one cluster (streams spread over its masters): no consumer group
+    /// loses an entry to another group's ack.
+    #[tokio::test]
+    async fn groups_each_keep_every_entry() {
+        let factory = ClusterFactory::new();
+        leasehold_conformance::groups_each_get_every_entry(&factory).await;
+        leasehold_conformance::ack_in_one_group_leaves_the_others_entries(&factory).await;
+        leasehold_conformance::crashed_groups_entries_wait_for_it(&factory).await;
+        leasehold_conformance::late_group_gets_what_follows(&factory).await;
+    }
 }
 
 // ----- a worker on the cluster ---------------------------------------------------------------

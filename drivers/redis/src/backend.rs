@@ -32,6 +32,7 @@
 //! `CLIENT UNBLOCK` (an ACL user without `@admin`), a wait ends by the server's timeout instead,
 //! up to 1/`hz` late.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -49,6 +50,7 @@ use crate::config::{
 use crate::conn::{node_changed, Connection, Servers};
 use crate::error::{error, is_nogroup, is_unblocked};
 use crate::replicas::evalsha_cmd;
+use crate::retention::Retention;
 
 /// A script made of shared Lua helpers followed by its own file.
 macro_rules! script {
@@ -59,6 +61,7 @@ macro_rules! script {
 
 static FETCH: LazyLock<Script> = script!(
     "lua/ids.lua",
+    "lua/retention.lua",
     "lua/tenure.lua",
     "lua/last_delivered.lua",
     "lua/delayed.lua",
@@ -79,13 +82,14 @@ static RENEW: LazyLock<Script> = script!(
 );
 static ACK: LazyLock<Script> = script!(
     "lua/ids.lua",
+    "lua/retention.lua",
     "lua/tenure.lua",
     "lua/fenced_batch.lua",
-    "lua/last_delivered.lua",
     "lua/ack.lua"
 );
 static RELEASE: LazyLock<Script> = script!("lua/tenure.lua", "lua/release.lua");
-static DEAD_LETTER: LazyLock<Script> = script!("lua/dead_letter.lua");
+static DEAD_LETTER: LazyLock<Script> =
+    script!("lua/ids.lua", "lua/retention.lua", "lua/dead_letter.lua");
 static REAP: LazyLock<Script> = script!("lua/reap_consumers.lua");
 static CREATE_GROUP: LazyLock<Script> = script!("lua/create_group.lua");
 
@@ -136,6 +140,11 @@ pub struct RedisBackend {
     /// Entries without the payload field that fetches dead-lettered, until the worker takes
     /// them (see `Backend::take_undeliverable`).
     undeliverable: Mutex<Vec<Undeliverable>>,
+    /// The retention's script arguments (see `Retention::args`).
+    retention: [String; 3],
+    /// Deleting on ack found another group on the stream: from then on, only what every group
+    /// consumed is trimmed.
+    shared: AtomicBool,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -213,6 +222,8 @@ impl RedisBackend {
             delayed_keys: DelayedKeys::of(&config.target.stream)?,
             tenure_key: config.tenure_key()?,
             tenure: AtomicU64::new(0),
+            retention: config.retention.args(),
+            shared: AtomicBool::new(false),
             config,
             commands,
             blocking: Mutex::new(blocking),
@@ -226,6 +237,9 @@ impl RedisBackend {
             undeliverable: Mutex::new(Vec::new()),
         };
         backend.ensure_group().await?;
+        if backend.config.retention == Retention::DeleteOnAck {
+            backend.refuse_shared_stream().await?;
+        }
         // The fast path also sends the promote script by hash in a pipeline.
         backend
             .commands
@@ -281,16 +295,65 @@ impl RedisBackend {
     /// Creates the stream and group if missing, and the group of the same name on the wake
     /// stream, which a consuming wait blocks on too (from its end: only wake-ups from then on
     /// matter). A group made anew starts the tenures afresh (`create_group.lua`).
+    ///
+    /// A group made on a stream that had removed entries before never sees those (other groups
+    /// consumed them, or a trim took them): said once, as a warning, naming how many.
     async fn ensure_group(&self) -> BackendResult<()> {
-        CREATE_GROUP
+        let removed: i64 = CREATE_GROUP
             .key(&self.config.target.stream)
             .key(&self.delayed_keys.wake)
             .key(&self.tenure_key)
             .arg(&self.config.group)
-            .invoke_async::<Value>(&mut self.commands.clone())
+            .invoke_async(&mut self.commands.clone())
             .await
             .map_err(|e| error("create group", e))?;
+        if removed > 0 {
+            tracing::warn!(
+                stream = %self.config.target.stream,
+                group = %self.config.group,
+                removed,
+                "created the consumer group from the stream's oldest entry; entries removed \
+                 before it existed (consumed by the other groups, or trimmed) are not delivered \
+                 to it. Create a group before publishing what it must see, or keep a history \
+                 with Retention::keep"
+            );
+        }
         Ok(())
+    }
+
+    /// Deleting on ack would take other groups' entries: refused when the stream has any.
+    async fn refuse_shared_stream(&self) -> Result<(), ConnectError> {
+        let groups: Vec<HashMap<String, Value>> = redis::cmd("XINFO")
+            .arg("GROUPS")
+            .arg(&self.config.target.stream)
+            .query_async(&mut self.commands.clone())
+            .await
+            .map_err(|e| error("list the stream's groups", e))?;
+        let others: Vec<String> = groups
+            .iter()
+            .filter_map(|group| match group.get("name") {
+                Some(Value::BulkString(name)) => Some(String::from_utf8_lossy(name).into_owned()),
+                _ => None,
+            })
+            .filter(|name| *name != self.config.group)
+            .collect();
+        if others.is_empty() {
+            return Ok(());
+        }
+        Err(ConnectError::SharedStream {
+            stream: self.config.target.stream.clone(),
+            group: self.config.group.clone(),
+            others,
+        })
+    }
+
+    /// The retention's script arguments in effect.
+    fn retention(&self) -> [&str; 3] {
+        if self.shared.load(Ordering::Relaxed) {
+            return ["c", "", ""];
+        }
+        let [mode, len, age] = &self.retention;
+        [mode, len, age]
     }
 
     /// One run of the fetch script, never blocking: the entries it took, whether anything was
@@ -326,7 +389,8 @@ impl RedisBackend {
             .arg(&self.config.target.field)
             .arg(if reclaim_first { "1" } else { "0" })
             .arg(self.config.target.max_len_arg())
-            .arg(SCRIPT_BATCH);
+            .arg(SCRIPT_BATCH)
+            .arg(&self.retention()[..]);
         let reply: Value = match self.write(&cmd, Some(&FETCH)).await {
             Err(e) if is_nogroup(&e) => {
                 tracing::warn!(%stream, "consumer group vanished; recreating");
@@ -491,10 +555,7 @@ impl RedisBackend {
                     // Never deliverable. Should this fail, the entry stays pending with us
                     // and the fetch script dead-letters it when it is reclaimed.
                     let reason = self.no_field();
-                    match self
-                        .fenced_one(&DEAD_LETTER, "dead-letter", &lease, &[reason])
-                        .await
-                    {
+                    match self.dead_letter_as(&lease, &reason).await {
                         Ok(SettleResult::Ok) => self.undeliverable(lease.id.to_string()),
                         Ok(_) => {}
                         Err(e) => {
@@ -822,7 +883,8 @@ impl RedisBackend {
     /// lost, and so is a lease whose id is no stream id.
     ///
     /// The fences go as runs (fence, how many leases in a row have it), the ids one argument
-    /// each; the script answers with the consumer's tenure and the positions of the leases it
+    /// each, then the script's own `tail`; the script answers with the consumer's tenure, its
+    /// flags (bit 0: deleting on ack found another group) and the positions of the leases it
     /// found lost (usually none), so neither side makes a value per lease that only says
     /// "kept". A batch whose leases were all delivered under one tenure names it: while that is
     /// still the consumer's tenure, the script reads no fence back.
@@ -831,7 +893,7 @@ impl RedisBackend {
         script: &Script,
         what: &str,
         leases: &[LeaseRef],
-        tail: Option<&str>,
+        tail: &[&str],
     ) -> BackendResult<Vec<bool>> {
         let mut results = vec![false; leases.len()];
         // Only ids as Redis writes them (the script compares them as strings): any other
@@ -867,15 +929,22 @@ impl RedisBackend {
             for &(_, i) in chunk {
                 cmd.arg(leases[i].id.as_str());
             }
-            if let Some(tail) = tail {
-                cmd.arg(tail);
-            }
+            cmd.arg(tail);
             match self.write::<Vec<u64>>(&cmd, Some(script)).await {
                 Ok(reply) => {
-                    let Some((&tenure, lost)) = reply.split_first() else {
-                        return Err(BackendError::fatal(format!("{what}: an empty reply")));
+                    let [tenure, flags, lost @ ..] = &reply[..] else {
+                        return Err(BackendError::fatal(format!("{what}: a short reply")));
                     };
-                    self.learn_tenure(Tenure(tenure));
+                    self.learn_tenure(Tenure(*tenure));
+                    if flags & 1 == 1 && !self.shared.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(
+                            stream = %self.config.target.stream,
+                            group = %self.config.group,
+                            "another consumer group reads this stream: no longer deleting \
+                             entries on ack (they would be lost to it); removing only what \
+                             every group consumed, as Retention::Consumed does"
+                        );
+                    }
                     let mut kept = vec![true; chunk.len()];
                     for &position in lost {
                         // 1-based positions in the batch as sent.
@@ -902,12 +971,24 @@ impl RedisBackend {
         Ok(results)
     }
 
+    /// Dead-letters `lease` with `reason`, trimming as the retention says.
+    async fn dead_letter_as(&self, lease: &LeaseRef, reason: &str) -> BackendResult<SettleResult> {
+        let [mode, len, age] = self.retention();
+        self.fenced_one(
+            &DEAD_LETTER,
+            "dead-letter",
+            lease,
+            &[reason, mode, len, age],
+        )
+        .await
+    }
+
     async fn fenced_one(
         &self,
         script: &Script,
         what: &str,
         lease: &LeaseRef,
-        extra: &[String],
+        extra: &[&str],
     ) -> BackendResult<SettleResult> {
         let mut cmd = evalsha_cmd(script, &[&self.config.target.stream, &self.dead_key]);
         cmd.arg(&self.config.group)
@@ -1049,7 +1130,7 @@ impl Backend for RedisBackend {
     }
 
     async fn renew(&self, leases: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
-        let kept = self.fenced(&RENEW, "renew", leases, Some("JUSTID")).await?;
+        let kept = self.fenced(&RENEW, "renew", leases, &["JUSTID"]).await?;
         Ok(kept
             .into_iter()
             .map(|kept| {
@@ -1063,7 +1144,7 @@ impl Backend for RedisBackend {
     }
 
     async fn ack(&self, leases: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
-        let acked = self.fenced(&ACK, "ack", leases, None).await?;
+        let acked = self.fenced(&ACK, "ack", leases, &self.retention()).await?;
         Ok(acked
             .into_iter()
             .map(|acked| {
@@ -1100,8 +1181,7 @@ impl Backend for RedisBackend {
         lease: &LeaseRef,
         reason: &DeadLetterReason,
     ) -> BackendResult<SettleResult> {
-        self.fenced_one(&DEAD_LETTER, "dead-letter", lease, &[reason.to_string()])
-            .await
+        self.dead_letter_as(lease, &reason.to_string()).await
     }
 
     async fn stream_len(&self) -> BackendResult<u64> {

@@ -6,6 +6,7 @@ use leasehold_core::{BackendError, ErrorKind, MAX_DURATION};
 
 use crate::conn::Servers;
 use crate::replicas::WaitReplicas;
+use crate::retention::Retention;
 use crate::slot::{hash_tag, key_slot};
 
 /// A Redis configuration that cannot work: found before anything is sent to Redis.
@@ -24,6 +25,9 @@ pub enum RedisConfigError {
     /// A trim length of zero would delete every entry.
     #[error("max_len must be at least 1 when set")]
     ZeroMaxLen,
+    /// A retention age outside 1 ms ..= one year.
+    #[error("retention max_age must be between 1 ms and one year, got {0:?}")]
+    MaxAge(Duration),
     /// A command timeout of zero would fail every command.
     #[error("command_timeout must be greater than zero")]
     ZeroCommandTimeout,
@@ -98,6 +102,21 @@ pub enum ConnectError {
     /// Redis could not be reached, refused the credentials, or failed a setup command.
     #[error(transparent)]
     Redis(#[from] BackendError),
+    /// [`Retention::DeleteOnAck`] on a stream other groups read too: their entries would be
+    /// deleted before they read them.
+    #[error(
+        "retention DeleteOnAck deletes what group {group:?} acks, but stream {stream:?} is read \
+         by other groups too ({others:?}), which would lose those entries: use \
+         Retention::Consumed (the default), or remove the other groups"
+    )]
+    SharedStream {
+        /// The stream.
+        stream: String,
+        /// This backend's group.
+        group: String,
+        /// The stream's other groups.
+        others: Vec<String>,
+    },
 }
 
 impl ConnectError {
@@ -107,6 +126,7 @@ impl ConnectError {
         match self {
             Self::Config(_) => ErrorKind::Fatal,
             Self::Redis(error) => error.kind(),
+            Self::SharedStream { .. } => ErrorKind::Fatal,
         }
     }
 }
@@ -118,6 +138,7 @@ impl From<ConnectError> for BackendError {
             ConnectError::Config(error) => {
                 BackendError::fatal(error.to_string()).with_source(error)
             }
+            error @ ConnectError::SharedStream { .. } => BackendError::fatal(error.to_string()),
         }
     }
 }
@@ -155,6 +176,7 @@ pub struct RedisConfig {
     pub(crate) dead_letter_stream: Option<String>,
     pub(crate) reap_idle_consumers: Option<Duration>,
     pub(crate) fence_check: FenceCheck,
+    pub(crate) retention: Retention,
 }
 
 impl RedisConfig {
@@ -214,6 +236,7 @@ impl RedisConfig {
             dead_letter_stream: None,
             reap_idle_consumers: Some(Duration::from_secs(24 * 3600)),
             fence_check: FenceCheck::PerLease,
+            retention: Retention::Consumed,
         }
     }
 
@@ -250,7 +273,9 @@ impl RedisConfig {
     }
 
     /// Trim the stream to about this many entries on publish (`XADD MAXLEN ~`) and when a fetch
-    /// moves due delayed messages into it.
+    /// moves due delayed messages into it: a hard cap for a stream that may lose its oldest
+    /// entries, consumed or not. For a cap that never removes an entry some group still needs,
+    /// see [`Retention::keep`].
     #[must_use]
     pub fn max_len(mut self, len: usize) -> Self {
         self.target = self.target.max_len(len);
@@ -277,6 +302,15 @@ impl RedisConfig {
     #[must_use]
     pub fn fence_check(mut self, check: FenceCheck) -> Self {
         self.fence_check = check;
+        self
+    }
+
+    /// What the stream keeps of consumed entries (see [`Retention`]). Default:
+    /// [`Retention::Consumed`], which removes an entry once every consumer group of the stream
+    /// has delivered and acked it, and so is safe for any number of groups.
+    #[must_use]
+    pub fn retention(mut self, retention: Retention) -> Self {
+        self.retention = retention;
         self
     }
 
@@ -326,6 +360,7 @@ impl RedisConfig {
         if self.claim_timeout < Duration::from_millis(1) || self.claim_timeout > MAX_DURATION {
             return Err(RedisConfigError::ClaimTimeout(self.claim_timeout));
         }
+        self.retention.validate()?;
         self.dead_letter_key().map(drop)
     }
 
@@ -430,7 +465,9 @@ impl PublisherConfig {
     }
 
     /// Trim the stream to about this many entries on publish (`XADD MAXLEN ~`), delayed
-    /// messages included when they are due.
+    /// messages included when they are due: a hard cap, which removes the oldest entries
+    /// whether or not every consumer group has read them (the consumers' [`Retention`] never
+    /// does).
     #[must_use]
     pub fn max_len(mut self, len: usize) -> Self {
         self.max_len = Some(len);

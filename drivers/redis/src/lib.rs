@@ -239,6 +239,7 @@ mod error;
 mod inspect;
 mod publisher;
 mod replicas;
+mod retention;
 mod sharded;
 mod slot;
 
@@ -249,5 +250,6 @@ pub use error::{classify, error as backend_error};
 pub use inspect::RedisInspector;
 pub use publisher::RedisPublisher;
 pub use replicas::{evalsha_cmd, WaitReplicas};
+pub use retention::Retention;
 pub use sharded::members_key;
 pub use slot::{hash_tag, key_slot, SLOTS};

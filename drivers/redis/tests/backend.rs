@@ -6,7 +6,7 @@ use bytes::Bytes;
 use leasehold_core::{
     Backend, DeadLetterReason, Fence, Fetched, LeaseRef, RenewResult, SettleResult, Tenure,
 };
-use leasehold_redis::{RedisBackend, RedisConfig};
+use leasehold_redis::{RedisBackend, RedisConfig, Retention};
 use leasehold_redis_harness::RedisServer;
 
 /// Short, so takeovers happen within a test; renews in the tests come every ~third of it, so a
@@ -18,9 +18,14 @@ fn server() -> RedisServer {
 }
 
 async fn consumer(server: &RedisServer, name: &str) -> RedisBackend {
+    consumer_keeping(server, name, Retention::default()).await
+}
+
+async fn consumer_keeping(server: &RedisServer, name: &str, retention: Retention) -> RedisBackend {
     let config = RedisConfig::new(server.url(), "jobs", "workers")
         .consumer(name)
-        .claim_timeout(CLAIM);
+        .claim_timeout(CLAIM)
+        .retention(retention);
     RedisBackend::connect(config).await.expect("connect")
 }
 
@@ -320,13 +325,16 @@ async fn stream_ids(server: &RedisServer) -> Vec<String> {
     entries.into_iter().map(|(id, _)| id).collect()
 }
 
-/// An ack deletes exactly the acked entries: whether they are the oldest (removed by one
-/// trim) or sit between entries still pending, sent in any order; never an entry whose fence
-/// is stale, that another consumer holds, or that was never delivered.
+/// Deleting on ack, an ack deletes exactly the acked entries: whether they are the oldest
+/// (removed by one trim) or sit between entries still pending, sent in any order; never an
+/// entry whose fence is stale, that another consumer holds, or that was never delivered.
 #[tokio::test]
 async fn acks_delete_exactly_the_acked_entries() {
     let server = server();
-    let (a, b) = (consumer(&server, "a").await, consumer(&server, "b").await);
+    let (a, b) = (
+        consumer_keeping(&server, "a", Retention::DeleteOnAck).await,
+        consumer_keeping(&server, "b", Retention::DeleteOnAck).await,
+    );
     for _ in 0..8 {
         a.publish(Bytes::from_static(b"x")).await.unwrap();
     }

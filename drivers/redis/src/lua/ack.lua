@@ -1,47 +1,43 @@
--- Ack: XACK + XDEL the entries this consumer owns with the given fence, in one step each.
--- XACK alone checks no owner: a stale worker's ack would delete the new owner's delivery.
--- KEYS: stream, tenure hash. ARGV: as fenced_batch.lua reads them.
--- Returns the consumer's tenure, then the batch positions of the leases lost (none: all acked).
+-- Ack: XACK the entries this consumer owns with the given fence, then trim what the stream's
+-- retention lets go of (see retention.lua). XACK alone checks no owner: a stale worker's ack
+-- would remove the new owner's delivery from the pending list.
+-- KEYS: stream, tenure hash. ARGV: as fenced_batch.lua reads them, then the retention's mode,
+-- max_len and max_age (three tail arguments).
+-- Returns the consumer's tenure, 1 when delete-on-ack found another group on the stream (and
+-- trimmed only what every group consumed) else 0, then the batch positions of the leases lost
+-- (none: all acked).
 --
--- Deleting: XDEL finds each id by walking its stream node from the node's start, about a
--- node's length (100 entries) of work per id. But every entry this group was given (all up to
--- its last-delivered id) that is pending for no one any more has been acked or dead-lettered,
--- and both delete it: so the entries below the group's oldest pending one go with one exact
--- XTRIM MINID, which drops whole nodes. Only ids acked while an older entry is still pending
--- go by XDEL. (Like XDEL itself, this assumes the stream is consumed by this one group.)
+-- Deleting on ack (mode 'd'): XDEL finds each id by walking its stream node from the node's
+-- start, about a node's length (100 entries) of work per id, while the trim below the group's
+-- oldest pending entry drops whole nodes. So only ids acked while an older entry is still
+-- pending go by XDEL.
 local stream, group, consumer = KEYS[1], ARGV[1], ARGV[2]
+local mode, max_len, max_age = ARGV[#ARGV - 2], ARGV[#ARGV - 1], ARGV[#ARGV]
 local mine = tenure(KEYS[2], consumer)
 
-local ids, from, to, lost = held(stream, group, consumer, 0, mine)
+local shared = 0
+local ids, from, to, lost = held(stream, group, consumer, 3, mine)
 if to >= from then
   redis.call('XACK', stream, group, unpack(ids, from, to))
-  local summary = redis.call('XPENDING', stream, group)
-  local below
-  if summary[1] > 0 then
-    below = summary[2]
-  else
-    -- Nothing pending: everything delivered is done. (The largest id there is, 2^64-1 - 2^64-1,
-    -- has no successor; then the trim stops just below it and XDEL takes it.)
-    local last = last_delivered(stream, group)
-    if last and last ~= '18446744073709551615-18446744073709551615' then
-      below = after(last)
+  local below, effective = retain(stream, mode, max_len, max_age)
+  if mode == 'd' and effective ~= 'd' then shared = 1 end
+  if effective == 'd' then
+    -- ids ascend: those at or above `below` are a suffix, found by bisection (each comparison
+    -- parses two ids); none, usually (acks in order): one comparison says so.
+    local first = from
+    if below and before(ids[to], below) then
+      first = to + 1
+    elseif below then
+      local lo, hi = from, to + 1
+      while lo < hi do
+        local mid = math.floor((lo + hi) / 2)
+        if before(ids[mid], below) then lo = mid + 1 else hi = mid end
+      end
+      first = lo
     end
+    if first <= to then redis.call('XDEL', stream, unpack(ids, first, to)) end
   end
-  if below then redis.call('XTRIM', stream, 'MINID', '=', below) end
-  -- ids ascend: those at or above `below` are a suffix, found by bisection (each comparison
-  -- parses two ids); none, usually (acks in order): one comparison says so.
-  local first = from
-  if below and before(ids[to], below) then
-    first = to + 1
-  elseif below then
-    local lo, hi = from, to + 1
-    while lo < hi do
-      local mid = math.floor((lo + hi) / 2)
-      if before(ids[mid], below) then lo = mid + 1 else hi = mid end
-    end
-    first = lo
-  end
-  if first <= to then redis.call('XDEL', stream, unpack(ids, first, to)) end
 end
+table.insert(lost, 1, shared)
 table.insert(lost, 1, mine)
 return lost

@@ -3,10 +3,12 @@
 -- (XREADGROUP >). The kind that goes first takes at most its share;
 -- the other takes what is left; then the first may fill the rest, so neither starves the other
 -- and a fetch returns whatever is available. Entries without the payload field can never be
--- processed: they go to the dead-letter stream at once.
+-- processed: they go to the dead-letter stream at once (and the stream is trimmed as its
+-- retention says: see retention.lua).
 -- KEYS: stream, dead-letter stream, delayed set, wake stream, tenure hash
 -- ARGV: group, consumer, min-idle ms, cursor, first share, max, payload field,
---       "1" if reclaims go first, max_len ('' = untrimmed), most delayed messages to promote
+--       "1" if reclaims go first, max_len ('' = untrimmed), most delayed messages to promote,
+--       the retention's mode, max_len and max_age
 -- Returns {cursor, {id, delivery count, payload, ...}, last-delivered-id or false,
 --          1 if anything was reclaimable else 0, {id of each entry dead-lettered here, ...},
 --          ms until the next delayed message is due (0 if one is, -1 if none),
@@ -47,7 +49,6 @@ local function take(id, fields, count)
   redis.call('XADD', dead, '*', 'id', id, 'reason', 'entry has no field "' .. field .. '"',
     'deliveries', count, unpack(fields))
   redis.call('XACK', stream, group, id)
-  redis.call('XDEL', stream, id)
   undeliverable[#undeliverable + 1] = id
 end
 
@@ -94,6 +95,15 @@ else
   read_new(share)
   reclaim(max - taken)
   read_new(max - taken)
+end
+
+if #undeliverable > 0 then
+  local below, effective = retain(stream, ARGV[11], ARGV[12], ARGV[13])
+  if effective == 'd' then
+    for _, id in ipairs(undeliverable) do
+      if not (below and before(id, below)) then redis.call('XDEL', stream, id) end
+    end
+  end
 end
 
 local last, wake = false, false
