@@ -184,8 +184,9 @@ pub trait Backend: Send + Sync + 'static {
         leases: &[LeaseRef],
     ) -> impl Future<Output = BackendResult<Vec<RenewResult>>> + Send;
 
-    /// Acknowledges (removes) each message this consumer holds with that fence; one result per
-    /// lease, in order (`Ok` or `Lost`). Another consumer's delivery is never removed.
+    /// Acknowledges each message this consumer holds with that fence (it leaves the group's
+    /// pending list, and the stream once no consumer group of it still needs it); one result
+    /// per lease, in order (`Ok` or `Lost`). Another consumer's delivery is never removed.
     fn ack(
         &self,
         leases: &[LeaseRef],

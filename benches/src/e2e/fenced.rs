@@ -8,7 +8,9 @@
 //!
 //! - **drain**: a backend fetching 100 at a time and acking each batch while fetching the next,
 //!   against the raw consumer: `XACK` of the previous batch pipelined with
-//!   `XREADGROUP … COUNT 100`. Per message, every command either side sent.
+//!   `XREADGROUP … COUNT 100`. Per message, every command either side sent. Once per retention
+//!   (the default, deleting on ack, and a history of 10 000 consumed entries), in a turn that
+//!   rotates each round, all against the same raw drain.
 //! - **ack**: `RedisBackend::ack` of held leases in batches (default 100), against `XACK` of the
 //!   same batches (pipelined).
 //! - **renew**: `RedisBackend::renew` of 10 000 held leases (one call; the backend splits it
@@ -24,7 +26,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use leasehold_redis::{FenceCheck, RedisBackend, RedisConfig};
+use leasehold_redis::{FenceCheck, RedisBackend, RedisConfig, Retention};
 use leasehold_redis_harness::RedisServer;
 use leasehold_tokio::core::{Backend, Fetched, LeaseRef, RenewResult, SettleResult};
 use redis::aio::MultiplexedConnection;
@@ -42,6 +44,8 @@ const CONSUMER: &str = "holder";
 const CLAIM_TIMEOUT: Duration = Duration::from_secs(30);
 /// The raw consumer's read size, and the drain's fetch size.
 const READ_COUNT: usize = 100;
+/// Consumed entries the drain with a history keeps.
+const HISTORY: u64 = 10_000;
 /// Ids per raw `XCLAIM` in the renew row: the backend's script batch.
 const CLAIM_BATCH: usize = 1000;
 
@@ -185,7 +189,7 @@ pub struct FencedReport {
     pub options: FencedOptions,
     /// `redis x.y.z`.
     pub redis_version: String,
-    /// drain, ack, renew, release.
+    /// drain (once per retention), ack, renew, release.
     pub rows: Vec<Row>,
 }
 
@@ -380,11 +384,18 @@ pub fn run(options: &FencedOptions) -> Result<FencedReport, BenchError> {
         .enable_all()
         .build()
         .map_err(BenchError::Runtime)?;
-    let mut drain = Row::new(
-        "drain",
-        "[XACK prev, XREADGROUP COUNT 100] pipelined",
-        options.drain,
-    );
+    // The drain once per retention; each round measures them in a turn that rotates.
+    let raw_drain_name = "[XACK prev, XREADGROUP COUNT 100] pipelined";
+    let mut drains = [
+        (Retention::Consumed, "drain"),
+        (Retention::DeleteOnAck, "drain, delete on ack"),
+        (
+            Retention::keep(Some(HISTORY), None),
+            "drain, keep 10 000 consumed",
+        ),
+    ]
+    .map(|(retention, name)| (retention, Row::new(name, raw_drain_name, options.drain)));
+    let mut raw_drain_side = Side::default();
     let mut ack = Row::new(
         "ack",
         &format!("XACK of {} ids", options.ack_batch),
@@ -421,24 +432,28 @@ pub fn run(options: &FencedOptions) -> Result<FencedReport, BenchError> {
                 (n, options.drain),
                 &[],
                 measured,
-                &mut drain.raw,
+                &mut raw_drain_side,
             )?;
             delete(&mut con, &stream).await?;
-            let stream = next_key("drain");
-            publish(&mut con, &stream, options.drain).await?;
-            let backend = backend(&url, &stream, options.fence_check).await?;
-            let probe = Probe::start(&server)?;
-            let n = fenced_drain(&backend).await?;
-            stop(
-                probe,
-                &server,
-                (n, options.drain),
-                NESTED,
-                measured,
-                &mut drain.fenced,
-            )?;
-            drop(backend);
-            delete(&mut con, &stream).await?;
+            let turn = round % drains.len();
+            let (before, after) = drains.split_at_mut(turn);
+            for (retention, row) in after.iter_mut().chain(before) {
+                let stream = next_key("drain");
+                publish(&mut con, &stream, options.drain).await?;
+                let backend = connect(&url, &stream, options.fence_check, *retention).await?;
+                let probe = Probe::start(&server)?;
+                let n = fenced_drain(&backend).await?;
+                stop(
+                    probe,
+                    &server,
+                    (n, options.drain),
+                    NESTED,
+                    measured,
+                    &mut row.fenced,
+                )?;
+                drop(backend);
+                delete(&mut con, &stream).await?;
+            }
 
             // ack
             let stream = next_key("ack-raw");
@@ -600,10 +615,18 @@ pub fn run(options: &FencedOptions) -> Result<FencedReport, BenchError> {
         Ok::<_, BenchError>(())
     })?;
     release.ids = options.releases.min(options.renews);
+    let mut rows: Vec<Row> = drains
+        .into_iter()
+        .map(|(_, mut row)| {
+            row.raw = raw_drain_side.clone();
+            row
+        })
+        .collect();
+    rows.extend([ack, renew, release]);
     Ok(FencedReport {
         options: options.clone(),
         redis_version,
-        rows: vec![drain, ack, renew, release],
+        rows,
     })
 }
 
@@ -640,11 +663,21 @@ async fn backend(
     stream: &str,
     fence_check: FenceCheck,
 ) -> Result<RedisBackend, BenchError> {
+    connect(url, stream, fence_check, Retention::default()).await
+}
+
+async fn connect(
+    url: &str,
+    stream: &str,
+    fence_check: FenceCheck,
+    retention: Retention,
+) -> Result<RedisBackend, BenchError> {
     RedisBackend::connect(
         RedisConfig::new(url, stream, GROUP)
             .consumer(CONSUMER)
             .claim_timeout(CLAIM_TIMEOUT)
-            .fence_check(fence_check),
+            .fence_check(fence_check)
+            .retention(retention),
     )
     .await
     .map_err(|e| BenchError::Redis(format!("connect: {e}")))

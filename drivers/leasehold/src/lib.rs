@@ -115,11 +115,17 @@ pub mod memory {
 }
 
 /// The Redis Streams backend: fenced, owner-checked leases in Lua scripts.
+///
+/// An entry is removed only once every consumer group of its stream has delivered and acked
+/// it ([`Retention`](redis::Retention), default `Consumed`), so several services may each read
+/// one stream with their own group. A group sees what the stream holds when it is created and
+/// all published after: create it before publishing what it must see, or keep a history with
+/// `Retention::keep`.
 #[cfg(feature = "redis")]
 pub mod redis {
     pub use leasehold_redis::{
         members_key, ConnectError, PublisherConfig, RedisBackend, RedisConfig, RedisConfigError,
-        RedisInspector, RedisPublisher, Servers, WaitReplicas,
+        RedisInspector, RedisPublisher, Retention, Servers, WaitReplicas,
     };
 }
 

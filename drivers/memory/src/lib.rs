@@ -22,7 +22,9 @@
 //!   lease's fence equals its delivery count; otherwise the answer is `Lost` and nothing
 //!   changes. So a late heartbeat cannot steal a message back and a stale ack cannot delete the
 //!   new owner's delivery. Results come per lease, in order.
-//! - **Ack** removes the message from the pending list and the stream (`XACK` + `XDEL`).
+//! - **Ack** removes the message from the pending list and the stream (`XACK` + `XDEL`):
+//!   a memory stream has exactly one consumer group, so no other group can still need it
+//!   (fan-out over several groups is a Redis feature; see `leasehold-redis`'s `Retention`).
 //!   **Release** with a delay keeps owner and count but makes the message claimable by anyone
 //!   once the delay has passed (`XCLAIM … IDLE claim_timeout - delay`); delays are therefore
 //!   capped at the claim timeout. **Dead-letter** appends the message, its id, the reason and

@@ -6,14 +6,15 @@
 //!
 //! - renew = owner-checked `XCLAIM … 0 id JUSTID` (resets idle, keeps the count): a late
 //!   heartbeat can never steal back an entry a peer reclaimed;
-//! - ack = owner-checked `XACK`, then the entry is deleted: entries below the group's oldest
-//!   pending one go with one exact `XTRIM MINID`, the rest by `XDEL`. A stale worker's ack
-//!   never deletes the new owner's delivery. Like `XDEL`, this assumes the stream is consumed by
-//!   this one group (an entry the group skipped with `XGROUP SETID` is trimmed too);
+//! - ack = owner-checked `XACK`, then the stream is trimmed as its [`Retention`] says: by
+//!   default below the first entry some consumer group of the stream still needs, with one
+//!   `XTRIM MINID`, so several groups can read one stream and none loses an entry to
+//!   another's ack (see [`Retention`] for the policy and its trade-offs). A stale worker's ack
+//!   never removes the new owner's delivery;
 //! - release with delay `d` = owner-checked `XCLAIM … IDLE (claim_timeout - d) JUSTID`: anyone
 //!   may reclaim it once `d` has passed, with no extra keys (delays cap at the claim timeout);
 //! - dead-letter = owner-checked copy to the dead-letter stream (reason, delivery count,
-//!   fields) + `XACK` + `XDEL`, atomically.
+//!   fields) + `XACK` + the same trim, atomically.
 //!
 //! A fetch reads new entries with `XREADGROUP … >`, pipelined with an `XPENDING … IDLE` that
 //! tells whether any entry has lapsed and a look at when the next delayed message is due
