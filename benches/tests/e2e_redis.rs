@@ -66,6 +66,16 @@ fn bench_redis_runs_one_small_round() {
             .is_some_and(|r| r > 0.0));
     }
     assert_eq!(report.ratio(100, 1000), None);
+    // Deleting on ack, beside the default retention, at c=100 and the first prefetch.
+    let [((100, 0), deleting)] = report.deleting.as_slice() else {
+        panic!("one delete-on-ack variant: {:?}", report.deleting)
+    };
+    assert_eq!(
+        deleting.name,
+        "leasehold no-op, c=100, prefetch 0, delete on ack"
+    );
+    assert_eq!(deleting.calls[0].fetched, 200, "{deleting:?}");
+    assert!(report.retention_ratio().is_some_and(|r| r > 0.0));
     let prefetches: Vec<usize> = report.slow.iter().map(|(p, _)| *p).collect();
     assert_eq!(prefetches, [0, 50]);
     for (prefetch, variant) in &report.slow {
@@ -103,7 +113,7 @@ fn bench_redis_runs_one_small_round() {
     assert!(table.contains("raw XREADGROUP loop"), "{table}");
     assert!(table.contains("server CPU µs/msg"), "{table}");
     assert!(table.contains("client CPU µs/msg"), "{table}");
-    let leasehold = report.no_op.iter().map(|(_, v)| v);
+    let leasehold = report.no_op.iter().chain(&report.deleting).map(|(_, v)| v);
     for variant in leasehold.chain(report.slow.iter().map(|(_, v)| v)) {
         let row = table
             .lines()
@@ -135,6 +145,12 @@ fn bench_redis_runs_one_small_round() {
     assert_eq!(json["bench"], "e2e-redis");
     assert_eq!(json["raw"]["name"], "raw XREADGROUP loop");
     assert_eq!(json["raw"]["msg_per_s"].as_f64(), Some(report.raw.median()));
+    let deleting = json["delete_on_ack"].as_array().expect("delete_on_ack");
+    assert_eq!(deleting.len(), 1);
+    assert_eq!(
+        deleting[0]["default_retention_ratio"].as_f64(),
+        report.retention_ratio()
+    );
     let no_op = json["no_op"].as_array().expect("no_op");
     assert_eq!(no_op.len(), 4);
     for ((key, variant), json) in report.no_op.iter().zip(no_op) {

@@ -12,10 +12,13 @@
 //!   `XREADGROUP GROUP g c COUNT 100 STREAMS s >`, an inline no-op handler, then the `XACK` of
 //!   that batch pipelined with the next read (one round trip per 100 messages).
 //! - **leasehold**: one tokio worker over a [`RedisBackend`] (fenced fetch, ack and renew
-//!   scripts; claim timeout 30 s, heartbeats on), no-op handler, at each concurrency and each
-//!   prefetch (`Config::prefetch`: messages fetched ahead of free invocation slots; `max_leases`
+//!   scripts; claim timeout 30 s, heartbeats on; the default retention), no-op handler, at each
+//!   concurrency and each prefetch (`Config::prefetch`: messages fetched ahead of free invocation slots; `max_leases`
 //!   is concurrency + prefetch, at least 1000). The clock stops when the backend has acked the
 //!   last message.
+//! - **delete on ack**: the no-op worker at concurrency 100 and the adaptive prefetch again,
+//!   deleting each entry on its ack (`Retention::DeleteOnAck`), for the default retention to be
+//!   held to.
 //! - **10 ms**: the same with `tokio::time::sleep(10 ms)` as the handler at concurrency 1000,
 //!   at each prefetch (ideal: 1000 / 10 ms = 100 000 msg/s).
 //! - **sleep loop**: what the runtime itself makes of that handler, no queue at all: 1000 tasks
@@ -38,7 +41,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
-use leasehold_redis::{FenceCheck, RedisBackend, RedisConfig};
+use leasehold_redis::{FenceCheck, RedisBackend, RedisConfig, Retention};
 use leasehold_redis_harness::RedisServer;
 use leasehold_tokio::core::{Backend, LeaseRef, RenewResult};
 use leasehold_tokio::{Config, Delivery, Raw, TokioRuntime, WorkerBuilder};
@@ -285,6 +288,9 @@ pub struct RedisBenchReport {
     /// leasehold, no-op handler, keyed by `(concurrency, prefetch)`: one per combination (the
     /// options' concurrency order, each with the prefetch settings in their order).
     pub no_op: Vec<((usize, usize), Variant)>,
+    /// The no-op variant at concurrency 100 and the first prefetch setting again, deleting each
+    /// entry on its ack (`Retention::DeleteOnAck`), same key.
+    pub deleting: Vec<((usize, usize), Variant)>,
     /// The no-op variants again, their workers recording metrics (with `metrics`), same keys.
     pub metered: Vec<((usize, usize), Variant)>,
     /// leasehold, 10 ms handler at concurrency 1000, keyed by prefetch (in the options' order).
@@ -323,6 +329,20 @@ impl RedisBenchReport {
             .iter()
             .find(|(key, _)| *key == (concurrency, prefetch))?;
         Some(variant.median() / self.raw.median().max(f64::MIN_POSITIVE))
+    }
+
+    /// The default retention's drain / deleting on ack's, at the deleting variant's key: the
+    /// median of the per-round ratios (both measured in the same round).
+    pub fn retention_ratio(&self) -> Option<f64> {
+        let (key, deleting) = self.deleting.first()?;
+        let (_, consumed) = self.no_op.iter().find(|(k, _)| k == key)?;
+        let ratios: Vec<f64> = consumed
+            .rates
+            .iter()
+            .zip(&deleting.rates)
+            .map(|(rate, base)| rate / base.max(f64::MIN_POSITIVE))
+            .collect();
+        (!ratios.is_empty()).then(|| median(&ratios))
     }
 
     /// The 10 ms handler's throughput at `prefetch` / 100 000 msg/s.
@@ -409,6 +429,14 @@ impl RedisBenchReport {
             "claim_timeout_s": CLAIM_TIMEOUT.as_secs(),
             "raw": with(&self.raw, json!({ "batch": RAW_COUNT })),
             "no_op": no_op,
+            "delete_on_ack": self.deleting.iter().map(|((concurrency, prefetch), variant)| with(
+                variant,
+                json!({
+                    "concurrency": concurrency,
+                    "prefetch": prefetch_json(*prefetch),
+                    "default_retention_ratio": self.retention_ratio(),
+                }),
+            )).collect::<Vec<_>>(),
             "metered": self.metered.iter().map(|((concurrency, prefetch), variant)| with(
                 variant,
                 json!({
@@ -550,6 +578,11 @@ impl fmt::Display for RedisBenchReport {
                 String::new()
             };
             row(f, variant, &format!("{ratio:.2} × raw"), &target)?;
+        }
+        for (_, variant) in &self.deleting {
+            let ratio = self.retention_ratio().unwrap_or(0.0);
+            let target = format!("default ≥ 1.00 ×: {}", verdict(ratio >= 1.0));
+            row(f, variant, &format!("default {ratio:.2} ×"), &target)?;
         }
         if let Some(base) = &self.sleep_loop {
             let ratio = base.median() / ideal_slow_rate();
@@ -763,6 +796,14 @@ pub fn run(options: &RedisBenchOptions) -> Result<RedisBenchReport, BenchError> 
     } else {
         Vec::new()
     };
+    // The drain deleting on ack beside it, at concurrency 100 with the first prefetch setting:
+    // the default retention must cost the drain nothing against it.
+    let first_prefetch = options.prefetch.first().copied();
+    let mut deleting: Vec<((usize, usize), Variant)> = no_op
+        .iter()
+        .filter(|((c, p), _)| *c == 100 && Some(*p) == first_prefetch)
+        .map(|(key, v)| (*key, Variant::new(format!("{}, delete on ack", v.name))))
+        .collect();
     let recorder = Metered::new();
     let mut slow: Vec<(usize, Variant)> = options
         .prefetch
@@ -808,19 +849,23 @@ pub fn run(options: &RedisBenchOptions) -> Result<RedisBenchReport, BenchError> 
                 variant.record(options.messages, took, cost, None);
             }
         }
+        let consumed = Retention::Consumed;
         let leasehold_variants = no_op
             .iter_mut()
-            .map(|((c, p), v)| (v, worker_config(*c, *p), Handler::NoOp, None))
-            .chain(
-                metered
-                    .iter_mut()
-                    .map(|((c, p), v)| (v, worker_config(*c, *p), Handler::NoOp, Some(&recorder))),
-            )
+            .map(|((c, p), v)| (v, worker_config(*c, *p), Handler::NoOp, None, consumed))
+            .chain(deleting.iter_mut().map(|((c, p), v)| {
+                let config = worker_config(*c, *p);
+                (v, config, Handler::NoOp, None, Retention::DeleteOnAck)
+            }))
+            .chain(metered.iter_mut().map(|((c, p), v)| {
+                let config = worker_config(*c, *p);
+                (v, config, Handler::NoOp, Some(&recorder), consumed)
+            }))
             .chain(slow.iter_mut().map(|(p, v)| {
                 let config = worker_config(SLOW_CONCURRENCY, *p);
-                (v, config, Handler::Sleep(SLOW_HANDLER), None)
+                (v, config, Handler::Sleep(SLOW_HANDLER), None, consumed)
             }));
-        for (variant, config, handler, recorder) in leasehold_variants {
+        for (variant, config, handler, recorder, retention) in leasehold_variants {
             bar.set_message(format!(
                 "round {round} of {}: {}",
                 options.rounds, variant.name
@@ -831,6 +876,7 @@ pub fn run(options: &RedisBenchOptions) -> Result<RedisBenchReport, BenchError> 
                 handler,
                 recorder,
                 fence_check: options.fence_check,
+                retention,
             };
             let (took, calls, cost) =
                 leasehold_measured(&runtime, &server, &rt, &stream, options.messages, side)?;
@@ -882,6 +928,7 @@ pub fn run(options: &RedisBenchOptions) -> Result<RedisBenchReport, BenchError> 
         threads,
         raw,
         no_op,
+        deleting,
         metered,
         slow,
         sleep_loop,
@@ -1055,6 +1102,7 @@ struct Side<'a> {
     handler: Handler,
     recorder: Option<&'a Metered>,
     fence_check: FenceCheck,
+    retention: Retention,
 }
 
 /// Publishes, snapshots `INFO commandstats` and CPU times, runs one leasehold round, snapshots
@@ -1101,12 +1149,14 @@ where
         handler,
         recorder,
         fence_check,
+        retention,
     } = side;
     let backend = RedisBackend::connect(
         RedisConfig::new(url, stream, GROUP)
             .consumer("bench")
             .claim_timeout(CLAIM_TIMEOUT)
-            .fence_check(fence_check),
+            .fence_check(fence_check)
+            .retention(retention),
     )
     .await
     .map_err(|e| BenchError::Redis(format!("connect: {e}")))?;
@@ -1196,6 +1246,7 @@ async fn rss_round(rt: TokioRuntime, url: &str) -> Result<RssReading, BenchError
             handler: Handler::Hold(hold.clone()),
             recorder: None,
             fence_check: FenceCheck::default(),
+            retention: Retention::default(),
         },
         move |_| async move {
             hold.all_in.notified().await;

@@ -295,30 +295,15 @@ impl RedisBackend {
     /// Creates the stream and group if missing, and the group of the same name on the wake
     /// stream, which a consuming wait blocks on too (from its end: only wake-ups from then on
     /// matter). A group made anew starts the tenures afresh (`create_group.lua`).
-    ///
-    /// A group made on a stream that had removed entries before never sees those (other groups
-    /// consumed them, or a trim took them): said once, as a warning, naming how many.
     async fn ensure_group(&self) -> BackendResult<()> {
-        let removed: i64 = CREATE_GROUP
-            .key(&self.config.target.stream)
-            .key(&self.delayed_keys.wake)
-            .key(&self.tenure_key)
-            .arg(&self.config.group)
-            .invoke_async(&mut self.commands.clone())
-            .await
-            .map_err(|e| error("create group", e))?;
-        if removed > 0 {
-            tracing::warn!(
-                stream = %self.config.target.stream,
-                group = %self.config.group,
-                removed,
-                "created the consumer group from the stream's oldest entry; entries removed \
-                 before it existed (consumed by the other groups, or trimmed) are not delivered \
-                 to it. Create a group before publishing what it must see, or keep a history \
-                 with Retention::keep"
-            );
-        }
-        Ok(())
+        create_group(
+            &self.commands,
+            &self.config.target.stream,
+            &self.delayed_keys.wake,
+            &self.tenure_key,
+            &self.config.group,
+        )
+        .await
     }
 
     /// Deleting on ack would take other groups' entries: refused when the stream has any.
@@ -1205,6 +1190,38 @@ impl Backend for RedisBackend {
             Err(e) => Err(error("pending", e)),
         }
     }
+}
+
+/// Creates `group` on `stream` (and on its wake stream) unless it exists, as
+/// `create_group.lua` says. A group made on a stream that had removed entries before never sees
+/// those (other groups consumed them, or a trim took them): said as a warning, naming how many.
+pub(crate) async fn create_group(
+    commands: &Connection,
+    stream: &str,
+    wake: &str,
+    tenure_key: &str,
+    group: &str,
+) -> BackendResult<()> {
+    let removed: i64 = CREATE_GROUP
+        .key(stream)
+        .key(wake)
+        .key(tenure_key)
+        .arg(group)
+        .invoke_async(&mut commands.clone())
+        .await
+        .map_err(|e| error("create group", e))?;
+    if removed > 0 {
+        tracing::warn!(
+            %stream,
+            %group,
+            removed,
+            "created the consumer group from the stream's oldest entry; entries removed before \
+             it existed (consumed by the other groups, or trimmed) are not delivered to it. \
+             Declare the groups a stream feeds before publishing (PublisherConfig::groups), or \
+             keep a history with Retention::keep"
+        );
+    }
+    Ok(())
 }
 
 /// A stream entry id `ms-seq`, ordered as Redis orders them.

@@ -376,13 +376,14 @@ impl RedisConfig {
     /// The group's tenure hash (`orders`, group `g` → `{orders}:tenure:g`): each consumer's
     /// tenure, which the fenced scripts vouch for deliveries with (see the backend's docs).
     pub(crate) fn tenure_key(&self) -> Result<String, RedisConfigError> {
-        let key = format!(
-            "{}:tenure:{}",
-            slot_prefix(&self.target.stream)?,
-            self.group
-        );
-        in_stream_slot(&self.target.stream, "tenure hash", key)
+        tenure_key(&self.target.stream, &self.group)
     }
+}
+
+/// The tenure hash of `group` on `stream` (see the crate docs' key table).
+pub(crate) fn tenure_key(stream: &str, group: &str) -> Result<String, RedisConfigError> {
+    let key = format!("{}:tenure:{}", slot_prefix(stream)?, group);
+    in_stream_slot(stream, "tenure hash", key)
 }
 
 /// Configuration of a [`RedisPublisher`](crate::RedisPublisher): one stream, no consumer group.
@@ -394,6 +395,7 @@ pub struct PublisherConfig {
     pub(crate) max_len: Option<usize>,
     pub(crate) command_timeout: Duration,
     pub(crate) wait: Option<WaitReplicas>,
+    pub(crate) groups: Vec<String>,
 }
 
 /// Leaves the URL out: it may hold a password.
@@ -405,6 +407,7 @@ impl std::fmt::Debug for PublisherConfig {
             .field("max_len", &self.max_len)
             .field("command_timeout", &self.command_timeout)
             .field("wait_replicas", &self.wait)
+            .field("groups", &self.groups)
             .finish_non_exhaustive()
     }
 }
@@ -453,7 +456,24 @@ impl PublisherConfig {
             max_len: None,
             command_timeout: Duration::from_secs(5),
             wait: None,
+            groups: Vec::new(),
         }
+    }
+
+    /// Consumer groups that must receive every message published from now on, whether or not
+    /// their workers have started: [`RedisPublisher::connect`] creates each one missing (from
+    /// the stream's start, as a worker would), so no other group's acks remove an entry before
+    /// it is read. Declare here the groups of a fan-out stream whose services may start later.
+    ///
+    /// [`RedisPublisher::connect`]: crate::RedisPublisher::connect
+    #[must_use]
+    pub fn groups<I, S>(mut self, groups: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.groups = groups.into_iter().map(Into::into).collect();
+        self
     }
 
     /// The entry field holding the payload (default `data`): the consumers'
@@ -520,6 +540,12 @@ impl PublisherConfig {
         }
         if let Some(wait) = &self.wait {
             wait.validate(self.command_timeout)?;
+        }
+        if self.groups.iter().any(String::is_empty) {
+            return Err(RedisConfigError::Empty("group"));
+        }
+        for group in &self.groups {
+            tenure_key(&self.stream, group)?;
         }
         DelayedKeys::of(&self.stream).map(drop)
     }

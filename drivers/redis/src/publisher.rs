@@ -10,8 +10,8 @@ use leasehold_core::{
 };
 use redis::Value;
 
-use crate::backend::{DELAYED_SUMMARY, PUBLISH};
-use crate::config::{ConnectError, DelayedKeys, PublisherConfig};
+use crate::backend::{create_group, DELAYED_SUMMARY, PUBLISH};
+use crate::config::{tenure_key, ConnectError, DelayedKeys, PublisherConfig};
 use crate::conn::Connection;
 use crate::error::error;
 
@@ -54,7 +54,8 @@ impl std::fmt::Debug for RedisPublisher {
 }
 
 impl RedisPublisher {
-    /// Connects, and loads the publish script (see `Connection::load_scripts`). Nothing is
+    /// Connects, loads the publish script (see `Connection::load_scripts`), and creates the
+    /// consumer groups [`PublisherConfig::groups`] declares, where missing. Nothing else is
     /// created until the first publish.
     ///
     /// # Errors
@@ -67,7 +68,20 @@ impl RedisPublisher {
         config.servers.check_credentials(timeout).await?;
         let commands = config.servers.connect(timeout, Some(timeout)).await?;
         commands.load_scripts(&[("publish", &PUBLISH)]).await?;
-        Self::from_parts(config, commands)
+        let publisher = Self::from_parts(config, commands)?;
+        let inner = &publisher.inner;
+        for group in &inner.config.groups {
+            let tenure = tenure_key(&inner.config.stream, group)?;
+            create_group(
+                &inner.commands,
+                &inner.config.stream,
+                &inner.keys.wake,
+                &tenure,
+                group,
+            )
+            .await?;
+        }
+        Ok(publisher)
     }
 
     /// A publisher of `config` over `commands` (shared by the shards of a sharded queue).

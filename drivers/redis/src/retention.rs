@@ -12,8 +12,9 @@
 //! The trade-offs: a group nobody consumes any more holds every entry from its position on
 //! (delete it with `XGROUP DESTROY`); a long-running job holds the entries behind it until it is
 //! acked (they are consumed, but a trim cannot pass it); and a group created after entries were
-//! trimmed starts at the oldest entry kept ([`Retention::keep`] keeps a history for such late
-//! groups). [`Retention::DeleteOnAck`] deletes each entry when it is acked, as earlier versions
+//! trimmed starts at the oldest entry kept (declare a stream's groups on its producer with
+//! [`PublisherConfig::groups`](crate::PublisherConfig::groups), or keep a history for late
+//! groups with [`Retention::keep`]). [`Retention::DeleteOnAck`] deletes each entry when it is acked, as earlier versions
 //! did, for a stream only one group reads.
 
 use std::time::Duration;
@@ -45,7 +46,9 @@ pub enum Retention {
     },
     /// Delete each entry as soon as this group acks it (`XDEL`, or one `XTRIM` below the
     /// group's oldest pending entry), so memory holds only pending entries even behind a
-    /// long-running job. **Only for a stream this one group reads**: `connect` refuses it
+    /// long-running job; but an entry deleted behind a pending one leaves a tombstone, and
+    /// `XINFO GROUPS` then reports the group's lag as unknown until the pending one is acked.
+    /// **Only for a stream this one group reads**: `connect` refuses it
     /// when the stream has another group, and a backend that sees a second group appear
     /// warns once and goes on as [`Retention::Consumed`].
     DeleteOnAck,

@@ -44,6 +44,17 @@ fn len(server: &RedisServer, key: &str) -> i64 {
     }
 }
 
+/// How many entries the group holds pending.
+fn pending_count(server: &RedisServer) -> i64 {
+    match cmd(server, &["XPENDING", STREAM, GROUP]) {
+        Reply::Array(Some(summary)) => match summary.first() {
+            Some(Reply::Integer(n)) => *n,
+            other => panic!("XPENDING summary: {other:?}"),
+        },
+        other => panic!("XPENDING summary: {other:?}"),
+    }
+}
+
 /// The only pending entry: its id and idle time in milliseconds.
 fn pending(server: &RedisServer) -> (String, i64) {
     let Reply::Array(Some(rows)) = cmd(server, &["XPENDING", STREAM, GROUP, "-", "+", "10"]) else {
@@ -115,9 +126,11 @@ fn metrics_and_logs_account_for_a_run_on_redis() {
                 .expect("valid worker")
         });
 
-        // Everything but "hold" is settled; "hold" runs until a peer takes it over.
+        // Everything but "hold" is settled (only it is pending, both dead letters written);
+        // "hold" runs until a peer takes it over.
+        let dead_stream = format!("{{{STREAM}}}:dead");
         wait_until("all but the held message settled", || {
-            len(&server, STREAM) == 1
+            pending_count(&server) == 1 && len(&server, &dead_stream) == 2
         })
         .await;
         let (held, _) = pending(&server);
@@ -141,7 +154,6 @@ fn metrics_and_logs_account_for_a_run_on_redis() {
         })
         .await;
         let report = worker.shutdown(Duration::from_secs(2)).await;
-        let dead_stream = format!("{{{STREAM}}}:dead");
         assert_eq!(len(&server, &dead_stream), 2);
         assert_eq!(
             (report.acked, report.dead_lettered, report.lost),

@@ -6,8 +6,11 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use leasehold_core::{Backend, Fetched, Inspector, LeaseRef, SettleResult};
-use leasehold_redis::{ConnectError, RedisBackend, RedisConfig, RedisInspector, Retention};
+use leasehold_core::{Backend, Fetched, Inspector, LeaseRef, Outgoing, SettleResult};
+use leasehold_redis::{
+    ConnectError, PublisherConfig, RedisBackend, RedisConfig, RedisInspector, RedisPublisher,
+    Retention,
+};
 use leasehold_redis_harness::RedisServer;
 
 fn server() -> RedisServer {
@@ -139,4 +142,39 @@ async fn a_capped_history_trims_only_consumed_entries() {
     tokio::time::sleep(Duration::from_millis(2)).await;
     ack(&aged, &read).await;
     assert_eq!(aged.stream_len().await.unwrap(), 0);
+}
+
+/// Two services read one stream with their own groups; only `billing` runs while 10 messages
+/// are published and acked. `emails`, started afterwards, receives all 10 when the producer
+/// declared both groups, and none when nothing did (its worker's connect warns how many).
+#[tokio::test]
+async fn a_group_the_producer_declared_gets_what_was_published_before_it_started() {
+    for (declared, expected) in [(true, 10), (false, 0)] {
+        let server = server();
+        let mut config = PublisherConfig::new(server.url(), "jobs");
+        if declared {
+            config = config.groups(["billing", "emails"]);
+        }
+        let producer = RedisPublisher::connect(config).await.expect("connect");
+        let billing = consumer(&server, "billing", Retention::default()).await;
+        for n in 0..10 {
+            let message = Outgoing::new(Bytes::from(format!("order {n}")));
+            producer.publish(message).await.expect("publish");
+        }
+        let batch = billing.fetch(100, Duration::ZERO).await.unwrap();
+        assert_eq!(batch.len(), 10);
+        ack(&billing, &batch).await;
+        let emails = consumer(&server, "emails", Retention::default()).await;
+        let read = emails.fetch(100, Duration::ZERO).await.unwrap();
+        assert_eq!(read.len(), expected, "declared: {declared}");
+        ack(&emails, &read).await;
+        assert_eq!(emails.stream_len().await.unwrap(), 0);
+    }
+}
+
+/// A declared group's name is checked like a worker's.
+#[test]
+fn declared_groups_are_validated() {
+    let config = PublisherConfig::new("redis://127.0.0.1:1", "jobs").groups(["billing", ""]);
+    assert!(config.validate().is_err());
 }

@@ -15,11 +15,13 @@
 //! - [`faults`]: Redis failing under the worker: `NOGROUP`, killed connections, a restart.
 //! - [`shutdown`]: what a graceful shutdown hands back.
 //! - [`consume`]: the one-message-at-a-time `consume`.
+//! - [`fan_out`]: two consumer groups on one stream, each handling every message.
 
 pub mod support;
 
 pub mod consume;
 pub mod failures;
+pub mod fan_out;
 pub mod faults;
 pub mod fencing;
 pub mod shutdown;
@@ -47,6 +49,7 @@ pub(crate) use scenarios;
 macro_rules! all_scenarios {
     ($make:expr, $block_on:path) => {
         $crate::scenarios::scenarios!($make, $block_on;
+            fan_out: [every_group_handles_every_message_through_a_crash],
             takeover: [
                 live_work_is_not_reclaimed_with_one_worker,
                 live_work_is_not_reclaimed_with_two_workers,

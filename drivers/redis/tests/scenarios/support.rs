@@ -224,6 +224,31 @@ impl<T: TestRt> Env<T> {
             .claim_timeout(CLAIM)
     }
 
+    /// The configuration of consumer `name` of group `group` (for streams several groups read).
+    pub fn member_config(&self, group: &str, name: &str) -> RedisConfig {
+        RedisConfig::new(self.server.url(), STREAM, group)
+            .consumer(name)
+            .claim_timeout(CLAIM)
+    }
+
+    /// Declares the stream's consumer groups as a producer does
+    /// ([`PublisherConfig::groups`](leasehold_redis::PublisherConfig::groups)): each exists from
+    /// now on, and keeps every entry published until it has read it.
+    pub async fn declare_groups(&self, groups: &[&str]) {
+        let config = leasehold_redis::PublisherConfig::new(self.server.url(), STREAM)
+            .groups(groups.iter().copied());
+        leasehold_redis::RedisPublisher::connect(config)
+            .await
+            .unwrap_or_else(|e| panic!("declaring the groups {groups:?}: {e}"));
+    }
+
+    /// Consumer `name` of group `group`, connected on the runtime under test.
+    pub async fn member(&self, group: &str, name: &str) -> RedisBackend {
+        RedisBackend::connect(self.member_config(group, name))
+            .await
+            .unwrap_or_else(|e| panic!("connecting consumer {name} of {group}: {e}"))
+    }
+
     /// A backend (one consumer of the group) connected on the runtime under test.
     pub async fn backend(&self, name: &str) -> RedisBackend {
         RedisBackend::connect(self.config(name))
