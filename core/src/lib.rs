@@ -129,7 +129,7 @@ mod types;
 pub use backend::{Backend, BackendError, BackendResult, ErrorKind, LeaseRef, Undeliverable};
 pub use config::{
     Config, ConfigError, RetryPolicy, Settings, ADAPTIVE_PREFETCH_BATCHES, DEFAULT_CLAIM_TIMEOUT,
-    MAX_COUNT, MAX_DURATION,
+    MAX_COUNT, MAX_DURATION, MIN_CLAIM_TIMEOUT,
 };
 pub use effect::{Effect, Run, Stats, StreamLoad};
 pub use engine::LeaseEngine;

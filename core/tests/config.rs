@@ -3,7 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use leasehold_core::{Config, ConfigError, LeaseEngine, RetryPolicy, MAX_DURATION};
+use leasehold_core::{
+    Config, ConfigError, LeaseEngine, RetryPolicy, MAX_DURATION, MIN_CLAIM_TIMEOUT,
+};
 
 fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
@@ -526,4 +528,52 @@ fn an_unset_claim_timeout_is_the_backends_or_the_default() {
     );
     let config = Config::default().claim_timeout(secs(5));
     assert_eq!(config.configured_claim_timeout(), Some(secs(5)));
+}
+
+/// `ConfigError::ClaimTimeoutTooShort`: below `MIN_CLAIM_TIMEOUT` (10 ms) a worker cannot renew
+/// a lease in time (a heartbeat, a network round trip and a margin, on millisecond timers), so
+/// such a claim timeout (`demo --claim-timeout 1ms`) is refused, naming the minimum and why,
+/// rather than accepted and left to lapse leases over and over. Zero stays a zero duration.
+#[test]
+fn a_claim_timeout_too_short_to_renew_in_is_refused() {
+    assert_eq!(MIN_CLAIM_TIMEOUT, Duration::from_millis(10));
+    for short in [
+        Duration::from_millis(1),
+        Duration::from_nanos(5),
+        MIN_CLAIM_TIMEOUT - Duration::from_nanos(1),
+    ] {
+        refused(
+            Config::default().claim_timeout(short),
+            ConfigError::ClaimTimeoutTooShort {
+                claim_timeout: short,
+                minimum: MIN_CLAIM_TIMEOUT,
+            },
+            &["claim_timeout", "minimum of 10ms", "renew", "milliseconds"],
+        );
+    }
+    // Also when the other timings are set by hand.
+    refused(
+        Config::default()
+            .claim_timeout(Duration::from_millis(9))
+            .heartbeat_interval(Duration::from_millis(3))
+            .expiry_margin(Duration::from_millis(1)),
+        ConfigError::ClaimTimeoutTooShort {
+            claim_timeout: Duration::from_millis(9),
+            minimum: MIN_CLAIM_TIMEOUT,
+        },
+        &["claim_timeout"],
+    );
+    refused(
+        Config::default().claim_timeout(Duration::ZERO),
+        ConfigError::ZeroDuration {
+            knob: "claim_timeout",
+        },
+        &["claim_timeout"],
+    );
+    let s = Config::default()
+        .claim_timeout(MIN_CLAIM_TIMEOUT)
+        .validate()
+        .expect("the minimum itself is valid");
+    assert_eq!(s.expiry_margin, Duration::from_millis(1), "one timer tick");
+    assert!(s.lease_ttl() - s.heartbeat_interval > Duration::from_millis(5));
 }
