@@ -18,13 +18,14 @@ pub const ADAPTIVE_PREFETCH_BATCHES: usize = 4;
 pub const DEFAULT_CLAIM_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The shortest claim timeout a worker can keep its leases under. Within one claim timeout a
-/// worker waits a heartbeat, sends a renew, gets its answer over the network, and still has the
-/// expiry margin left, with timers that tick in milliseconds (and a backend, such as Redis,
-/// that counts idle time in them). At 10 ms the default margin (a tenth) is one such tick, the
-/// heartbeat (a third) 3.3 ms, and a renew sent on time has about 5.7 ms for its round trip;
-/// shorter, a single late timer lets a lease lapse before it is renewed, and messages run
-/// again and again.
-pub const MIN_CLAIM_TIMEOUT: Duration = Duration::from_millis(10);
+/// worker waits a heartbeat, sends a renew and gets its answer over the network, and still has
+/// the expiry margin left, in which a cancelled handler gets its cancel grace; drivers' timers
+/// tick in milliseconds (and Redis counts idle time in them), rounding every sleep up. At 20 ms
+/// the defaults give a 6.7 ms heartbeat, about 11 ms for a renew's round trip, a 2 ms margin
+/// and a 1 ms grace: one tick each, so a grace rounded up still ends within the margin.
+/// Shorter, a single late timer lets a lease lapse before it is renewed, or a cancelled
+/// handler run on while a peer takes its message over: messages run again and again.
+pub const MIN_CLAIM_TIMEOUT: Duration = Duration::from_millis(20);
 
 /// Exponential backoff applied after a failed attempt.
 ///
@@ -161,7 +162,7 @@ impl Config {
         /// A lease not renewed for this long may be taken by another replica. Usually left
         /// unset: a worker then takes it from its backend, which must know it anyway (it decides
         /// when a peer may take a message over); set here it must equal the backend's. Without
-        /// either, 60 s. At least [`MIN_CLAIM_TIMEOUT`] (10 ms): a renew must fit in it, with
+        /// either, 60 s. At least [`MIN_CLAIM_TIMEOUT`] (20 ms): a renew must fit in it, with
         /// its network round trip and a margin, on timers that tick in milliseconds.
         claim_timeout: Duration => claim_timeout = Some;
         /// Cadence of the batched renew (default `claim_timeout / 3`; at most `claim_timeout / 2`).
@@ -499,9 +500,9 @@ pub enum ConfigError {
     #[error(
         "claim_timeout ({claim_timeout:?}) is below the minimum of {minimum:?}: within one claim \
          timeout a worker waits a heartbeat (claim_timeout / 3 by default), sends a renew and \
-         gets its answer over the network, and keeps an expiry margin (claim_timeout / 10), on \
-         timers that tick in milliseconds; shorter, leases lapse before they are renewed and \
-         messages run again and again; lengthen claim_timeout"
+         gets its answer over the network, and keeps an expiry margin (claim_timeout / 10) that \
+         holds a cancelled handler's grace, on timers that tick in milliseconds; shorter, leases \
+         lapse before they are renewed and messages run again and again; lengthen claim_timeout"
     )]
     ClaimTimeoutTooShort {
         /// The configured claim timeout.
