@@ -58,7 +58,7 @@ fn unfenced_ack_is_caught_as_a_fencing_violation() {
     caught(&cfg, 200, Check::Fencing);
 }
 
-/// A driver that acks what the engine discarded (a `Done` after its lease expired or was lost):
+/// A driver that acks what the engine discarded (a `Done` after its lease was lost):
 /// caught at the ack, from seed 3 of the broad profile on.
 #[test]
 fn a_driver_acking_discarded_results_is_caught() {
