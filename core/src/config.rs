@@ -17,6 +17,16 @@ pub const ADAPTIVE_PREFETCH_BATCHES: usize = 4;
 /// The claim timeout when neither the configuration nor the backend says otherwise.
 pub const DEFAULT_CLAIM_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The shortest claim timeout a worker can keep its leases under. Within one claim timeout a
+/// worker waits a heartbeat, sends a renew and gets its answer over the network, and still has
+/// the expiry margin left, in which a cancelled handler gets its cancel grace; drivers' timers
+/// tick in milliseconds (and Redis counts idle time in them), rounding every sleep up. At 20 ms
+/// the defaults give a 6.7 ms heartbeat, about 11 ms for a renew's round trip, a 2 ms margin
+/// and a 1 ms grace: one tick each, so a grace rounded up still ends within the margin.
+/// Shorter, a single late timer lets a lease lapse before it is renewed, or a cancelled
+/// handler run on while a peer takes its message over: messages run again and again.
+pub const MIN_CLAIM_TIMEOUT: Duration = Duration::from_millis(20);
+
 /// Exponential backoff applied after a failed attempt.
 ///
 /// The delay after the `n`-th delivery failed is `initial × multiplier^(n-1)`, capped at `max`,
@@ -152,7 +162,8 @@ impl Config {
         /// A lease not renewed for this long may be taken by another replica. Usually left
         /// unset: a worker then takes it from its backend, which must know it anyway (it decides
         /// when a peer may take a message over); set here it must equal the backend's. Without
-        /// either, 60 s.
+        /// either, 60 s. At least [`MIN_CLAIM_TIMEOUT`] (20 ms): a renew must fit in it, with
+        /// its network round trip and a margin, on timers that tick in milliseconds.
         claim_timeout: Duration => claim_timeout = Some;
         /// Cadence of the batched renew (default `claim_timeout / 3`; at most `claim_timeout / 2`).
         heartbeat_interval: Duration => heartbeat_interval = Some;
@@ -244,6 +255,13 @@ impl Config {
             return Err(E::ZeroMaxDeliveries);
         }
         let claim_timeout = self.claim_timeout.unwrap_or(DEFAULT_CLAIM_TIMEOUT);
+        // Zero is refused below with the other zero durations.
+        if !claim_timeout.is_zero() && claim_timeout < MIN_CLAIM_TIMEOUT {
+            return Err(E::ClaimTimeoutTooShort {
+                claim_timeout,
+                minimum: MIN_CLAIM_TIMEOUT,
+            });
+        }
         let heartbeat_interval = self.heartbeat_interval.unwrap_or(claim_timeout / 3);
         let expiry_margin = self.expiry_margin.unwrap_or(claim_timeout / 10);
         let repoll_interval = self.repoll_interval.unwrap_or(self.poll_interval);
@@ -477,6 +495,20 @@ pub enum ConfigError {
         knob: &'static str,
         /// The configured value.
         value: Duration,
+    },
+    /// The claim timeout is below [`MIN_CLAIM_TIMEOUT`]: too short to renew a lease in time.
+    #[error(
+        "claim_timeout ({claim_timeout:?}) is below the minimum of {minimum:?}: within one claim \
+         timeout a worker waits a heartbeat (claim_timeout / 3 by default), sends a renew and \
+         gets its answer over the network, and keeps an expiry margin (claim_timeout / 10) that \
+         holds a cancelled handler's grace, on timers that tick in milliseconds; shorter, leases \
+         lapse before they are renewed and messages run again and again; lengthen claim_timeout"
+    )]
+    ClaimTimeoutTooShort {
+        /// The configured claim timeout.
+        claim_timeout: Duration,
+        /// [`MIN_CLAIM_TIMEOUT`].
+        minimum: Duration,
     },
     /// The heartbeat is too slow to keep leases alive reliably.
     #[error(

@@ -42,8 +42,11 @@ pub enum Effect<P> {
     /// [`handle_outcome`](crate::LeaseEngine::handle_outcome), also when it was cancelled.
     Run(Run<P>),
     /// Signal the invocation to stop; drop it if it does not finish within
-    /// [`cancel_grace`](crate::Settings::cancel_grace). Its outcome is discarded, but must still
-    /// be reported so its slot is freed.
+    /// [`cancel_grace`](crate::Settings::cancel_grace). Its outcome must still be reported, so
+    /// its slot is freed, and is discarded, except a `Done` after
+    /// [`CancelReason::LeaseExpired`]: the engine may still send its ack, fenced (see
+    /// [`handle_outcome`](crate::LeaseEngine::handle_outcome)). A driver reports such a `Done`
+    /// as it is.
     Cancel {
         /// The invocation to stop.
         invocation: InvocationId,
@@ -206,6 +209,11 @@ pub struct Stats {
     /// Of `acked`: acks the backend confirmed after the lease had expired locally (it was
     /// unreachable past the claim timeout, but nobody took the message over): work not redone.
     pub acked_late: u64,
+    /// Of `acked_late`: acks of invocations still running when their lease expired locally.
+    /// Cancelled then (and counted in `expired`), they returned `Done` within the cancel grace,
+    /// and the backend confirmed the fenced ack: nobody had taken the message over, so it does
+    /// not run again.
+    pub acked_after_expiry: u64,
     /// Leases released back to the backend.
     pub released: u64,
     /// Messages dead-lettered.

@@ -83,14 +83,19 @@ pub(crate) enum State {
     Settling { op: Op, in_flight: bool },
     /// No longer held (lost or expired) but its cancelled invocation has not reported yet: it
     /// still occupies an invocation slot. A newer lease of the same message waiting for it is
-    /// its successor.
+    /// its successor. Its `sent_seq` is the tick until which a `Done` it reports is acked late
+    /// (0: never; see [`State::Late`]).
     Orphaned,
     /// Returned `Done`, but the lease expired locally before the backend confirmed the ack
     /// (it was unreachable): no longer held (not renewed, not counted against `max_leases`),
     /// its fenced ack is still sent, `in_flight` while it awaits an answer (or its stream's
     /// next batch), otherwise waiting to be retried. The backend refuses it if anyone took the
     /// message over; otherwise the work is not redone.
-    Late { in_flight: bool },
+    ///
+    /// `orphan`: the `Done` came from an invocation still running when the lease expired,
+    /// cancelled then, that returned within the cancel grace. The lease was reported expired
+    /// at that moment, so an end without an ack reports nothing again.
+    Late { in_flight: bool, orphan: bool },
 }
 
 /// Which settle operation a settling lease is in.
@@ -125,7 +130,10 @@ impl State {
             State::Settling {
                 op: Op::Ack,
                 in_flight: true,
-            } | State::Late { in_flight: true }
+            } | State::Late {
+                in_flight: true,
+                ..
+            }
         )
     }
     /// Settling with its effect awaiting a result.
@@ -309,6 +317,18 @@ impl<P> LeaseTable<P> {
                 lease.stream == stream && lease.id == *message
             })
             .copied()
+    }
+
+    /// Indexes a lease by its message again (an orphan whose `Done` is acked late). The caller
+    /// makes sure no other lease of the message is indexed.
+    pub(crate) fn reindex(&mut self, id: LeaseId) {
+        if self.get(id).is_none() {
+            return;
+        }
+        let hash = self.slots[id.slot as usize].hash;
+        let slots = &self.slots;
+        self.index
+            .insert_unique(hash, id, |other| slots[other.slot as usize].hash);
     }
 
     /// Removes a lease from the message index (it stays in the slab, e.g. as an orphan).

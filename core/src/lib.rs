@@ -22,15 +22,17 @@
 //!    instants of the inputs alone: see [`Config::prefetch`]);
 //! 2. at most one invocation per message at a time, also when a held message is delivered again;
 //! 3. an ack only after `Done`, never for a lease known lost (a renew or a settle answered
-//!    `Lost`: a takeover); a `Done` reported before its lease expired locally (the backend was
-//!    unreachable) keeps its fenced ack as a *late ack*, no longer held, retried with backoff
-//!    until the backend confirms it (the work is not redone) or refuses it (taken over: the
-//!    result is discarded), at most `max_leases` of them (beyond, it is let go of as expired);
+//!    `Lost`: a takeover); a `Done` whose lease expired locally (the backend was unreachable)
+//!    keeps its fenced ack as a *late ack*, no longer held, retried with backoff until the
+//!    backend confirms it (the work is not redone) or refuses it (taken over: only then is the
+//!    result discarded), at most `max_leases` of them (beyond, it is let go of as expired).
+//!    That holds for a `Done` reported before the expiry, and for one its cancelled invocation
+//!    returns within the cancel grace after it ([`Stats::acked_after_expiry`]);
 //! 4. every held lease is in a renew at least every `heartbeat_interval`, one round at a time (an
 //!    unanswered round delays the next), except while its release is in flight;
 //! 5. a lease without a successful renew for `claim_timeout - margin` (from the renew's *send*
-//!    time) is dropped: its invocation is cancelled and its result discarded (only a `Done`
-//!    already reported stays, as a late ack); no fetch lets the backend block longer than
+//!    time) is dropped: its invocation is cancelled, and its result is void unless it is a
+//!    `Done` acked late (guarantee 3); no fetch lets the backend block longer than
 //!    `heartbeat_interval`, so no delivery expires on its way;
 //! 6. after [`Effect::Drained`] no lease is held and no late ack is pending: each was
 //!    confirmed, refused (reported lost) or given up after the shutdown deadline (counted in
@@ -127,7 +129,7 @@ mod types;
 pub use backend::{Backend, BackendError, BackendResult, ErrorKind, LeaseRef, Undeliverable};
 pub use config::{
     Config, ConfigError, RetryPolicy, Settings, ADAPTIVE_PREFETCH_BATCHES, DEFAULT_CLAIM_TIMEOUT,
-    MAX_COUNT, MAX_DURATION,
+    MAX_COUNT, MAX_DURATION, MIN_CLAIM_TIMEOUT,
 };
 pub use effect::{Effect, Run, Stats, StreamLoad};
 pub use engine::LeaseEngine;

@@ -198,7 +198,9 @@ pub enum CancelReason {
 }
 
 /// Why the engine let go of a lease it did not settle. Another consumer may run the message
-/// now (or soon): any result of this delivery is thrown away.
+/// now (or soon): any result of this delivery is thrown away, except a `Done` its invocation
+/// returns within the cancel grace after an expiry, whose ack is still sent, fenced (the
+/// backend refuses it if anyone took the message over).
 ///
 /// Exhaustive on purpose: a driver labels its metrics and logs by it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

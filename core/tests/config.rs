@@ -3,7 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use leasehold_core::{Config, ConfigError, LeaseEngine, RetryPolicy, MAX_DURATION};
+use leasehold_core::{
+    Config, ConfigError, LeaseEngine, RetryPolicy, MAX_DURATION, MIN_CLAIM_TIMEOUT,
+};
 
 fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
@@ -489,22 +491,22 @@ fn cancel_grace_must_end_within_the_expiry_margin() {
     let s = Config::default().validate().unwrap();
     assert_eq!(s.cancel_grace, secs(1), "margin 6 s: the default 1 s");
     let s = Config::default()
-        .claim_timeout(Duration::from_millis(10))
+        .claim_timeout(Duration::from_millis(30))
         .validate()
         .unwrap();
-    assert_eq!(s.expiry_margin, Duration::from_millis(1));
+    assert_eq!(s.expiry_margin, Duration::from_millis(3));
     assert_eq!(
         s.cancel_grace,
-        Duration::from_micros(500),
+        Duration::from_micros(1500),
         "half the margin"
     );
     refused(
         Config::default()
-            .claim_timeout(Duration::from_millis(10))
+            .claim_timeout(Duration::from_millis(30))
             .cancel_grace(secs(1)),
         ConfigError::CancelGraceBeyondMargin {
             grace: secs(1),
-            margin: Duration::from_millis(1),
+            margin: Duration::from_millis(3),
         },
         &["cancel_grace", "expiry_margin", "shorter"],
     );
@@ -526,4 +528,57 @@ fn an_unset_claim_timeout_is_the_backends_or_the_default() {
     );
     let config = Config::default().claim_timeout(secs(5));
     assert_eq!(config.configured_claim_timeout(), Some(secs(5)));
+}
+
+/// `ConfigError::ClaimTimeoutTooShort`: below `MIN_CLAIM_TIMEOUT` (20 ms) a worker cannot renew
+/// a lease in time (a heartbeat, a network round trip and a margin holding the cancel grace, on
+/// millisecond timers), so such a claim timeout (`demo --claim-timeout 1ms`) is refused, naming
+/// the minimum and why, rather than accepted and left to lapse leases over and over. Zero stays
+/// a zero duration.
+#[test]
+fn a_claim_timeout_too_short_to_renew_in_is_refused() {
+    assert_eq!(MIN_CLAIM_TIMEOUT, Duration::from_millis(20));
+    for short in [
+        Duration::from_millis(1),
+        Duration::from_nanos(5),
+        Duration::from_millis(10),
+        MIN_CLAIM_TIMEOUT - Duration::from_nanos(1),
+    ] {
+        refused(
+            Config::default().claim_timeout(short),
+            ConfigError::ClaimTimeoutTooShort {
+                claim_timeout: short,
+                minimum: MIN_CLAIM_TIMEOUT,
+            },
+            &["claim_timeout", "minimum of 20ms", "renew", "milliseconds"],
+        );
+    }
+    // Also when the other timings are set by hand.
+    refused(
+        Config::default()
+            .claim_timeout(Duration::from_millis(19))
+            .heartbeat_interval(Duration::from_millis(5))
+            .expiry_margin(Duration::from_millis(4)),
+        ConfigError::ClaimTimeoutTooShort {
+            claim_timeout: Duration::from_millis(19),
+            minimum: MIN_CLAIM_TIMEOUT,
+        },
+        &["claim_timeout"],
+    );
+    refused(
+        Config::default().claim_timeout(Duration::ZERO),
+        ConfigError::ZeroDuration {
+            knob: "claim_timeout",
+        },
+        &["claim_timeout"],
+    );
+    // At the minimum, the defaults leave one millisecond tick for the grace, and one more
+    // before the margin ends.
+    let s = Config::default()
+        .claim_timeout(MIN_CLAIM_TIMEOUT)
+        .validate()
+        .expect("the minimum itself is valid");
+    assert_eq!(s.expiry_margin, Duration::from_millis(2));
+    assert_eq!(s.cancel_grace, Duration::from_millis(1));
+    assert!(s.lease_ttl() - s.heartbeat_interval > Duration::from_millis(10));
 }

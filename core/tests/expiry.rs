@@ -1,6 +1,7 @@
 //! Guarantees 5 and 3 of the crate docs: a lease without a successful renew for
 //! `claim_timeout - expiry_margin`, counted from the renew's send time, is dropped, and so is one a
-//! renew reports lost; neither is ever acked.
+//! renew reports lost; neither is acked (except a `Done` within the cancel grace after an expiry:
+//! see `tests/orphan_acks.rs`).
 //!
 //! By then the backend may have handed the message to another replica, so this worker must stop
 //! acting on it: its running invocation is cancelled, its late outcome settles nothing, and no
@@ -193,7 +194,8 @@ fn lease_expires_locally_at_ttl_after_last_confirmation_send_time() {
         None,
         "a late renew does not revive an expired lease"
     );
-    // A's invocation reports Done: discarded, no Ack / Release.
+    // A's invocation reports Done past the cancel grace (150 ms after the expiry): discarded,
+    // no Ack / Release (tests/orphan_acks.rs: a Done within the grace is acked late).
     e.handle_outcome(t0 + ms(2900), inv_a, Outcome::Done);
     let fx = drain(&mut e);
     assert_eq!(fx, vec![fetch(1, Duration::ZERO)]);

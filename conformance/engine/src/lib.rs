@@ -56,7 +56,11 @@
 //!    refused or when its message is delivered again (a takeover: the delivery is a new
 //!    lease); at most `max_leases` of them, beyond which the lease expires as any other.
 //!    Leases expiring together go in the order of their latest delivery, so where the room
-//!    left is short, the earlier deliveries keep their late acks.
+//!    left is short, the earlier deliveries keep their late acks. A `Done` that the cancelled
+//!    invocation of an expired (not lost) lease returns before the cancel grace after the
+//!    expiry ends, and before its `max_processing_time`, becomes a late ack too, unless its
+//!    message was delivered here again meanwhile or the late acks are at their bound; its
+//!    lease was announced expired already, so a refusal or a redelivery announces nothing.
 //! 4. **Heartbeat** ([`Rule::Heartbeat`]). A lease's *baseline* is the send time of the last
 //!    `Renew` naming it, or of the last fetch that (re)delivered it. After every drain with no
 //!    renew chunk outstanding, every renewable lease (held, no release in flight) has baseline +
@@ -68,7 +72,8 @@
 //!    lease is dropped in that very input (an expiring `Done` with its ack unconfirmed becomes a
 //!    late ack instead, see 3): its running invocation gets a `Cancel` with
 //!    `LeaseExpired` / `LeaseLost`, `valid_until` is `None`, and no `Run`, `Renew`, `Ack`,
-//!    `Release` or `DeadLetter` names it again; its late outcome settles nothing. A fetch
+//!    `Release` or `DeadLetter` names it again; its late outcome settles nothing (except a
+//!    `Done` within the cancel grace after an expiry: a late ack, see 3). A fetch
 //!    answered TTL after it was sent delivers nothing, and no `Fetch` lets the backend block
 //!    longer than `heartbeat_interval` (nor `poll_interval`), so an honest backend's latest
 //!    delivery arrives with its lease intact. For held leases, `valid_until` equals

@@ -97,8 +97,9 @@ pub(crate) enum MState {
         batch: Option<AckId>,
         retry_at: Option<Instant>,
     },
-    /// Returned `Done`, then expired locally before the backend confirmed the ack: not held
-    /// (not renewed, not counted), its fenced ack still sent until the backend answers.
+    /// Returned `Done`, then expired locally before the backend confirmed the ack (or
+    /// expired while running, and returned `Done` within the cancel grace): not held (not
+    /// renewed, not counted), its fenced ack still sent until the backend answers.
     Late {
         /// The ack is out (or waiting for its stream's batch).
         in_flight: bool,
@@ -106,11 +107,18 @@ pub(crate) enum MState {
         sent_gen: u32,
         batch: Option<AckId>,
         retry_at: Option<Instant>,
+        /// From an orphan: the lease was announced expired already, so a refusal or a
+        /// redelivery ends it without another count or notice.
+        orphan: bool,
     },
     /// Lost or expired while running: not held, its cancelled invocation still occupies a slot.
     Orphan {
         attempt: u32,
         successor: Option<Tag>,
+        /// Expired (not lost) while running uncancelled: a `Done` reported before this instant
+        /// (the cancel grace after the expiry, at most the invocation's time limit) is acked
+        /// late.
+        ack_until: Option<Instant>,
     },
     Gone(End),
 }
@@ -676,6 +684,7 @@ impl Model {
                     sent_gen,
                     batch,
                     retry_at,
+                    orphan: false,
                 };
                 return;
             }
@@ -690,6 +699,27 @@ impl Model {
                 LossReason::TakenOver
             }
         };
+        // A `Done` of an invocation cancelled by its lease's expiry may still be acked: until
+        // the cancel grace after the expiry, and before the invocation's own time limit.
+        let ack_until = match (reason, &self.leases[&tag]) {
+            (
+                CancelReason::LeaseExpired,
+                MLease {
+                    state:
+                        MState::Running {
+                            started,
+                            cancelled: None,
+                            ..
+                        },
+                    confirmed,
+                    ..
+                },
+            ) => Some(
+                (*confirmed + self.ttl() + self.cfg.cancel_grace)
+                    .min(*started + self.cfg.max_processing_time),
+            ),
+            _ => None,
+        };
         self.announce_loss(tag, loss);
         self.cancel(tag, reason);
         let lease = self.lease(tag);
@@ -697,6 +727,7 @@ impl Model {
             MState::Running { attempt, .. } => MState::Orphan {
                 attempt,
                 successor: None,
+                ack_until,
             },
             _ => MState::Gone(match reason {
                 CancelReason::LeaseExpired => End::Expired,
@@ -769,11 +800,16 @@ impl Model {
     /// Sends a late ack (again): it goes out with its stream's next `Ack`.
     fn send_late(&mut self, tag: Tag) {
         let lease = self.lease(tag);
+        let orphan = matches!(
+            lease.state,
+            MState::Late { orphan: true, .. } | MState::Orphan { .. }
+        );
         lease.state = MState::Late {
             in_flight: true,
             sent_gen: lease.gen,
             batch: None,
             retry_at: None,
+            orphan,
         };
     }
 
@@ -920,16 +956,19 @@ impl Model {
             }
             if let Some(tag) = self.late_of(stream, &message.id) {
                 // Delivered again since its ack went late: taken over (by whom, no fence tells),
-                // its result discarded; the delivery is a new lease.
-                self.counts.lost += 1;
+                // its result discarded; the delivery is a new lease. An orphan's lease was
+                // announced expired already.
                 let lease = &self.leases[&tag];
-                self.expected.push(Expect::Lost {
-                    stream: lease.stream,
-                    msg: lease.msg.clone(),
-                    fence: lease.fence,
-                    reason: LossReason::TakenOver,
-                    margin: Duration::ZERO,
-                });
+                if !matches!(lease.state, MState::Late { orphan: true, .. }) {
+                    self.counts.lost += 1;
+                    self.expected.push(Expect::Lost {
+                        stream: lease.stream,
+                        msg: lease.msg.clone(),
+                        fence: lease.fence,
+                        reason: LossReason::TakenOver,
+                        margin: Duration::ZERO,
+                    });
+                }
                 self.lease(tag).state = MState::Gone(End::Lost);
             }
             self.deliveries += 1;
@@ -1021,6 +1060,21 @@ impl Model {
             self.observed_fresh = true;
         }
         match state {
+            // Expired while running, `Done` within the grace: acked late, unless its message was
+            // delivered here again meanwhile (a takeover) or the late acks are at their bound.
+            MState::Orphan {
+                successor: None,
+                ack_until: Some(until),
+                ..
+            } if matches!(outcome, Outcome::Done)
+                && self.now < until
+                && self.late() < self.cfg.max_leases
+                && self
+                    .held_of(self.leases[&tag].stream, &self.leases[&tag].msg)
+                    .is_none() =>
+            {
+                self.send_late(tag)
+            }
             MState::Orphan { successor, .. } => {
                 self.lease(tag).state = MState::Gone(End::OrphanReported);
                 let blocked = successor.filter(|s| {
@@ -1333,11 +1387,19 @@ impl Model {
     /// (taken over: announced, discarded), or failed (retried after the backoff, given up past
     /// the shutdown deadline).
     fn late_settled(&mut self, tag: Tag, result: SettleResult, over: bool) {
+        let orphan = matches!(self.leases[&tag].state, MState::Late { orphan: true, .. });
         match result {
             SettleResult::Ok => {
                 self.counts.acked += 1;
                 self.counts.acked_late += 1;
+                if orphan {
+                    self.counts.acked_after_expiry += 1;
+                }
                 self.lease(tag).state = MState::Gone(End::Settled(Op::Ack));
+            }
+            // An orphan's lease was announced expired already.
+            SettleResult::Lost if orphan => {
+                self.lease(tag).state = MState::Gone(End::Lost);
             }
             SettleResult::Lost => {
                 self.counts.lost += 1;
@@ -1364,6 +1426,7 @@ impl Model {
                     sent_gen: 0,
                     batch: None,
                     retry_at: Some(at),
+                    orphan,
                 };
             }
         }

@@ -358,3 +358,59 @@ fn leases_expiring_together_go_in_delivery_order() {
         panic!("{violation}");
     }
 }
+
+/// A handler still running when its lease expired locally (no renew answered) returned `Done`
+/// within the cancel grace after the expiry: its result used to be void, and the finished work
+/// ran again a claim timeout later although nobody had taken the message over. Its ack is now
+/// sent fenced, as a late ack, and confirmed (invariant 3); the model predicts every step.
+#[test]
+fn a_done_within_the_cancel_grace_after_expiry_is_acked_late() {
+    let scenario = Scenario {
+        setup: Setup {
+            concurrency: 1,
+            max_leases: 1,
+            streams: 1,
+            // TTL 40 ms, cancel grace 10 ms (half the margin).
+            margin_ms: Some(20),
+            ..Setup::default()
+        },
+        steps: vec![
+            Step::Fetched {
+                pick: 0,
+                items: vec![Item::Fresh { count: 0 }],
+            },
+            // 42 ms, every renew unanswered: expired at 40 ms, the invocation cancelled.
+            Step::Wait(Jump::Long(90)),
+            Step::Finish {
+                pick: 0,
+                outcome: Finish::Done,
+            },
+            Step::Acked {
+                pick: 0,
+                answers: vec![SettleAnswer::Ok],
+            },
+        ],
+    };
+    let effects = run(&scenario).unwrap_or_else(|v| panic!("{v}"));
+    let cancelled = effects
+        .iter()
+        .position(|e| {
+            matches!(
+                e,
+                Effect::Cancel {
+                    reason: leasehold_core::CancelReason::LeaseExpired,
+                    ..
+                }
+            )
+        })
+        .unwrap_or_else(|| panic!("expired while running: {effects:?}"));
+    assert!(
+        effects[cancelled..]
+            .iter()
+            .any(|e| matches!(e, Effect::Ack { .. })),
+        "{effects:?}"
+    );
+    if let Err(violation) = check(&scenario) {
+        panic!("{violation}");
+    }
+}

@@ -519,7 +519,7 @@ impl SimBackend {
     }
 
     /// For [`BrokenDriver::AcksAfterLoss`]: this replica's invocations that returned `Done`
-    /// after a cancellation for a lost or expired lease, as the leases they ran under (each
+    /// after a cancellation for a lost lease (taken over), as the leases they ran under (each
     /// taken once).
     fn discarded_dones(&self, s: &crate::checker::Shared) -> Vec<LeaseRef> {
         s.runs
@@ -528,10 +528,7 @@ impl SimBackend {
                 run.replica == self.replica
                     && run.consumer == self.consumer
                     && matches!(run.outcome, Some((Outcome::Done, true)))
-                    && matches!(
-                        run.cancellation.reason(),
-                        Some(CancelReason::LeaseLost | CancelReason::LeaseExpired)
-                    )
+                    && run.cancellation.reason() == Some(CancelReason::LeaseLost)
                     && s.msgs[run.msg].removed.is_none()
             })
             .map(|run| LeaseRef {

@@ -86,7 +86,8 @@ pub(crate) struct Msg {
     /// Every delivery so far, in fence order.
     pub(crate) deliveries: Vec<(ConsumerId, u64)>,
     pub(crate) removed: Option<(Removal, ConsumerId)>,
-    /// Consumers an uncancelled invocation of which returned `Done`.
+    /// Consumers an invocation of which returned a `Done` that may be acked (see
+    /// [`InvocationRecord::done_stands`]).
     pub(crate) done_by: Vec<ConsumerId>,
     /// Consumers an invocation of which failed, was rejected, or ran past its time limit.
     pub(crate) failed_by: Vec<ConsumerId>,
@@ -110,6 +111,10 @@ pub(crate) struct InvocationRecord {
     pub(crate) superseded: bool,
     /// What it returned, and whether it was cancelled then.
     pub(crate) outcome: Option<(Outcome, bool)>,
+    /// It returned `Done` that may be acked: uncancelled, or cancelled because its lease
+    /// expired locally (a fenced late ack; the driver drops a handler that outlives the cancel
+    /// grace, so a returned one came within it), and within its time limit either way.
+    pub(crate) done_stands: bool,
 }
 
 impl InvocationRecord {
@@ -152,8 +157,9 @@ pub(crate) struct Accepted {
 /// A deliberately broken driver, to show the checks catch one (see `SimConfig::broken`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BrokenDriver {
-    /// Acks the leases whose invocations were cancelled for losing their lease (it executes a
-    /// `Done` that the engine discarded): caught as a single-runner violation.
+    /// Acks the leases whose invocations were cancelled for losing their lease to a takeover (it
+    /// executes a `Done` that the engine discarded): caught as a single-runner violation. (A
+    /// `Done` after an expiry is the engine's to ack late, fenced.)
     AcksAfterLoss,
     /// Drops the last result of every renew reply (an off-by-one in reading it): the worker
     /// must refuse the reply rather than pair results with the wrong leases, caught as a
@@ -358,6 +364,7 @@ impl Shared {
             fence,
             cancellation,
             cancel_seen: None,
+            done_stands: false,
             ended: false,
             superseded: starter_superseded,
             outcome: None,
@@ -401,6 +408,8 @@ impl Shared {
     pub(crate) fn returned(&mut self, run: usize, outcome: &Outcome, overran: bool) {
         let rec = &mut self.runs[run];
         let cancelled = rec.cancellation.is_cancelled() || overran;
+        let expired = rec.cancellation.reason() == Some(CancelReason::LeaseExpired);
+        rec.done_stands = matches!(outcome, Outcome::Done) && !overran && (!cancelled || expired);
         if overran {
             let (msg, consumer) = (rec.msg, rec.consumer);
             if !self.msgs[msg].failed_by.contains(&consumer) {
@@ -412,9 +421,10 @@ impl Shared {
         rec.ended = true;
         let (msg, consumer, r) = (rec.msg, rec.consumer, rec.replica);
         self.timed_out(run);
+        let stands = self.runs[run].done_stands;
         let m = &mut self.msgs[msg];
         match outcome {
-            Outcome::Done if !cancelled => m.done_by.push(consumer),
+            Outcome::Done if stands => m.done_by.push(consumer),
             Outcome::Failed { .. } | Outcome::Retry { .. } | Outcome::Reject { .. }
                 if !cancelled =>
             {
@@ -551,9 +561,7 @@ impl Shared {
                         .filter(|(_, f)| (run.fence..=fence).contains(f))
                         .all(|&(c, _)| c == run.consumer)
             });
-            let ok = last.is_some_and(|run| {
-                matches!(run.outcome, Some((Outcome::Done, false))) && !run.superseded
-            });
+            let ok = last.is_some_and(|run| run.done_stands && !run.superseded);
             if !ok {
                 let what = match last {
                     None => format!("m{msg} (fence {fence}), which never ran there"),
@@ -564,7 +572,8 @@ impl Shared {
                     Some(run) => match &run.outcome {
                         None => format!("m{msg} while its handler still runs"),
                         Some((outcome, true)) => format!(
-                            "m{msg}, whose {outcome:?} came after its cancellation ({:?})",
+                            "m{msg}, whose {outcome:?} came after its cancellation ({:?}, or \
+                             past its time limit)",
                             run.cancellation.reason()
                         ),
                         Some((outcome, false)) => format!("m{msg} after {outcome:?}"),

@@ -87,13 +87,14 @@
 //!   replica (serial per message); after every step, no two live invocations of one message on
 //!   replicas that are neither; once a paused or stalled replica wakes and reacts, no
 //!   superseded invocation of it may still be live; and every lease the driver asks to ack must
-//!   follow a `Done` that was neither cancelled nor superseded.
+//!   follow a `Done` that was not superseded, nor cancelled except for its lease's local expiry
+//!   (such a `Done`, within its time limit, is acked late and fenced), nor past its time limit.
 //! - **Fencing** ([`Check::Fencing`]). The checker keeps its own log of deliveries (owner and
 //!   fence of the latest delivery of each message, from the store's fetch results, with fences
 //!   strictly increasing). Every ack, dead-letter or release the store accepts must come from
 //!   that owner with that fence, for a message not yet removed.
-//! - **Nothing lost** ([`Check::NothingLost`]). An accepted ack needs an uncancelled `Done` of
-//!   the message on that consumer, an accepted dead-letter a failure, a rejection or a time-out
+//! - **Nothing lost** ([`Check::NothingLost`]). An accepted ack needs a `Done` of the message
+//!   on that consumer (uncancelled, or cancelled for its lease's local expiry), an accepted dead-letter a failure, a rejection or a time-out
 //!   there; no removed message is ever delivered again; at the end the store is empty (no
 //!   delayed message waits either), each message was removed exactly once, and the
 //!   dead-letter stream holds exactly the dead-lettered ones.

@@ -218,8 +218,8 @@ pub async fn lost_lease_cancels_the_handler_and_drops_its_result<T: TestRuntime>
 }
 
 /// Renews that keep failing make the worker consider the lease expired before the backend lets
-/// anyone else take it: the handler is cancelled with `LeaseExpired`, its result is not acked
-/// (though the backend would still have accepted that ack), and the message is retried.
+/// anyone else take it: the handler is cancelled with `LeaseExpired`; one that then gives up
+/// (fails) has its message retried.
 pub async fn failing_renews_expire_the_lease_and_cancel_the_handler<T: TestRuntime>(rt: T) {
     let stream = memory_stream(&rt.clock(), SHORT_CLAIM);
     let id = publish(&stream, "victim");
@@ -233,8 +233,13 @@ pub async fn failing_renews_expire_the_lease_and_cancel_the_handler<T: TestRunti
                 if d.delivery_count() == 1 {
                     let reason = d.cancelled().await;
                     rec.cancelled(&run, reason);
+                    run.returned();
+                    return Outcome::Failed {
+                        error: "stopped: the lease expired".into(),
+                    };
                 }
                 run.returned();
+                Outcome::Done
             }
         }
     };
@@ -270,6 +275,59 @@ pub async fn failing_renews_expire_the_lease_and_cancel_the_handler<T: TestRunti
     let fences: Vec<u64> = taps.acks_of(&id).iter().map(|l| l.fence.0).collect();
     assert_eq!(fences, [2], "only the retry's result was acked");
     assert_eq!((report.acked, report.lost, report.cancelled), (1, 1, 1));
+}
+
+/// Renews that keep failing expire the lease locally and cancel the handler, which finishes its
+/// work anyway within the cancel grace and returns `Done`: its ack is sent, fenced, and since
+/// nobody took the message over the backend accepts it. The message does not run again; the
+/// report counts the lease as expired and the ack as one after expiry.
+pub async fn a_done_within_the_cancel_grace_after_expiry_is_acked<T: TestRuntime>(rt: T) {
+    let stream = memory_stream(&rt.clock(), SHORT_CLAIM);
+    let id = publish(&stream, "victim");
+    let rec = Recorder::new(&rt);
+    let handler = {
+        let rec = rec.clone();
+        move |d: Delivery<String>| {
+            let rec = rec.clone();
+            async move {
+                let run = rec.enter(&d);
+                let reason = d.cancelled().await;
+                rec.cancelled(&run, reason);
+                run.returned();
+            }
+        }
+    };
+    let (backend, taps) = Probe::new(&stream, "w1");
+    // A wide margin and grace, so a loaded machine still reports the `Done` within the grace.
+    let config = base_config()
+        .claim_timeout(SHORT_CLAIM)
+        .expiry_margin(Duration::from_millis(400))
+        .cancel_grace(Duration::from_millis(300));
+    let worker = builder(&rt, config)
+        .stream("jobs", backend, handler)
+        .start()
+        .expect("valid worker");
+
+    wait_until(&rt, "the handler to start", || rec.running("victim") == 1).await;
+    taps.fail_renews(true);
+    wait_until(&rt, "the message to be acked", || stream.is_empty()).await;
+    let report = worker.shutdown(LONG_CLAIM).await;
+
+    let runs = rec.runs_of("victim");
+    assert_eq!(runs.len(), 1, "never run again: {runs:?}");
+    let cancelled = runs[0].cancelled.map(|(_, reason)| reason);
+    assert_eq!(cancelled, Some(CancelReason::LeaseExpired));
+    let fences: Vec<u64> = taps.acks_of(&id).iter().map(|l| l.fence.0).collect();
+    assert_eq!(fences, [1], "acked with the delivery's own fence");
+    assert_eq!(
+        (
+            report.acked,
+            report.acked_after_expiry,
+            report.lost,
+            report.cancelled
+        ),
+        (1, 1, 1, 1)
+    );
 }
 
 /// `max_processing_time` cancels a hung invocation: one that selects on its cancellation

@@ -129,6 +129,7 @@ macro_rules! worker_suite {
             undecodable_payload_is_dead_lettered_at_once,
             lost_lease_cancels_the_handler_and_drops_its_result,
             failing_renews_expire_the_lease_and_cancel_the_handler,
+            a_done_within_the_cancel_grace_after_expiry_is_acked,
             max_processing_time_cancels_a_hung_handler_and_retries,
             a_handler_panicking_while_dropped_fails_its_attempt_and_the_worker_goes_on,
             a_fatal_backend_error_halts_its_stream_and_shows_in_health,

@@ -209,8 +209,8 @@ pub struct LeaseEngine<P> {
     releasing: usize,
     /// Held leases waiting for an orphaned invocation of their message: they need a slot soon.
     blocked: usize,
-    /// Late acks: `Done`s whose lease expired locally before the backend confirmed their ack
-    /// (at most `max_leases`).
+    /// Late acks: `Done`s whose lease expired locally before the backend confirmed their ack,
+    /// or whose invocation returned within the cancel grace after it (at most `max_leases`).
     late: usize,
     deadlines: Timers<Fifo>,
     repolls: Timers<Heap>,
@@ -385,7 +385,8 @@ impl<P> LeaseEngine<P> {
     }
 
     /// Late acks now: `Done`s whose lease expired locally (the backend was unreachable) before
-    /// the backend confirmed their ack. They are not held; their fenced ack is retried until
+    /// the backend confirmed their ack, or whose cancelled invocation returned within the
+    /// cancel grace after the expiry. They are not held; their fenced ack is retried until
     /// the backend answers, and only a takeover (it refuses the ack) lets the work run again.
     pub fn late_acks(&self) -> usize {
         self.late
@@ -862,7 +863,7 @@ impl<P: Clone> LeaseEngine<P> {
             State::Settling {
                 in_flight: false, ..
             } => self.retries.forget(slot, stamp),
-            State::Late { in_flight } => {
+            State::Late { in_flight, .. } => {
                 self.late -= 1;
                 if !in_flight {
                     self.late_retries.forget(slot, stamp);
@@ -891,7 +892,7 @@ impl<P: Clone> LeaseEngine<P> {
                 let due = now.saturating_add(self.durations.poll);
                 self.retries.push(due, id.slot, stamp);
             }
-            State::Late { in_flight } => {
+            State::Late { in_flight, .. } => {
                 self.late += 1;
                 if !in_flight {
                     let due = now.saturating_add(self.late_backoff(id));

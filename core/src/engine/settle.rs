@@ -7,6 +7,7 @@ use super::{AckInFlight, Extra, LeaseEngine, Shutdown};
 use crate::backend::ErrorKind;
 use crate::effect::Effect;
 use crate::lease::{Op, State};
+use crate::timers::ticks;
 use crate::types::{
     AckId, CancelReason, DeadLetterReason, InvocationId, LeaseId, LossReason, Outcome,
     SettleResult, StreamId,
@@ -23,6 +24,12 @@ pub(super) enum Settle {
 impl<P: Clone> LeaseEngine<P> {
     /// An invocation finished with `outcome`. Outcomes of cancelled invocations, or of leases
     /// lost meanwhile, are discarded (the slot is freed); unknown invocations are ignored.
+    ///
+    /// Except a `Done` of an invocation cancelled because its lease expired locally (nobody is
+    /// known to have taken the message over), reported within the cancel grace after that
+    /// expiry and before its `max_processing_time`: its fenced ack is sent as a late ack, so
+    /// the work is redone only if the backend refuses it (a takeover). A message delivered to
+    /// this engine again meanwhile, or more late acks than `max_leases`, keep the old rule.
     pub fn handle_outcome(&mut self, now: Instant, invocation: InvocationId, outcome: Outcome) {
         self.begin(now);
         let id = invocation.lease;
@@ -36,6 +43,9 @@ impl<P: Clone> LeaseEngine<P> {
             }
         };
         match state {
+            State::Orphaned if matches!(outcome, Outcome::Done) && self.may_ack_orphan(id) => {
+                self.ack_orphan(id)
+            }
             State::Orphaned => self.end_orphan(id),
             State::Running {
                 cancelled: Some(CancelReason::MaxProcessingTime),
@@ -191,7 +201,10 @@ impl<P: Clone> LeaseEngine<P> {
                                 in_flight: false,
                                 ..
                             }
-                            | State::Late { in_flight: false }
+                            | State::Late {
+                                in_flight: false,
+                                ..
+                            }
                     )
                 })
                 .map(|(id, l)| (id, l.state))
@@ -340,12 +353,22 @@ impl<P: Clone> LeaseEngine<P> {
     /// Sends (or re-sends) a late ack: like an ack, it goes out with its stream's next batch.
     pub(super) fn send_late(&mut self, id: LeaseId) {
         let lease = self.leases.get_mut(id).expect("late");
+        let orphan = matches!(
+            lease.state,
+            State::Late { orphan: true, .. } | State::Orphaned
+        );
         lease.sent_seq = 0;
         let stream = lease.stream;
         let pacing = &mut self.streams[usize::from(stream.0)];
         pacing.acks.push(id);
         self.ack_due |= pacing.acking.is_none();
-        self.set_state(id, State::Late { in_flight: true });
+        self.set_state(
+            id,
+            State::Late {
+                in_flight: true,
+                orphan,
+            },
+        );
     }
 
     /// The `Release` or `DeadLetter` effect for a lease, from what it carries beside the slab.
@@ -481,14 +504,23 @@ impl<P: Clone> LeaseEngine<P> {
 
     /// The backend answered the late ack of `id`, which is in flight.
     fn late_settled(&mut self, id: LeaseId, result: SettleResult) {
+        let orphan = self
+            .leases
+            .get(id)
+            .is_some_and(|l| matches!(l.state, State::Late { orphan: true, .. }));
         match result {
             // The work is done and stays done.
             SettleResult::Ok => {
                 self.stats.acked += 1;
                 self.stats.acked_late += 1;
+                if orphan {
+                    self.stats.acked_after_expiry += 1;
+                }
                 self.remove(id);
             }
-            // Taken over: the message is someone else's now, and its result is discarded.
+            // Taken over: the message is someone else's now, and its result is discarded. An
+            // orphan's lease was reported expired already.
+            SettleResult::Lost if orphan => self.remove(id),
             SettleResult::Lost => {
                 self.stats.lost += 1;
                 self.report_loss(id, LossReason::LostAtSettle);
@@ -499,15 +531,27 @@ impl<P: Clone> LeaseEngine<P> {
                 self.stats.abandoned_acks += 1;
                 self.remove(id);
             }
-            SettleResult::Failed => self.set_state(id, State::Late { in_flight: false }),
+            SettleResult::Failed => self.set_state(
+                id,
+                State::Late {
+                    in_flight: false,
+                    orphan,
+                },
+            ),
         }
     }
 
     /// A late ack's message was delivered again: the late ack is given up as taken over (an
-    /// answer still to come for it is stale).
+    /// answer still to come for it is stale). An orphan's lease was reported expired already.
     pub(super) fn late_superseded(&mut self, id: LeaseId) {
-        self.stats.lost += 1;
-        self.report_loss(id, LossReason::TakenOver);
+        let orphan = self
+            .leases
+            .get(id)
+            .is_some_and(|l| matches!(l.state, State::Late { orphan: true, .. }));
+        if !orphan {
+            self.stats.lost += 1;
+            self.report_loss(id, LossReason::TakenOver);
+        }
         self.remove(id);
     }
 
@@ -586,10 +630,12 @@ impl<P: Clone> LeaseEngine<P> {
     ///
     /// Except a lease that expired after its handler returned `Done`, before the backend
     /// confirmed the ack: it becomes a late ack, no longer held, whose fenced ack is retried
-    /// until the backend answers (a redelivery of its message ends it as a takeover). At most `max_leases` late acks are kept (the most leases the
-    /// engine ever holds, so memory stays within twice the lease budget however long the
-    /// backend is away); past that, a lease expiring after its `Done` is let go of as before,
-    /// and its message runs again after the claim timeout.
+    /// until the backend answers (a redelivery of its message ends it as a takeover). At most
+    /// `max_leases` late acks are kept (the most leases the engine ever holds, so memory stays
+    /// within twice the lease budget however long the backend is away); past that, a lease
+    /// expiring after its `Done` is let go of as before, and its message runs again after the
+    /// claim timeout. An invocation still running when its lease expires may become one too,
+    /// if it returns `Done` within the cancel grace (see [`Self::handle_outcome`]).
     pub(super) fn drop_lease(&mut self, id: LeaseId, reason: CancelReason) {
         let Some(lease) = self.leases.get(id) else {
             return;
@@ -608,7 +654,13 @@ impl<P: Clone> LeaseEngine<P> {
         ) = (reason, lease.state)
         {
             if self.late < self.cfg.max_leases {
-                return self.set_state(id, State::Late { in_flight });
+                return self.set_state(
+                    id,
+                    State::Late {
+                        in_flight,
+                        orphan: false,
+                    },
+                );
             }
         }
         let loss = match reason {
@@ -622,6 +674,20 @@ impl<P: Clone> LeaseEngine<P> {
             }
         };
         let (state, key) = (lease.state, (lease.stream, lease.id.clone()));
+        // Until when a `Done` of an invocation cancelled here may still be acked, fenced: the
+        // cancel grace after the local expiry, and no later than the invocation's own limit.
+        // Only for an expiry: a loss means someone else holds the message.
+        let ack_until = match (reason, state) {
+            (CancelReason::LeaseExpired, State::Running { cancelled: None }) => self
+                .confirmation_deadline(lease.epoch)
+                .saturating_add(ticks(self.cfg.cancel_grace))
+                .min(
+                    lease
+                        .sent_seq
+                        .saturating_add(self.durations.max_processing_time),
+                ),
+            _ => 0,
+        };
         self.report_loss(id, loss);
         if let State::Running { cancelled } = state {
             if cancelled.is_none() {
@@ -630,6 +696,7 @@ impl<P: Clone> LeaseEngine<P> {
             self.leases.unindex(id);
             self.orphans.insert(key, id);
             self.set_state(id, State::Orphaned);
+            self.leases.get_mut(id).expect("orphaned").sent_seq = ack_until;
         } else {
             self.remove(id);
         }
@@ -648,6 +715,42 @@ impl<P: Clone> LeaseEngine<P> {
                 margin,
             });
         }
+    }
+
+    /// Whether the orphan `id`, whose invocation returned `Done`, is acked late: its lease
+    /// expired (was not lost) while it ran, the `Done` came within the cancel grace and the
+    /// invocation's time limit, its message was not delivered here again meanwhile (that
+    /// delivery would be a takeover, and the ack's fence stale), and fewer than `max_leases`
+    /// late acks are pending.
+    fn may_ack_orphan(&self, id: LeaseId) -> bool {
+        let Some(lease) = self.leases.get(id) else {
+            return false;
+        };
+        self.now < lease.sent_seq
+            && self.late < self.cfg.max_leases
+            && !matches!(self.extras.get(&id.slot), Some(Extra::Successor(_)))
+            && self
+                .leases
+                .find(
+                    self.leases.hash(lease.stream, &lease.id),
+                    lease.stream,
+                    &lease.id,
+                )
+                .is_none()
+    }
+
+    /// The orphan `id` returned `Done` in time (see [`Self::may_ack_orphan`]): its slot is
+    /// freed and its fenced ack sent as a late ack, found again by its message (a redelivery
+    /// ends it as a takeover).
+    fn ack_orphan(&mut self, id: LeaseId) {
+        let lease = self.leases.get(id).expect("orphaned");
+        let key = (lease.stream, lease.id.clone());
+        if self.orphans.get(&key) == Some(&id) {
+            self.orphans.remove(&key);
+        }
+        self.extras.remove(&id.slot);
+        self.leases.reindex(id);
+        self.send_late(id);
     }
 
     /// A cancelled invocation of a lost lease reported: free its slot, unblock its successor.

@@ -498,9 +498,15 @@ impl fmt::Display for DemoReport {
                 "shutdown reports",
                 String::new(),
                 format!(
-                    "acked {}, released {}, cancelled {}, dead-lettered {}, lost {}, \
-                     abandoned {}",
-                    s.acked, s.released, s.cancelled, s.dead_lettered, s.lost, s.abandoned
+                    "acked {} ({} after their lease expired), released {}, cancelled {}, \
+                     dead-lettered {}, lost {}, abandoned {}",
+                    s.acked,
+                    s.acked_after_expiry,
+                    s.released,
+                    s.cancelled,
+                    s.dead_lettered,
+                    s.lost,
+                    s.abandoned
                 ),
             ),
         ];
@@ -647,6 +653,7 @@ async fn demo_on<R: Runtime>(rt: R, options: &DemoOptions) -> Result<DemoReport,
     for worker in workers {
         let report = worker.shutdown(Duration::from_secs(5)).await;
         shutdown.acked += report.acked;
+        shutdown.acked_after_expiry += report.acked_after_expiry;
         shutdown.released += report.released;
         shutdown.cancelled += report.cancelled;
         shutdown.dead_lettered += report.dead_lettered;
@@ -734,6 +741,8 @@ fn add_stats(total: &mut Stats, s: &Stats) {
     total.pending += s.pending;
     total.failures += s.failures;
     total.acked += s.acked;
+    total.acked_late += s.acked_late;
+    total.acked_after_expiry += s.acked_after_expiry;
     total.released += s.released;
     total.dead_lettered += s.dead_lettered;
     total.cancelled += s.cancelled;

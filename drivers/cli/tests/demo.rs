@@ -124,3 +124,17 @@ fn bad_options_are_errors_not_panics() {
         assert!(!error.to_string().is_empty());
     }
 }
+
+/// A claim timeout too short to renew a lease in (`--claim-timeout 1ms` used to be accepted,
+/// and its leases lapsed over and over: hundreds of duplicate runs) is refused before anything
+/// runs, with the engine's error naming the minimum.
+#[test]
+fn a_claim_timeout_too_short_to_renew_in_is_refused() {
+    let options = DemoOptions {
+        claim_timeout: Duration::from_millis(1),
+        ..DemoOptions::default()
+    };
+    let error = demo::run(&options).expect_err("too short a claim timeout");
+    assert!(matches!(error, CliError::Config(_)), "{error}");
+    assert!(error.to_string().contains("minimum of 20ms"), "{error}");
+}

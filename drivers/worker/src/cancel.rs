@@ -41,7 +41,9 @@ fn decode(state: u8) -> Option<CancelReason> {
 /// A handler that does long work should select on [`cancelled`](Cancellation::cancelled) (or
 /// check [`is_cancelled`](Cancellation::is_cancelled)) and stop: its lease is lost, it ran past
 /// `max_processing_time`, or the shutdown grace is over. If it does not stop within the driver's
-/// cancel grace, its future is dropped. Either way its result is discarded, never acked.
+/// cancel grace, its future is dropped. Either way its result is discarded, except a `Done`
+/// after [`CancelReason::LeaseExpired`]: the engine may still ack it, fenced (the backend
+/// refuses the ack if anyone took the message over).
 ///
 /// Finishing and cancelling race on one atomic state: exactly one of
 /// [`finish`](Cancellation::finish) and [`cancel`](Cancellation::cancel) wins.
@@ -84,7 +86,7 @@ impl Cancellation {
     }
 
     /// Marks the invocation finished, unless it was cancelled first. Returns whether its result
-    /// stands; if not, the result is discarded.
+    /// stands; if not, the result is discarded (but for a `Done` after an expiry: see above).
     pub fn finish(&self) -> bool {
         self.inner
             .state

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures::future::{select, Either};
 use futures::FutureExt;
-use leasehold_core::{Fence, InvocationId, MessageId, Outcome};
+use leasehold_core::{CancelReason, Fence, InvocationId, MessageId, Outcome};
 use tracing::Instrument;
 
 use crate::cancel::Cancellation;
@@ -324,9 +324,14 @@ async fn invoke<R: Runtime, F: Future<Output = Outcome>>(
             Err(dropped) => return dropped,
         },
     };
-    // A cancel that won the race makes the result void, whatever it is.
+    // A cancel that won the race makes the result void, except a `Done` after the lease
+    // expired locally: the engine may still ack it, fenced (refused if anyone took the message
+    // over), so finished work is not redone after an outage.
     if !cancellation.finish() {
         let reason = cancellation.reason().expect("only a cancel beats finish");
+        if reason == CancelReason::LeaseExpired && matches!(result, Ok(Outcome::Done)) {
+            return Outcome::Done;
+        }
         return Outcome::Failed {
             error: format!("cancelled ({reason:?}) before it finished"),
         };

@@ -11,7 +11,8 @@
 //! concurrently up to `concurrency`, get a [`Cancellation`] they can await, and can ask
 //! [`Delivery::lease_valid`] right before a side effect. A panic is caught and counts as a
 //! failed attempt. A cancelled handler is dropped if it does not stop within the cancel grace,
-//! and its result is never acked.
+//! and its result is discarded, except a `Done` within the grace after its lease expired
+//! locally: its ack is sent, fenced, and succeeds only if nobody took the message over.
 #![forbid(unsafe_code)]
 
 mod cancel;

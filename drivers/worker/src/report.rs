@@ -8,6 +8,10 @@ use leasehold_core::Stats;
 pub struct ShutdownReport {
     /// Messages acked over the worker's life.
     pub acked: u64,
+    /// Of `acked`: messages whose handler returned `Done` within the cancel grace after its
+    /// lease expired locally (the backend was unreachable), acked late and fenced: nobody had
+    /// taken them over, so they did not run again. Their leases count in `lost` too.
+    pub acked_after_expiry: u64,
     /// Leases released back (failed attempts, and waiting messages handed back at shutdown).
     pub released: u64,
     /// Invocations cancelled (lease lost, max processing time, shutdown grace over).
@@ -41,6 +45,7 @@ impl ShutdownReport {
     pub(crate) fn new(stats: Stats, halted: Vec<HaltedStream>) -> Self {
         Self {
             acked: stats.acked,
+            acked_after_expiry: stats.acked_after_expiry,
             released: stats.released,
             cancelled: stats.cancelled,
             dead_lettered: stats.dead_lettered,
@@ -56,6 +61,7 @@ impl ShutdownReport {
     pub(crate) fn log(&self) {
         let Self {
             acked,
+            acked_after_expiry,
             released,
             cancelled,
             dead_lettered,
@@ -68,6 +74,7 @@ impl ShutdownReport {
         if *abandoned > 0 || halted > 0 {
             tracing::warn!(
                 acked,
+                acked_after_expiry,
                 released,
                 cancelled,
                 dead_lettered,
@@ -80,6 +87,7 @@ impl ShutdownReport {
         } else {
             tracing::info!(
                 acked,
+                acked_after_expiry,
                 released,
                 cancelled,
                 dead_lettered,

@@ -12,7 +12,7 @@ use futures::future::{select, Either};
 use futures::FutureExt;
 use leasehold_core::{
     Backend, BackendError, BackendResult, CancelReason, DeadLetterReason, Effect, InvocationId,
-    LeaseRef, Run, StreamId,
+    LeaseRef, LossReason, Run, StreamId,
 };
 
 use crate::cancel::Cancellation;
@@ -120,14 +120,25 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
                 } => {
                     let s = &self.streams[usize::from(stream.0)];
                     s.meters.lost(reason);
-                    tracing::warn!(
-                        stream = %s.name,
-                        message_id = %lease_ref.id,
-                        fence = lease_ref.fence.0,
-                        reason = reason.label(),
-                        margin = ?margin,
-                        "lease lost: another consumer may run the message; this delivery's result is discarded"
-                    );
+                    if reason == LossReason::Expired {
+                        tracing::warn!(
+                            stream = %s.name,
+                            message_id = %lease_ref.id,
+                            fence = lease_ref.fence.0,
+                            reason = reason.label(),
+                            margin = ?margin,
+                            "lease expired locally: another consumer may run the message; only a Done within the cancel grace is still acked, fenced"
+                        );
+                    } else {
+                        tracing::warn!(
+                            stream = %s.name,
+                            message_id = %lease_ref.id,
+                            fence = lease_ref.fence.0,
+                            reason = reason.label(),
+                            margin = ?margin,
+                            "lease lost: another consumer may run the message; this delivery's result is discarded"
+                        );
+                    }
                 }
                 Effect::Halt { stream } => self.halt(stream),
                 Effect::Drained => self.drained = true,
