@@ -46,9 +46,11 @@ use redis::{AsyncConnectionConfig, RedisError, Script, Value};
 use crate::config::{
     unique_consumer_name, ConnectError, DelayedKeys, FenceCheck, RedisConfig, RedisConfigError,
 };
-use crate::conn::{node_changed, Connection, Servers};
+use crate::conn::{node_changed, Connection, Servers, Unreachable};
 use crate::error::{error, is_nogroup, is_unblocked};
 use crate::replicas::evalsha_cmd;
+
+mod late;
 
 /// A script made of shared Lua helpers followed by its own file.
 macro_rules! script {
@@ -136,6 +138,10 @@ pub struct RedisBackend {
     /// Entries without the payload field that fetches dead-lettered, until the worker takes
     /// them (see `Backend::take_undeliverable`).
     undeliverable: Mutex<Vec<Undeliverable>>,
+    /// Deliveries of a fetch answered late, handed over by the next (see `late`).
+    held: late::Held,
+    /// An outage the fetches wait out (see `conn::recover`).
+    outage: Unreachable,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -224,6 +230,8 @@ impl RedisBackend {
             delayed: Mutex::new(DelayedState::default()),
             last_reap: Mutex::new(None),
             undeliverable: Mutex::new(Vec::new()),
+            held: late::Held::default(),
+            outage: Unreachable::default(),
         };
         backend.ensure_group().await?;
         // The fast path also sends the promote script by hash in a pipeline.
@@ -505,6 +513,84 @@ impl RedisBackend {
             }
         }
         fetched
+    }
+
+    /// One fetch as `Backend::fetch` describes it, failing when the server cannot be reached.
+    pub(crate) async fn fetch_within(
+        &self,
+        max: usize,
+        wait: Duration,
+    ) -> BackendResult<Vec<Fetched<Bytes>>> {
+        self.reap_consumers().await;
+        // While nothing is reclaimable, new entries come without a script (due delayed
+        // messages are promoted in the same pipeline, once a fetch saw them due; the engine
+        // fetches again at once after a short fetch, and when something is due, as `next_due`
+        // is then zero). When that read finds reclaimable entries, the next fetch runs the
+        // script, and so does every fetch while the script sees reclaimable entries (it shares
+        // each fetch between reclaims and new entries) or to learn where to wait for a delayed
+        // message due before the wait ends. Entries in
+        // hand are returned at once, never held across another call that could fail or be
+        // dropped.
+        let deadline = Instant::now().checked_add(wait);
+        // Whether the next step is the script. Not after a read that found nothing
+        // reclaimable: with no delayed message due before the wait ends, the wait begins at once.
+        let mut script = true;
+        if self.fresh_enough(wait) {
+            // What the last look learned still holds: straight to the wait, which takes what
+            // is there at once (`XREADGROUP … BLOCK` blocks only when nothing is new).
+            script = false;
+        } else if !self.reclaims_seen.load(Ordering::Relaxed) {
+            match self.read_new(max).await {
+                Ok((read, reclaimable)) => {
+                    self.reclaims_seen.store(reclaimable, Ordering::Relaxed);
+                    if !read.is_empty() {
+                        return Ok(read);
+                    }
+                    script = reclaimable;
+                }
+                // The script reports errors, and recreates a vanished group.
+                Err(e) => {
+                    tracing::debug!(%e, "fetch without a script failed; trying the script");
+                }
+            }
+        }
+        // Then wait for new entries until `wait` passes (see the module docs): consuming them,
+        // unless a delayed message is due before the wait ends; then without consuming until
+        // it is due, and the script promotes and reads. Again after a wake-up that brought
+        // nothing to take (a publisher delayed a message due earlier: the next wait learns it).
+        let mut last = None;
+        loop {
+            if script {
+                let fetched = self.fetch_once(max).await?;
+                if !fetched.entries.is_empty() {
+                    return Ok(fetched.entries);
+                }
+                let Some(delivered) = fetched.last_delivered else {
+                    return Ok(fetched.entries);
+                };
+                last = Some(delivered);
+            }
+            let now = Instant::now();
+            let left = deadline.map_or(wait, |at| at.saturating_duration_since(now));
+            let delayed = self.delayed_state();
+            let (next_due, wake_id) = (delayed.next_due(now), delayed.wake_id);
+            match (next_due, &last) {
+                // The script just ran: more are due than it promoted, or the wait is over.
+                (Some(due), Some(_)) if due.is_zero() || left.is_zero() => return Ok(Vec::new()),
+                (Some(due), Some(last)) if due <= left => {
+                    self.wait_for_new(last, &wake_id, due).await?;
+                    script = true;
+                }
+                // Due before the wait ends: the script promotes, and tells where to wait.
+                (Some(due), None) if due <= left => script = true,
+                _ if left.is_zero() => return Ok(Vec::new()),
+                _ => match self.wait_consuming(max, left).await? {
+                    Woken::Took(entries) => return Ok(entries),
+                    Woken::TimedOut => return Ok(Vec::new()),
+                    Woken::Again => script = true,
+                },
+            }
+        }
     }
 
     /// Waits (on the dedicated connection) until the stream has an entry after `last`, the
@@ -972,80 +1058,10 @@ impl Backend for RedisBackend {
         Ok(id.into())
     }
 
+    /// Waits for a server that went away rather than fail (see `conn::recover`), and holds
+    /// back deliveries answered too late to run (see `late`).
     async fn fetch(&self, max: usize, wait: Duration) -> BackendResult<Vec<Fetched<Bytes>>> {
-        if max == 0 {
-            return Ok(Vec::new());
-        }
-        self.reap_consumers().await;
-        // While nothing is reclaimable, new entries come without a script (due delayed
-        // messages are promoted in the same pipeline, once a fetch saw them due; the engine
-        // fetches again at once after a short fetch, and when something is due, as `next_due`
-        // is then zero). When that read finds reclaimable entries, the next fetch runs the
-        // script, and so does every fetch while the script sees reclaimable entries (it shares
-        // each fetch between reclaims and new entries) or to learn where to wait for a delayed
-        // message due before the wait ends. Entries in
-        // hand are returned at once, never held across another call that could fail or be
-        // dropped.
-        let deadline = Instant::now().checked_add(wait);
-        // Whether the next step is the script. Not after a read that found nothing
-        // reclaimable: with no delayed message due before the wait ends, the wait begins at once.
-        let mut script = true;
-        if self.fresh_enough(wait) {
-            // What the last look learned still holds: straight to the wait, which takes what
-            // is there at once (`XREADGROUP … BLOCK` blocks only when nothing is new).
-            script = false;
-        } else if !self.reclaims_seen.load(Ordering::Relaxed) {
-            match self.read_new(max).await {
-                Ok((read, reclaimable)) => {
-                    self.reclaims_seen.store(reclaimable, Ordering::Relaxed);
-                    if !read.is_empty() {
-                        return Ok(read);
-                    }
-                    script = reclaimable;
-                }
-                // The script reports errors, and recreates a vanished group.
-                Err(e) => {
-                    tracing::debug!(%e, "fetch without a script failed; trying the script");
-                }
-            }
-        }
-        // Then wait for new entries until `wait` passes (see the module docs): consuming them,
-        // unless a delayed message is due before the wait ends; then without consuming until
-        // it is due, and the script promotes and reads. Again after a wake-up that brought
-        // nothing to take (a publisher delayed a message due earlier: the next wait learns it).
-        let mut last = None;
-        loop {
-            if script {
-                let fetched = self.fetch_once(max).await?;
-                if !fetched.entries.is_empty() {
-                    return Ok(fetched.entries);
-                }
-                let Some(delivered) = fetched.last_delivered else {
-                    return Ok(fetched.entries);
-                };
-                last = Some(delivered);
-            }
-            let now = Instant::now();
-            let left = deadline.map_or(wait, |at| at.saturating_duration_since(now));
-            let delayed = self.delayed_state();
-            let (next_due, wake_id) = (delayed.next_due(now), delayed.wake_id);
-            match (next_due, &last) {
-                // The script just ran: more are due than it promoted, or the wait is over.
-                (Some(due), Some(_)) if due.is_zero() || left.is_zero() => return Ok(Vec::new()),
-                (Some(due), Some(last)) if due <= left => {
-                    self.wait_for_new(last, &wake_id, due).await?;
-                    script = true;
-                }
-                // Due before the wait ends: the script promotes, and tells where to wait.
-                (Some(due), None) if due <= left => script = true,
-                _ if left.is_zero() => return Ok(Vec::new()),
-                _ => match self.wait_consuming(max, left).await? {
-                    Woken::Took(entries) => return Ok(entries),
-                    Woken::TimedOut => return Ok(Vec::new()),
-                    Woken::Again => script = true,
-                },
-            }
-        }
+        self.fetch_recovering(max, wait).await
     }
 
     async fn renew(&self, leases: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
