@@ -47,7 +47,7 @@ use crate::config::{
     unique_consumer_name, ConnectError, DelayedKeys, FenceCheck, RedisConfig, RedisConfigError,
 };
 use crate::conn::{node_changed, Connection, Servers, Unreachable};
-use crate::error::{error, is_nogroup, is_unblocked};
+use crate::error::{error, is_nogroup, unblocked, Unblocked};
 use crate::replicas::evalsha_cmd;
 
 mod late;
@@ -632,15 +632,20 @@ impl RedisBackend {
             .arg(">")
             .arg(">");
         let reply = match self.block_on(&cmd, wait, true).await {
-            // The stream, the wake stream or a group was deleted (a stream deleted while the
-            // read blocks on it ends the read with `UNBLOCKED`): recreated, and the script reads
-            // again.
-            Err(e) if is_nogroup(&e) || is_unblocked(&e) => {
-                tracing::warn!(%stream, "stream or consumer group vanished; recreating");
+            // A group was deleted: recreated, and the script reads again.
+            Err(e) if is_nogroup(&e) => {
+                tracing::warn!(%stream, "consumer group vanished; recreating");
                 self.ensure_group().await?;
                 return Ok(Woken::Again);
             }
-            reply => reply.map_err(|e| error("wait for entries", e))?,
+            Err(e) => match unblocked(&e) {
+                Some(why) => {
+                    self.unblocked(why, &e).await?;
+                    return Ok(Woken::Again);
+                }
+                None => return Err(error("wait for entries", e)),
+            },
+            Ok(reply) => reply,
         };
         let unexpected = || BackendError::fatal("unexpected reply from a waiting XREADGROUP");
         let mut read = Vec::new();
@@ -664,6 +669,58 @@ impl RedisBackend {
         } else {
             Woken::TimedOut
         })
+    }
+
+    /// The server ended a consuming wait with `UNBLOCKED`: says why, at the level it deserves,
+    /// and recreates the stream and its group if they are gone. The script reads next.
+    async fn unblocked(&self, why: Unblocked, e: &RedisError) -> BackendResult<()> {
+        let stream = &self.config.target.stream;
+        match why {
+            Unblocked::KeyGone => {
+                // Deleted, or moved with its slot: the command connection follows a cluster's
+                // redirections, so it finds the stream on its new node.
+                let exists: bool = redis::cmd("EXISTS")
+                    .arg(stream)
+                    .query_async(&mut self.commands.clone())
+                    .await
+                    .map_err(|e| error("look for the stream", e))?;
+                if exists && self.config.target.servers.is_cluster() {
+                    tracing::info!(
+                        %stream,
+                        "the stream moved to another cluster node (a slot migration); waiting there"
+                    );
+                } else if exists {
+                    tracing::warn!(
+                        %stream,
+                        "the stream was deleted while a fetch waited on it, and created again"
+                    );
+                    self.ensure_group().await?;
+                } else {
+                    tracing::warn!(
+                        %stream,
+                        "the stream was deleted while a fetch waited on it; recreating it and \
+                         its consumer group"
+                    );
+                    self.ensure_group().await?;
+                }
+            }
+            Unblocked::Demoted => tracing::info!(
+                %stream,
+                "the server stopped being a master (a failover demoted it); waiting on the new \
+                 master"
+            ),
+            Unblocked::ByClient => tracing::info!(
+                %stream,
+                "a client ended a fetch's wait (CLIENT UNBLOCK … ERROR); looking again"
+            ),
+            Unblocked::Other => tracing::warn!(
+                %stream,
+                %e,
+                "the server ended a fetch's wait for a reason this version does not know; \
+                 looking again"
+            ),
+        }
+        Ok(())
     }
 
     /// Acknowledges wake-ups this consumer took, so the wake group's pending list stays empty.
