@@ -74,6 +74,7 @@ impl RedisBackend {
         }
         let began = Instant::now();
         let deadline = began.checked_add(wait);
+        let mut pause = Duration::ZERO;
         loop {
             let left = deadline.map_or(wait, |at| at.saturating_duration_since(Instant::now()));
             let fetched = match self.readopt(max).await {
@@ -101,7 +102,7 @@ impl RedisBackend {
                     let stream = &self.config.target.stream;
                     let back = self
                         .commands
-                        .wait_for_the_server(&e, deadline, &self.outage, stream)
+                        .wait_for_the_server(&e, deadline, &self.outage, stream, &mut pause)
                         .await?;
                     if !back {
                         // The wait is over and the server still away: nothing came, as from

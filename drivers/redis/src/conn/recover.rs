@@ -43,7 +43,6 @@ fn unreachable_now(e: &RedisError) -> bool {
     e.is_io_error()
         || e.is_connection_dropped()
         || e.is_connection_refusal()
-        || e.is_unrecoverable_error()
         || e.code() == Some("LOADING")
 }
 
@@ -87,19 +86,29 @@ impl Unreachable {
 impl Connection {
     /// After a fetch failed with `e`, which [`waits_for_the_server`]: probes until the server
     /// answers (true) or `deadline` passes (false). A fatal error (the credentials refused on
-    /// reconnection) ends the wait as that error.
+    /// reconnection) ends the wait as that error. `pause` is the fetch's own, zero at first:
+    /// a fetch that fails again after the server answered (it answers `PING` while loading)
+    /// waits before probing again, so it never loops without a pause.
     pub(crate) async fn wait_for_the_server(
         &self,
         e: &BackendError,
         deadline: Option<Instant>,
         outage: &Unreachable,
         stream: &str,
+        pause: &mut Duration,
     ) -> Result<bool, BackendError> {
         outage.begin(stream, e);
-        let mut pause = PROBE_MIN;
+        let left = || {
+            deadline.map_or(Duration::MAX, |at| {
+                at.saturating_duration_since(Instant::now())
+            })
+        };
+        if !pause.is_zero() {
+            async_io::Timer::after((*pause).min(left())).await;
+        }
+        *pause = (*pause * 2).clamp(PROBE_MIN, PROBE_MAX);
         loop {
-            let now = Instant::now();
-            let left = deadline.map_or(Duration::MAX, |at| at.saturating_duration_since(now));
+            let left = left();
             if left.is_zero() {
                 return Ok(false);
             }
@@ -125,11 +134,8 @@ impl Connection {
                 }
                 Some(Err(_)) => {}
             }
-            let left = deadline.map_or(Duration::MAX, |at| {
-                at.saturating_duration_since(Instant::now())
-            });
-            async_io::Timer::after(pause.min(left)).await;
-            pause = (pause * 2).min(PROBE_MAX);
+            async_io::Timer::after((*pause).min(left)).await;
+            *pause = (*pause * 2).min(PROBE_MAX);
         }
     }
 }
@@ -165,6 +171,9 @@ mod tests {
             redis::make_extension_error("NOGROUP".into(), None),
             redis::make_extension_error("BUSY".into(), None),
             redis::make_extension_error("WRONGTYPE".into(), None),
+            // Credentials refused on reconnection: no wait can help.
+            RedisError::from((redis::ErrorKind::AuthenticationFailed, "bad password")),
+            RedisError::from((redis::ErrorKind::Parse, "garbled reply")),
         ] {
             assert!(!waits_for_the_server(&wrapped(e)));
         }
