@@ -7,8 +7,10 @@
 //! is back and hand them over with a lease already spent in the queue: after an outage as long
 //! as the claim timeout, expired on arrival, thrown away and reclaimed a claim timeout later.
 //! So a fetch that finds the server unreachable sends nothing that reads; it probes with
-//! `PING` (each probe waits at most for the connection's next reconnection attempt, at most
-//! about 100 ms apart) until the server answers, then reads with whatever is left of its wait.
+//! `EXISTS` on the stream (each probe waits at most for the connection's next reconnection
+//! attempt, at most about 100 ms apart; on a cluster it goes to the node serving the stream;
+//! a server still loading its data answers `LOADING`) until the server answers, then reads
+//! with whatever is left of its wait.
 //! Should the wait end first, the fetch returns nothing, as a wait that found no entry does:
 //! the engine fetches again at once, where a failed fetch would back off (a poll interval, then
 //! longer), idling the worker after the server is back. The outage is logged once, at WARN,
@@ -87,8 +89,9 @@ impl Connection {
     /// After a fetch failed with `e`, which [`waits_for_the_server`]: probes until the server
     /// answers (true) or `deadline` passes (false). A fatal error (the credentials refused on
     /// reconnection) ends the wait as that error. `pause` is the fetch's own, zero at first:
-    /// a fetch that fails again after the server answered (it answers `PING` while loading)
-    /// waits before probing again, so it never loops without a pause.
+    /// a fetch that fails again after the server answered (its blocking connection may fail
+    /// where the command connection does not) waits before probing again, so it never loops
+    /// without a pause.
     pub(crate) async fn wait_for_the_server(
         &self,
         e: &BackendError,
@@ -114,7 +117,8 @@ impl Connection {
             }
             let probe = async {
                 Some(
-                    redis::cmd("PING")
+                    redis::cmd("EXISTS")
+                        .arg(stream)
                         .query_async::<Value>(&mut self.clone())
                         .await,
                 )
