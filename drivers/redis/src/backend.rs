@@ -132,16 +132,16 @@ pub struct RedisBackend {
     reclaims_seen: AtomicBool,
     /// The last fetch saw a delayed message due: the next one's pipeline promotes first.
     due_seen: AtomicBool,
+    /// Deliveries of a fetch answered late, handed over by the next (see `late`).
+    held: late::Held,
+    /// An outage the fetches wait out (see `conn::recover`).
+    outage: Unreachable,
     /// What the last promotion of delayed messages learned.
     delayed: Mutex<DelayedState>,
     last_reap: Mutex<Option<Instant>>,
     /// Entries without the payload field that fetches dead-lettered, until the worker takes
     /// them (see `Backend::take_undeliverable`).
     undeliverable: Mutex<Vec<Undeliverable>>,
-    /// Deliveries of a fetch answered late, handed over by the next (see `late`).
-    held: late::Held,
-    /// An outage the fetches wait out (see `conn::recover`).
-    outage: Unreachable,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -227,11 +227,11 @@ impl RedisBackend {
             reclaim_turn: AtomicBool::new(true),
             reclaims_seen: AtomicBool::new(true),
             due_seen: AtomicBool::new(false),
+            held: late::Held::default(),
+            outage: Unreachable::default(),
             delayed: Mutex::new(DelayedState::default()),
             last_reap: Mutex::new(None),
             undeliverable: Mutex::new(Vec::new()),
-            held: late::Held::default(),
-            outage: Unreachable::default(),
         };
         backend.ensure_group().await?;
         // The fast path also sends the promote script by hash in a pipeline.
