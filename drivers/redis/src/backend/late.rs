@@ -24,9 +24,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use leasehold_core::{BackendResult, Fetched, LeaseRef};
+use leasehold_core::{Backend, BackendResult, Fetched, LeaseRef, RenewResult};
 
-use super::{RedisBackend, RENEW};
+use super::RedisBackend;
 use crate::conn::waits_for_the_server;
 
 /// Deliveries of late fetches, oldest first, until a fetch hands them over.
@@ -123,11 +123,11 @@ impl RedisBackend {
             return Ok(None);
         }
         let leases: Vec<LeaseRef> = held.iter().map(LeaseRef::from).collect();
-        match self.fenced(&RENEW, "renew", &leases, Some("JUSTID")).await {
+        match self.renew(&leases).await {
             Ok(kept) => Ok(Some(
                 held.into_iter()
                     .zip(kept)
-                    .filter_map(|(delivery, kept)| kept.then_some(delivery))
+                    .filter_map(|(delivery, kept)| (kept == RenewResult::Kept).then_some(delivery))
                     .collect(),
             )),
             Err(e) => {
