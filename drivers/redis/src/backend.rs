@@ -31,6 +31,13 @@
 //! as `Backend::fetch` allows). The next wait opens a new connection. Without the permission for
 //! `CLIENT UNBLOCK` (an ACL user without `@admin`), a wait ends by the server's timeout instead,
 //! up to 1/`hz` late.
+//!
+//! # Outages
+//!
+//! A fetch that meets a server gone away waits for it within its wait instead of failing, and
+//! a fetch answered too late for its deliveries' leases hands them over with the next fetch,
+//! renewed (see `late`): after a restart or a pause, workers resume as soon as the server
+//! answers, and no delivery arrives with its lease spent.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex};
@@ -516,11 +523,7 @@ impl RedisBackend {
     }
 
     /// One fetch as `Backend::fetch` describes it, failing when the server cannot be reached.
-    pub(crate) async fn fetch_within(
-        &self,
-        max: usize,
-        wait: Duration,
-    ) -> BackendResult<Vec<Fetched<Bytes>>> {
+    async fn fetch_within(&self, max: usize, wait: Duration) -> BackendResult<Vec<Fetched<Bytes>>> {
         self.reap_consumers().await;
         // While nothing is reclaimable, new entries come without a script (due delayed
         // messages are promoted in the same pipeline, once a fetch saw them due; the engine
