@@ -6,6 +6,8 @@
 //! after the fetch began: the engine discards them, and they lapse and are reclaimed a claim
 //! timeout later). It fails when the median resume time exceeds 200 ms or any fetch arrived
 //! expired. Both are bounds the backend promises, not benchmarks: the figures are printed too.
+//! A last test pins how a fetch answered late hands its deliveries over: with the next fetch,
+//! renewed, and only those still this consumer's.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -350,4 +352,87 @@ fn a_restart_costs_no_dead_time_and_no_expired_fetch() {
 #[test]
 fn a_pause_costs_no_dead_time_and_no_expired_fetch() {
     block_on(measure(Fault::Pause));
+}
+
+/// The rows of `XPENDING` for the group: (id, owner, idle ms, delivery count).
+async fn pending(con: &mut redis::aio::MultiplexedConnection) -> Vec<(String, String, u64, u64)> {
+    redis::cmd("XPENDING")
+        .arg(STREAM)
+        .arg(GROUP)
+        .arg("-")
+        .arg("+")
+        .arg(100)
+        .query_async(con)
+        .await
+        .unwrap()
+}
+
+/// A fetch the server answers only after a pause (600 ms, past its wait by more than a tenth of
+/// the claim timeout) hands nothing over: what it took stays pending with its consumer. The
+/// next fetch renews those entries and hands them over with their fences, but for one a peer
+/// took meanwhile, which the renew finds lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetch_answered_late_hands_its_deliveries_to_the_next() {
+    let server = Arc::new(tokio::task::spawn_blocking(start_server).await.unwrap());
+    let config = RedisConfig::new(server.url(), STREAM, GROUP)
+        .consumer("a")
+        .claim_timeout(CLAIM);
+    let a = RedisBackend::connect(config).await.expect("connect");
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        ids.push(a.publish(Bytes::from(i.to_string())).await.unwrap());
+    }
+    let pause = server.clone();
+    tokio::task::spawn_blocking(move || pause.command(["CLIENT", "PAUSE", "600", "ALL"]))
+        .await
+        .unwrap()
+        .expect("CLIENT PAUSE");
+    let began = Instant::now();
+    let late = a.fetch(10, Duration::ZERO).await.expect("the fetch");
+    assert!(
+        began.elapsed() >= Duration::from_millis(500),
+        "the pause held the fetch only {:?}",
+        began.elapsed()
+    );
+    assert!(late.is_empty(), "a late fetch handed over {late:?}");
+    let mut con = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let rows = pending(&mut con).await;
+    assert_eq!(
+        rows.iter()
+            .map(|(id, owner, _, count)| (id.clone(), owner.clone(), *count))
+            .collect::<Vec<_>>(),
+        ids.iter()
+            .map(|id| (id.to_string(), "a".to_string(), 1))
+            .collect::<Vec<_>>(),
+        "what the late fetch took is pending with it"
+    );
+    // A peer takes the first over meanwhile (its delivery count, the fence, goes up).
+    let _: redis::Value = redis::cmd("XCLAIM")
+        .arg(STREAM)
+        .arg(GROUP)
+        .arg("b")
+        .arg(0)
+        .arg(ids[0].as_str())
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let next = a.fetch(10, Duration::ZERO).await.expect("the next fetch");
+    assert_eq!(
+        next.iter()
+            .map(|f| (f.id.clone(), f.fence.0))
+            .collect::<Vec<_>>(),
+        vec![(ids[1].clone(), 1), (ids[2].clone(), 1)],
+        "the next fetch hands over the held entries still this consumer's"
+    );
+    // Renewed as they were handed over: their lease runs from now.
+    for (id, owner, idle, _) in pending(&mut con).await {
+        if owner == "a" {
+            assert!(idle < 50, "{id} was not renewed: idle {idle} ms");
+        }
+    }
 }
