@@ -35,7 +35,7 @@ use leasehold_core::{
 use leasehold_memory::Bytes;
 use leasehold_worker::Runtime;
 
-use crate::checker::{latency, lock, BrokenDriver, SharedState, INJECTED_FATAL};
+use crate::checker::{latency, lock, BrokenDriver, OutageMode, SharedState, INJECTED_FATAL};
 use crate::runtime::SimRuntime;
 use crate::store::ConsumerId;
 use crate::trace::{Event, Fault, OpKind};
@@ -81,6 +81,8 @@ enum Answer {
     Fetched(Vec<Fetched<Bytes>>, Option<Duration>),
     Renewed(Vec<RenewResult>),
     Settled(Vec<SettleResult>),
+    /// The store went down under a blocked fetch: its connection is gone.
+    Reset,
 }
 
 /// A call's fault and delays.
@@ -194,7 +196,14 @@ impl SimBackend {
     /// Sends `request` across the network and waits for its answer (forever, if it is lost:
     /// the driver's call timeout gives up on it).
     async fn call(&self, request: Request) -> BackendResult<Answer> {
+        self.call_planned(request).await.2
+    }
+
+    /// [`call`](Self::call), with the call's number and fault.
+    async fn call_planned(&self, request: Request) -> (u32, Fault, BackendResult<Answer>) {
         let plan = self.plan(&request);
+        let (number, fault) = (plan.call, plan.fault);
+        let queues = self.broken() == Some(BrokenDriver::QueuesWhileDown);
         let (reply, answer) = oneshot::channel();
         let abandoned = Arc::new(AtomicBool::new(false));
         let _abandon = Abandon(abandoned.clone());
@@ -205,6 +214,26 @@ impl SimBackend {
         self.network.spawn_unboxed(async move {
             let now = network.now();
             network.sleep_until(now + plan.request).await;
+            // A store that is away: paused, it holds the request until it is back; down, the
+            // request fails (a broken client holds it, and sends it once reconnected).
+            loop {
+                let (outage, base, claim) = {
+                    let s = lock(&shared);
+                    (s.outage(), s.base, s.cfg.claim_timeout)
+                };
+                let Some(outage) = outage else { break };
+                let back = base + outage.until;
+                match outage.mode {
+                    OutageMode::Paused => network.sleep_until(back).await,
+                    OutageMode::Down if queues => network.sleep_until(back + claim).await,
+                    OutageMode::Down => {
+                        network.sleep_until(network.now() + plan.answer).await;
+                        let refused = BackendError::transient("the store is down: refused");
+                        let _ = reply.send(Err(refused));
+                        return;
+                    }
+                }
+            }
             if let Fault::FailFast(kind) = plan.fault {
                 let error = match kind {
                     ErrorKind::Transient => BackendError::transient("the network failed the call"),
@@ -226,6 +255,12 @@ impl SimBackend {
             let Some(result) = exec.run(&request).await else {
                 return; // a fetch its driver dropped
             };
+            if let Answer::Reset = result {
+                network.sleep_until(network.now() + plan.answer).await;
+                let reset = BackendError::transient("the store went down: connection reset");
+                let _ = reply.send(Err(reset));
+                return;
+            }
             if plan.fault == Fault::Duplicate {
                 // The same request lands a second time, a little later: what it takes is not
                 // reported (a fetch's extra deliveries lapse and are reclaimed).
@@ -246,7 +281,7 @@ impl SimBackend {
             let _ = reply.send(Ok(result));
         });
         match answer.await {
-            Ok(result) => result,
+            Ok(result) => (number, fault, result),
             // Lost: never answered.
             Err(_) => std::future::pending().await,
         }
@@ -268,10 +303,7 @@ impl Exec<'_> {
     /// Executes `request` at the store (a fetch may block); `None` if a fetch's driver gave up.
     async fn run(&self, request: &Request) -> Option<Answer> {
         match request {
-            Request::Fetch { max, wait } => self
-                .fetch(*max, *wait)
-                .await
-                .map(|(got, next_due)| Answer::Fetched(got, next_due)),
+            Request::Fetch { max, wait } => self.fetch(*max, *wait).await,
             Request::Renew(refs) => Some(Answer::Renewed(self.renew(refs))),
             Request::Ack(refs) => Some(Answer::Settled(self.settle(
                 OpKind::Ack,
@@ -296,16 +328,24 @@ impl Exec<'_> {
         }
     }
 
-    async fn fetch(
-        &self,
-        max: usize,
-        wait: Duration,
-    ) -> Option<(Vec<Fetched<Bytes>>, Option<Duration>)> {
+    async fn fetch(&self, max: usize, wait: Duration) -> Option<Answer> {
         let deadline = self.network.now() + wait;
         let mut blocked = false;
         loop {
             if self.abandoned.load(Ordering::SeqCst) {
                 return None;
+            }
+            let (outage, base) = {
+                let s = lock(self.shared);
+                (s.outage(), s.base)
+            };
+            match outage.map(|o| (o.mode, base + o.until)) {
+                Some((OutageMode::Down, _)) => return Some(Answer::Reset),
+                Some((OutageMode::Paused, back)) => {
+                    self.network.sleep_until(back).await;
+                    continue;
+                }
+                None => {}
             }
             let listener = self.changed.listen();
             let wake_at = {
@@ -326,7 +366,7 @@ impl Exec<'_> {
                         got: list.into(),
                     });
                     let next_due = next_due.map(|at| at.saturating_duration_since(now));
-                    return Some((got, next_due));
+                    return Some(Answer::Fetched(got, next_due));
                 }
                 if !blocked {
                     blocked = true;
@@ -400,10 +440,15 @@ impl Backend for SimBackend {
         *self.next_due.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Checks, as the answer reaches the driver, that deliveries whose leases are spent by
+    /// now are so only because of a fault (`Shared::check_in_transit`).
     async fn fetch(&self, max: usize, wait: Duration) -> BackendResult<Vec<Fetched<Bytes>>> {
-        match self.call(Request::Fetch { max, wait }).await? {
+        let sent = lock(&self.shared).now();
+        let (call, fault, answer) = self.call_planned(Request::Fetch { max, wait }).await;
+        match answer? {
             Answer::Fetched(got, next_due) => {
                 *self.next_due.lock().unwrap_or_else(|e| e.into_inner()) = next_due;
+                lock(&self.shared).check_in_transit(self.replica, call, sent, fault, got.len());
                 Ok(got)
             }
             _ => unreachable!("a fetch is answered with deliveries"),

@@ -141,6 +141,26 @@ pub(crate) struct ReplicaView {
     pub(crate) link_bad_until: Duration,
     /// When its worker's shutdown report came (no handler may run after it).
     pub(crate) reported_at: Option<Duration>,
+    /// When it last stopped being frozen (a pause or a clock stall ended).
+    pub(crate) thawed_at: Duration,
+}
+
+/// How the store is unavailable during an outage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OutageMode {
+    /// Down (crashed, restarting): a call reaching it fails, a fetch blocked in it ends with
+    /// an error.
+    Down,
+    /// Paused: a call reaching it waits until it is back, then executes.
+    Paused,
+}
+
+/// One outage of the store, over `from .. until` (virtual time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Outage {
+    pub(crate) mode: OutageMode,
+    pub(crate) from: Duration,
+    pub(crate) until: Duration,
 }
 
 /// The text of every fatal error the simulated network injects.
@@ -171,6 +191,12 @@ pub enum BrokenDriver {
     /// Answers the releases of a shutting-down worker without making them: its report claims
     /// hand-offs the store never saw, and the leases lapse a claim timeout later.
     ForgetsLeaseAtShutdown,
+    /// Holds the calls that reach a store that is down, and sends them once it is back after
+    /// a reconnection backoff of a claim timeout (a reconnecting client that queues what it is
+    /// asked meanwhile): a fetch held so arrives with its leases spent, later than the outage
+    /// alone forces. Needs outages ([`Profile::StoreOutage`](crate::Profile::StoreOutage)):
+    /// caught as an expiry in transit.
+    QueuesWhileDown,
 }
 
 impl BrokenDriver {
@@ -181,6 +207,7 @@ impl BrokenDriver {
             BrokenDriver::DropsRenewResult => "drops-renew-result",
             BrokenDriver::KeepsLostLeases => "keeps-lost-leases",
             BrokenDriver::ForgetsLeaseAtShutdown => "forgets-lease-at-shutdown",
+            BrokenDriver::QueuesWhileDown => "queues-while-down",
         }
     }
 
@@ -191,6 +218,7 @@ impl BrokenDriver {
             BrokenDriver::DropsRenewResult,
             BrokenDriver::KeepsLostLeases,
             BrokenDriver::ForgetsLeaseAtShutdown,
+            BrokenDriver::QueuesWhileDown,
         ]
         .into_iter()
         .find(|b| b.name() == name)
@@ -223,6 +251,8 @@ pub(crate) struct Shared {
     pub(crate) failure: Option<Box<Failure>>,
     /// Pauses a backend asked for right after a heartbeat went out: (replica, in how long).
     pub(crate) pauses_requested: Vec<(usize, Duration)>,
+    /// Every outage of the store so far, the current one last.
+    pub(crate) outages: Vec<Outage>,
 }
 
 impl Shared {
@@ -261,6 +291,67 @@ impl Shared {
         if self.faults_active {
             self.quiet_at = self.quiet_at.max(at);
         }
+    }
+
+    /// The outage the store is in now, if any.
+    pub(crate) fn outage(&self) -> Option<Outage> {
+        let now = self.now();
+        self.outages
+            .last()
+            .copied()
+            .filter(|o| o.from <= now && now < o.until)
+    }
+
+    /// A fetch of `replica` (call `call`, sent at `sent`, its fault `fault`) brought `n`
+    /// deliveries now. If their leases are spent (it took a lease's validity or more), some
+    /// fault must force that: the call was slow, its replica was paused or stalled meanwhile,
+    /// or the store was paused meanwhile long enough on its own (until no earlier than a
+    /// lease's validity after the send, less a fault-free round trip).
+    pub(crate) fn check_in_transit(
+        &mut self,
+        replica: usize,
+        call: u32,
+        sent: Duration,
+        fault: crate::trace::Fault,
+        n: usize,
+    ) {
+        let now = self.now();
+        let ttl = self
+            .settings
+            .claim_timeout
+            .saturating_sub(self.settings.expiry_margin);
+        if n == 0 || now.saturating_sub(sent) < ttl {
+            return;
+        }
+        let view = &self.replicas[replica];
+        let frozen = view.frozen || view.waking || view.thawed_at >= sent;
+        let slow = fault == crate::trace::Fault::Slow;
+        let rtt = self.cfg.latency * 2;
+        // Only a paused store holds a call: a correct client's calls to one that is down fail.
+        let outage = self
+            .outages
+            .iter()
+            .any(|o| o.mode == OutageMode::Paused && o.from <= now && o.until + rtt >= sent + ttl);
+        self.log(Event::ExpiredInTransit {
+            r: replica as u16,
+            call,
+            n: n as u32,
+            after: now - sent,
+        });
+        if slow || frozen || outage {
+            self.report.expired_in_transit += n as u64;
+            return;
+        }
+        self.fail(
+            Check::InTransit,
+            format!(
+                "fetch#{call} of r{replica}, sent at {:.6}s, brought {n} deliveries {:?} later, \
+                 past their lease ({ttl:?}), and no fault forces that (not slow, its replica \
+                 not frozen, no outage that long)",
+                sent.as_secs_f64(),
+                now - sent
+            ),
+        );
     }
 
     pub(crate) fn message_index(&self, id: &MessageId) -> usize {

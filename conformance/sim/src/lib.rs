@@ -72,9 +72,15 @@
 //! effect is over. The run continues until every message is acked or dead-lettered, then every
 //! replica's worker is shut down and must report.
 //!
-//! Two fault profiles ([`Profile`]): `broad` spreads every kind of fault; `lease-edge` aims at
+//! Three fault profiles ([`Profile`]): `broad` spreads every kind of fault; `lease-edge` aims at
 //! the lease boundary (most heartbeats followed by a pause of half to one claim timeout, every
-//! faulty call a request landing half to one claim timeout late).
+//! faulty call a request landing half to one claim timeout late); `store-outage` adds to the
+//! broad faults **store outages**: the whole store unavailable for a twentieth of a claim
+//! timeout up to 1.5 × it, then back, either *down* (a call reaching it fails with a transient
+//! error, a fetch blocked in it ends with one; publishes wait for it) or *paused* (a call
+//! reaching it waits until it is back, then executes, as under `CLIENT PAUSE`), with the
+//! drivers' call timeout at twice the claim timeout so that late fetch answers reach the
+//! engines rather than being given up on.
 //!
 //! ## The checks (a failing seed is a [`Failure`])
 //!
@@ -114,6 +120,13 @@
 //!   invocation of it started, before its due time (virtual time; the publish instant plus its
 //!   delay). Once due, a delayed message is held to every other check: it must be processed
 //!   and removed like any message, within the liveness bound.
+//! - **No expiry in transit** ([`Check::InTransit`]). A fetch whose deliveries reach the
+//!   driver a lease's validity (claim timeout less the expiry margin) or more after it was
+//!   sent brought leases the engine must discard, to be reclaimed a claim timeout later. Each
+//!   must be forced by a fault: the call was slow, its replica was paused or its clock stalled
+//!   meanwhile, or the store was paused until at least a lease's validity after the send (less
+//!   a fault-free round trip). A store that was *down* forces none: a client that queues calls
+//!   while it reconnects and sends them late ([`BrokenDriver::QueuesWhileDown`]) is caught.
 //! - **Deduplication** ([`Check::Dedupe`]). A first publish is never answered as a duplicate;
 //!   a second publish with a live key is, with the first publish's id; and no message enters
 //!   the stream twice (two stream ids delivering one message's payload). The end checks then
@@ -281,6 +294,11 @@ pub struct SimConfig {
     pub duplicate_share: f64,
     /// Breaks the driver at its boundary with the store, to show the checks catch it.
     pub broken: Option<BrokenDriver>,
+    /// Mean time between outages of the store (`None`: none): it is unreachable, or paused,
+    /// for a while, then back (see [`Profile::StoreOutage`]).
+    pub outage_mean: Option<Duration>,
+    /// Longest outage (they last from a twentieth of the claim timeout up to this).
+    pub outage_max: Duration,
 }
 
 impl Default for SimConfig {
@@ -331,6 +349,8 @@ impl Default for SimConfig {
             fatal_share: 0.05,
             duplicate_share: 0.2,
             broken: None,
+            outage_mean: None,
+            outage_max: Duration::from_secs(15),
         }
     }
 }
@@ -345,6 +365,13 @@ pub enum Profile {
     /// claim timeout late. This is where a heartbeat can land after a peer's takeover while its
     /// sender cannot act, the one window the classic steal-back bug needs against this engine.
     LeaseEdge,
+    /// The broad faults, and now and then the whole store unavailable for a while (up to 1.5 ×
+    /// the claim timeout), then back: half the time it is down (calls reaching it fail, a
+    /// fetch blocked in it ends with an error), half the time paused (calls reaching it wait
+    /// until it is back, then execute, as under `CLIENT PAUSE`). The drivers' call timeout is
+    /// twice the claim timeout here, so late fetch answers reach the engines instead of being
+    /// given up on.
+    StoreOutage,
 }
 
 impl Profile {
@@ -353,12 +380,13 @@ impl Profile {
         match self {
             Profile::Broad => "broad",
             Profile::LeaseEdge => "lease-edge",
+            Profile::StoreOutage => "store-outage",
         }
     }
 
     /// Parses a command-line name.
     pub fn parse(name: &str) -> Option<Self> {
-        [Profile::Broad, Profile::LeaseEdge]
+        [Profile::Broad, Profile::LeaseEdge, Profile::StoreOutage]
             .into_iter()
             .find(|p| p.name() == name)
     }
@@ -375,6 +403,13 @@ impl SimConfig {
                 pause_after_renew_max: cfg.claim_timeout,
                 slow_share: 1.0,
                 slow_request_edge: 1.0,
+                profile,
+                ..cfg
+            },
+            Profile::StoreOutage => Self {
+                outage_mean: Some(Duration::from_secs(25)),
+                outage_max: cfg.claim_timeout * 3 / 2,
+                call_timeout: cfg.claim_timeout * 2,
                 profile,
                 ..cfg
             },
@@ -430,6 +465,10 @@ pub enum Check {
     DueTime,
     /// A publish with a live deduplication key enqueued the message again.
     Dedupe,
+    /// A fetch's deliveries reached the engine with their leases spent (answered a lease's
+    /// validity or more after the fetch was sent) without a fault that forces it: a slow call,
+    /// its replica paused or stalled meanwhile, or a store outage long enough on its own.
+    InTransit,
 }
 
 impl fmt::Display for Check {
@@ -443,6 +482,7 @@ impl fmt::Display for Check {
             Check::Engine => "engine contract",
             Check::DueTime => "due time",
             Check::Dedupe => "deduplication",
+            Check::InTransit => "no expiry in transit",
         })
     }
 }
@@ -548,6 +588,10 @@ pub struct SeedReport {
     pub stale_inputs: u64,
     /// A hash of the whole event trace (only from [`run_seed_digest`], else 0).
     pub digest: u64,
+    /// Store outages (down or paused).
+    pub outages: u64,
+    /// Deliveries that reached an engine with their leases spent, each forced by a fault.
+    pub expired_in_transit: u64,
 }
 
 impl SeedReport {
@@ -562,6 +606,7 @@ impl SeedReport {
             + self.duplicated_calls
             + self.stalls
             + self.deploys
+            + self.outages
     }
 }
 
@@ -630,6 +675,8 @@ impl Summary {
         t.halts += report.halts;
         t.deploys += report.deploys;
         t.stale_inputs += report.stale_inputs;
+        t.outages += report.outages;
+        t.expired_in_transit += report.expired_in_transit;
         self.virtual_time += report.virtual_time;
         let used = report.completed_after_quiet.as_secs_f64() / report.bound.as_secs_f64();
         if used > self.worst_bound_use {

@@ -3,7 +3,7 @@
 //! ```text
 //! leasehold-sim [--seeds N] [--first S] [--seed S] [--replicas R] [--messages M]
 //!               [--backend memory|model|steal-back|unfenced-ack|ignores-delay|ignores-dedupe]
-//!               [--profile broad|lease-edge]
+//!               [--profile broad|lease-edge|store-outage]
 //!               [--threads T] [--print] [--trace N] [--faults-until S] [--bound-scale X]
 //!               [--broken NAME] [--keep-going]
 //! ```
@@ -24,7 +24,7 @@ usage: leasehold-sim [options]
   --messages M       messages per seed (default 12)
   --backend NAME     memory (default), model, steal-back, unfenced-ack, ignores-delay,
                      ignores-dedupe
-  --profile NAME     fault profile: broad (default), lease-edge
+  --profile NAME     fault profile: broad (default), lease-edge, store-outage
   --threads T        worker threads for a batch (default: available cores)
   --print            with --seed: print every event as it happens
   --faults-until S   inject faults during the first S virtual seconds (default 90)
@@ -32,7 +32,8 @@ usage: leasehold-sim [options]
   --bound-scale X    multiply the liveness bound (default 1; <1 shows the check failing)
   --keep-going       report every failing seed of a batch instead of stopping at 5
   --broken NAME      break the driver at the store: acks-after-loss, drops-renew-result,
-                     keeps-lost-leases, forgets-lease-at-shutdown (to see the checks catch it)";
+                     keeps-lost-leases, forgets-lease-at-shutdown, queues-while-down (with
+                     --profile store-outage) (to see the checks catch it)";
 
 struct Args {
     cfg: SimConfig,
@@ -177,14 +178,15 @@ fn main() -> ExitCode {
             "faults injected",
             format!(
                 "{} ({} crashes, {} pauses, {} clock stalls, {} deploys, {} degraded links, \
-                 {} calls failed, {} answers lost, {} slow calls, {} calls duplicated; {} \
-                 workers stopped by a fatal error and restarted)",
+                 {} store outages, {} calls failed, {} answers lost, {} slow calls, {} calls \
+                 duplicated; {} workers stopped by a fatal error and restarted)",
                 t.faults(),
                 t.crashes,
                 t.pauses,
                 t.stalls,
                 t.deploys,
                 t.link_faults,
+                t.outages,
                 t.failed_calls,
                 t.lost_answers,
                 t.slow_calls,
@@ -209,6 +211,13 @@ fn main() -> ExitCode {
             ),
         ),
         ("events", t.events.to_string()),
+        (
+            "expired in transit",
+            format!(
+                "{} deliveries (each forced by a slow call, a frozen replica or a long outage)",
+                t.expired_in_transit
+            ),
+        ),
         (
             "stale answers",
             format!(

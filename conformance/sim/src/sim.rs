@@ -13,7 +13,9 @@ use leasehold_worker::{Health, Raw, ShutdownReport, Worker, WorkerBuilder};
 use crate::backend::SimBackend;
 use crate::behaviour::Behaviour;
 use crate::bound::{drain_bound, liveness_bound};
-use crate::checker::{lock, payload, Accepted, Msg, PublishPlan, ReplicaView, Shared, SharedState};
+use crate::checker::{
+    lock, payload, Accepted, Msg, Outage, OutageMode, PublishPlan, ReplicaView, Shared, SharedState,
+};
 use crate::handler::handler;
 use crate::rng::{mix, Rng};
 use crate::runtime::{JoinHandle, NodeId, Step, World, WorldConfig};
@@ -43,6 +45,10 @@ enum Scheduled {
         stall: u64,
     },
     LinkFault(usize),
+    /// The store becomes unavailable for a while.
+    Outage,
+    /// It is back.
+    OutageEnd,
     /// A graceful restart (a rolling deploy): shut the worker down, start a fresh one.
     Deploy(usize),
     /// A replica woke (a pause or a stall ended) and has reacted: check it.
@@ -85,6 +91,9 @@ pub(crate) struct Sim {
     shutdown_at: Option<Duration>,
     finished: bool,
     steps: u64,
+    /// Draws of the store's outages: a generator of their own, so the other draws of a seed
+    /// stay what they were.
+    outage_rng: Rng,
 }
 
 impl Sim {
@@ -161,6 +170,7 @@ impl Sim {
             report,
             failure: None,
             pauses_requested: Vec::new(),
+            outages: Vec::new(),
         };
         Self {
             cfg: cfg.clone(),
@@ -178,6 +188,7 @@ impl Sim {
             shutdown_at: None,
             finished: false,
             steps: 0,
+            outage_rng: Rng::new(mix(seed ^ 0x0a7a_6e5d_41c3_9b27)),
         }
     }
 
@@ -276,6 +287,13 @@ impl Sim {
                 }
             }
         }
+        if let Some(mean) = cfg.outage_mean {
+            let mut t = self.outage_rng.exponential(mean);
+            while t < cfg.faults_until {
+                self.at(t, Scheduled::Outage);
+                t += self.outage_rng.exponential(mean);
+            }
+        }
         self.at(cfg.faults_until, Scheduled::FaultsStop);
         loop {
             self.steps += 1;
@@ -361,6 +379,11 @@ impl Sim {
                 }
             }
             Scheduled::Deploy(r) => self.deploy(r),
+            Scheduled::Outage => self.outage(),
+            Scheduled::OutageEnd => {
+                self.log(Event::OutageEnd);
+                self.changed.notify(usize::MAX);
+            }
             Scheduled::Woke(r) => lock(&self.shared).check_woke(r),
             Scheduled::FaultsStop => {
                 let mut s = lock(&self.shared);
@@ -461,7 +484,56 @@ impl Sim {
         self.check_completed();
     }
 
+    /// The store is unavailable from now for a while (one outage at a time): down or paused,
+    /// half the time each. Calls it holds execute at its end, and a driver gives up on one
+    /// after its call timeout: the effect is over a claim timeout and a call timeout later
+    /// (room for a client that queues while it is down, `BrokenDriver::QueuesWhileDown`).
+    fn outage(&mut self) {
+        let mut s = lock(&self.shared);
+        if !s.faults_active || s.outage().is_some() {
+            return;
+        }
+        let claim = self.cfg.claim_timeout;
+        let len = self.outage_rng.duration(claim / 20, self.cfg.outage_max);
+        let down = self.outage_rng.chance(0.5);
+        let from = s.now();
+        let until = from + len;
+        s.outages.push(Outage {
+            mode: if down {
+                OutageMode::Down
+            } else {
+                OutageMode::Paused
+            },
+            from,
+            until,
+        });
+        s.report.outages += 1;
+        s.log(Event::Outage { down, until });
+        s.fault_effect_until(until + claim + self.cfg.call_timeout);
+        drop(s);
+        // A fetch blocked in the store finds out.
+        self.changed.notify(usize::MAX);
+        self.at(len, Scheduled::OutageEnd);
+    }
+
+    /// Publishing waits for the store to be back, if it is away (the simulator's own
+    /// publishes are not network calls).
+    fn deferred(&mut self, event: Scheduled) -> Option<Scheduled> {
+        let outage = lock(&self.shared).outage();
+        match outage {
+            Some(outage) => {
+                let now = lock(&self.shared).now();
+                self.at(outage.until - now, event);
+                None
+            }
+            None => Some(event),
+        }
+    }
+
     fn publish(&mut self, i: usize) {
+        if self.deferred(Scheduled::Publish(i)).is_none() {
+            return;
+        }
         let mut s = lock(&self.shared);
         let now = s.instant();
         let message = outgoing(i, &s.msgs[i].plan);
@@ -501,6 +573,9 @@ impl Sim {
     /// Publishes message `i` again, with its deduplication key: the store must answer the
     /// first publish's id and enqueue nothing.
     fn publish_again(&mut self, i: usize) {
+        if self.deferred(Scheduled::PublishAgain(i)).is_none() {
+            return;
+        }
         let mut s = lock(&self.shared);
         let now = s.instant();
         let message = outgoing(i, &s.msgs[i].plan);
@@ -764,7 +839,12 @@ impl Sim {
     /// it can.
     fn update_frozen(&mut self, r: usize) -> bool {
         let frozen = self.replicas[r].paused.is_some() || self.replicas[r].stalled.is_some();
-        lock(&self.shared).replicas[r].frozen = frozen;
+        let mut s = lock(&self.shared);
+        if s.replicas[r].frozen && !frozen {
+            s.replicas[r].thawed_at = s.now();
+        }
+        s.replicas[r].frozen = frozen;
+        drop(s);
         !frozen
     }
 

@@ -165,6 +165,17 @@ pub(crate) enum Event {
     Reported {
         r: u16,
     },
+    Outage {
+        down: bool,
+        until: Duration,
+    },
+    OutageEnd,
+    ExpiredInTransit {
+        r: u16,
+        call: u32,
+        n: u32,
+        after: Duration,
+    },
 }
 
 fn list(f: &mut fmt::Formatter<'_>, msgs: &[MsgFence]) -> fmt::Result {
@@ -306,6 +317,18 @@ impl fmt::Display for Event {
             Event::Completed => f.write_str("all work completed: shutting down"),
             Event::Shutdown => f.write_str("shutdown of every replica"),
             Event::Reported { r } => write!(f, "r{r} shut down (its report is in)"),
+            Event::Outage { down, until } => write!(
+                f,
+                "STORE {} until {}",
+                if *down { "DOWN" } else { "PAUSED" },
+                secs(*until)
+            ),
+            Event::OutageEnd => f.write_str("store back"),
+            Event::ExpiredInTransit { r, call, n, after } => write!(
+                f,
+                "r{r} gets fetch#{call}'s {n} deliveries {after:?} after sending it: expired in \
+                 transit"
+            ),
         }
     }
 }

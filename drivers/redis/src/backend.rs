@@ -31,6 +31,13 @@
 //! as `Backend::fetch` allows). The next wait opens a new connection. Without the permission for
 //! `CLIENT UNBLOCK` (an ACL user without `@admin`), a wait ends by the server's timeout instead,
 //! up to 1/`hz` late.
+//!
+//! # Outages
+//!
+//! A fetch that meets a server gone away waits for it within its wait instead of failing, and
+//! a fetch answered too late for its deliveries' leases hands them over with the next fetch,
+//! renewed (see `late`): after a restart or a pause, workers resume as soon as the server
+//! answers, and no delivery arrives with its lease spent.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -47,10 +54,12 @@ use redis::{AsyncConnectionConfig, RedisError, Script, Value};
 use crate::config::{
     unique_consumer_name, ConnectError, DelayedKeys, FenceCheck, RedisConfig, RedisConfigError,
 };
-use crate::conn::{node_changed, Connection, Servers};
-use crate::error::{error, is_nogroup, is_unblocked};
+use crate::conn::{node_changed, Connection, Servers, Unreachable};
+use crate::error::{error, is_nogroup, unblocked, Unblocked};
 use crate::replicas::evalsha_cmd;
 use crate::retention::Retention;
+
+mod late;
 
 /// A script made of shared Lua helpers followed by its own file.
 macro_rules! script {
@@ -134,6 +143,10 @@ pub struct RedisBackend {
     reclaims_seen: AtomicBool,
     /// The last fetch saw a delayed message due: the next one's pipeline promotes first.
     due_seen: AtomicBool,
+    /// Deliveries of a fetch answered late, handed over by the next (see `late`).
+    held: late::Held,
+    /// An outage the fetches wait out (see `conn::recover`).
+    outage: Unreachable,
     /// What the last promotion of delayed messages learned.
     delayed: Mutex<DelayedState>,
     last_reap: Mutex<Option<Instant>>,
@@ -232,6 +245,8 @@ impl RedisBackend {
             reclaim_turn: AtomicBool::new(true),
             reclaims_seen: AtomicBool::new(true),
             due_seen: AtomicBool::new(false),
+            held: late::Held::default(),
+            outage: Unreachable::default(),
             delayed: Mutex::new(DelayedState::default()),
             last_reap: Mutex::new(None),
             undeliverable: Mutex::new(Vec::new()),
@@ -553,6 +568,80 @@ impl RedisBackend {
         fetched
     }
 
+    /// One fetch as `Backend::fetch` describes it, failing when the server cannot be reached.
+    async fn fetch_within(&self, max: usize, wait: Duration) -> BackendResult<Vec<Fetched<Bytes>>> {
+        self.reap_consumers().await;
+        // While nothing is reclaimable, new entries come without a script (due delayed
+        // messages are promoted in the same pipeline, once a fetch saw them due; the engine
+        // fetches again at once after a short fetch, and when something is due, as `next_due`
+        // is then zero). When that read finds reclaimable entries, the next fetch runs the
+        // script, and so does every fetch while the script sees reclaimable entries (it shares
+        // each fetch between reclaims and new entries) or to learn where to wait for a delayed
+        // message due before the wait ends. Entries in
+        // hand are returned at once, never held across another call that could fail or be
+        // dropped.
+        let deadline = Instant::now().checked_add(wait);
+        // Whether the next step is the script. Not after a read that found nothing
+        // reclaimable: with no delayed message due before the wait ends, the wait begins at once.
+        let mut script = true;
+        if self.fresh_enough(wait) {
+            // What the last look learned still holds: straight to the wait, which takes what
+            // is there at once (`XREADGROUP … BLOCK` blocks only when nothing is new).
+            script = false;
+        } else if !self.reclaims_seen.load(Ordering::Relaxed) {
+            match self.read_new(max).await {
+                Ok((read, reclaimable)) => {
+                    self.reclaims_seen.store(reclaimable, Ordering::Relaxed);
+                    if !read.is_empty() {
+                        return Ok(read);
+                    }
+                    script = reclaimable;
+                }
+                // The script reports errors, and recreates a vanished group.
+                Err(e) => {
+                    tracing::debug!(%e, "fetch without a script failed; trying the script");
+                }
+            }
+        }
+        // Then wait for new entries until `wait` passes (see the module docs): consuming them,
+        // unless a delayed message is due before the wait ends; then without consuming until
+        // it is due, and the script promotes and reads. Again after a wake-up that brought
+        // nothing to take (a publisher delayed a message due earlier: the next wait learns it).
+        let mut last = None;
+        loop {
+            if script {
+                let fetched = self.fetch_once(max).await?;
+                if !fetched.entries.is_empty() {
+                    return Ok(fetched.entries);
+                }
+                let Some(delivered) = fetched.last_delivered else {
+                    return Ok(fetched.entries);
+                };
+                last = Some(delivered);
+            }
+            let now = Instant::now();
+            let left = deadline.map_or(wait, |at| at.saturating_duration_since(now));
+            let delayed = self.delayed_state();
+            let (next_due, wake_id) = (delayed.next_due(now), delayed.wake_id);
+            match (next_due, &last) {
+                // The script just ran: more are due than it promoted, or the wait is over.
+                (Some(due), Some(_)) if due.is_zero() || left.is_zero() => return Ok(Vec::new()),
+                (Some(due), Some(last)) if due <= left => {
+                    self.wait_for_new(last, &wake_id, due).await?;
+                    script = true;
+                }
+                // Due before the wait ends: the script promotes, and tells where to wait.
+                (Some(due), None) if due <= left => script = true,
+                _ if left.is_zero() => return Ok(Vec::new()),
+                _ => match self.wait_consuming(max, left).await? {
+                    Woken::Took(entries) => return Ok(entries),
+                    Woken::TimedOut => return Ok(Vec::new()),
+                    Woken::Again => script = true,
+                },
+            }
+        }
+    }
+
     /// Waits (on the dedicated connection) until the stream has an entry after `last`, the
     /// wake stream one after `wake` (a publisher delayed a message due earlier than all
     /// others), or `wait` passes. It consumes nothing.
@@ -592,15 +681,20 @@ impl RedisBackend {
             .arg(">")
             .arg(">");
         let reply = match self.block_on(&cmd, wait, true).await {
-            // The stream, the wake stream or a group was deleted (a stream deleted while the
-            // read blocks on it ends the read with `UNBLOCKED`): recreated, and the script reads
-            // again.
-            Err(e) if is_nogroup(&e) || is_unblocked(&e) => {
-                tracing::warn!(%stream, "stream or consumer group vanished; recreating");
+            // A group was deleted: recreated, and the script reads again.
+            Err(e) if is_nogroup(&e) => {
+                tracing::warn!(%stream, "consumer group vanished; recreating");
                 self.ensure_group().await?;
                 return Ok(Woken::Again);
             }
-            reply => reply.map_err(|e| error("wait for entries", e))?,
+            Err(e) => match unblocked(&e) {
+                Some(why) => {
+                    self.unblocked(why, &e).await?;
+                    return Ok(Woken::Again);
+                }
+                None => return Err(error("wait for entries", e)),
+            },
+            Ok(reply) => reply,
         };
         let unexpected = || BackendError::fatal("unexpected reply from a waiting XREADGROUP");
         let mut read = Vec::new();
@@ -624,6 +718,58 @@ impl RedisBackend {
         } else {
             Woken::TimedOut
         })
+    }
+
+    /// The server ended a consuming wait with `UNBLOCKED`: says why, at the level it deserves,
+    /// and recreates the stream and its group if they are gone. The script reads next.
+    async fn unblocked(&self, why: Unblocked, e: &RedisError) -> BackendResult<()> {
+        let stream = &self.config.target.stream;
+        match why {
+            Unblocked::KeyGone => {
+                // Deleted, or moved with its slot: the command connection follows a cluster's
+                // redirections, so it finds the stream on its new node.
+                let exists: bool = redis::cmd("EXISTS")
+                    .arg(stream)
+                    .query_async(&mut self.commands.clone())
+                    .await
+                    .map_err(|e| error("look for the stream", e))?;
+                if exists && self.config.target.servers.is_cluster() {
+                    tracing::info!(
+                        %stream,
+                        "the stream moved to another cluster node (a slot migration); waiting there"
+                    );
+                } else if exists {
+                    tracing::warn!(
+                        %stream,
+                        "the stream was deleted while a fetch waited on it, and created again"
+                    );
+                    self.ensure_group().await?;
+                } else {
+                    tracing::warn!(
+                        %stream,
+                        "the stream was deleted while a fetch waited on it; recreating it and \
+                         its consumer group"
+                    );
+                    self.ensure_group().await?;
+                }
+            }
+            Unblocked::Demoted => tracing::info!(
+                %stream,
+                "the server stopped being a master (a failover demoted it); waiting on the new \
+                 master"
+            ),
+            Unblocked::ByClient => tracing::info!(
+                %stream,
+                "a client ended a fetch's wait (CLIENT UNBLOCK … ERROR); looking again"
+            ),
+            Unblocked::Other => tracing::warn!(
+                %stream,
+                %e,
+                "the server ended a fetch's wait for a reason this version does not know; \
+                 looking again"
+            ),
+        }
+        Ok(())
     }
 
     /// Acknowledges wake-ups this consumer took, so the wake group's pending list stays empty.
@@ -1038,80 +1184,10 @@ impl Backend for RedisBackend {
         Ok(id.into())
     }
 
+    /// Waits for a server that went away rather than fail (see `conn::recover`), and holds
+    /// back deliveries answered too late to run (see `late`).
     async fn fetch(&self, max: usize, wait: Duration) -> BackendResult<Vec<Fetched<Bytes>>> {
-        if max == 0 {
-            return Ok(Vec::new());
-        }
-        self.reap_consumers().await;
-        // While nothing is reclaimable, new entries come without a script (due delayed
-        // messages are promoted in the same pipeline, once a fetch saw them due; the engine
-        // fetches again at once after a short fetch, and when something is due, as `next_due`
-        // is then zero). When that read finds reclaimable entries, the next fetch runs the
-        // script, and so does every fetch while the script sees reclaimable entries (it shares
-        // each fetch between reclaims and new entries) or to learn where to wait for a delayed
-        // message due before the wait ends. Entries in
-        // hand are returned at once, never held across another call that could fail or be
-        // dropped.
-        let deadline = Instant::now().checked_add(wait);
-        // Whether the next step is the script. Not after a read that found nothing
-        // reclaimable: with no delayed message due before the wait ends, the wait begins at once.
-        let mut script = true;
-        if self.fresh_enough(wait) {
-            // What the last look learned still holds: straight to the wait, which takes what
-            // is there at once (`XREADGROUP … BLOCK` blocks only when nothing is new).
-            script = false;
-        } else if !self.reclaims_seen.load(Ordering::Relaxed) {
-            match self.read_new(max).await {
-                Ok((read, reclaimable)) => {
-                    self.reclaims_seen.store(reclaimable, Ordering::Relaxed);
-                    if !read.is_empty() {
-                        return Ok(read);
-                    }
-                    script = reclaimable;
-                }
-                // The script reports errors, and recreates a vanished group.
-                Err(e) => {
-                    tracing::debug!(%e, "fetch without a script failed; trying the script");
-                }
-            }
-        }
-        // Then wait for new entries until `wait` passes (see the module docs): consuming them,
-        // unless a delayed message is due before the wait ends; then without consuming until
-        // it is due, and the script promotes and reads. Again after a wake-up that brought
-        // nothing to take (a publisher delayed a message due earlier: the next wait learns it).
-        let mut last = None;
-        loop {
-            if script {
-                let fetched = self.fetch_once(max).await?;
-                if !fetched.entries.is_empty() {
-                    return Ok(fetched.entries);
-                }
-                let Some(delivered) = fetched.last_delivered else {
-                    return Ok(fetched.entries);
-                };
-                last = Some(delivered);
-            }
-            let now = Instant::now();
-            let left = deadline.map_or(wait, |at| at.saturating_duration_since(now));
-            let delayed = self.delayed_state();
-            let (next_due, wake_id) = (delayed.next_due(now), delayed.wake_id);
-            match (next_due, &last) {
-                // The script just ran: more are due than it promoted, or the wait is over.
-                (Some(due), Some(_)) if due.is_zero() || left.is_zero() => return Ok(Vec::new()),
-                (Some(due), Some(last)) if due <= left => {
-                    self.wait_for_new(last, &wake_id, due).await?;
-                    script = true;
-                }
-                // Due before the wait ends: the script promotes, and tells where to wait.
-                (Some(due), None) if due <= left => script = true,
-                _ if left.is_zero() => return Ok(Vec::new()),
-                _ => match self.wait_consuming(max, left).await? {
-                    Woken::Took(entries) => return Ok(entries),
-                    Woken::TimedOut => return Ok(Vec::new()),
-                    Woken::Again => script = true,
-                },
-            }
-        }
+        self.fetch_recovering(max, wait).await
     }
 
     async fn renew(&self, leases: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {

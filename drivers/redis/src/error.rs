@@ -17,9 +17,10 @@
 //! as a cluster: that connection can never follow them.
 //!
 //! Three are handled where they happen instead: `NOGROUP` (the consumer group vanished: it is
-//! created again, and its leases are lost), `UNBLOCKED` ending a blocking `XREADGROUP` (its
-//! stream was deleted meanwhile: the same) and `NOSCRIPT` (a restarted server forgot a script:
-//! it is loaded again). A worker retries transient errors with backoff; a fatal one halts the
+//! created again, and its leases are lost), `UNBLOCKED` ending a blocking `XREADGROUP` (told
+//! apart by its message, see [`Unblocked`]: the stream's key left the node — deleted, or moved
+//! with its slot to another cluster node —, the server was demoted to a replica, or a client
+//! ended the read) and `NOSCRIPT` (a restarted server forgot a script: it is loaded again). A worker retries transient errors with backoff; a fatal one halts the
 //! stream it happened on (see `leasehold_core::ErrorKind`).
 
 use leasehold_core::{BackendError, ErrorKind};
@@ -70,11 +71,42 @@ pub(crate) fn is_nogroup(e: &RedisError) -> bool {
     e.code() == Some("NOGROUP") || e.to_string().contains("NOGROUP")
 }
 
-/// A blocking `XREADGROUP` was ended by the server: its stream key was deleted while it waited
-/// (`UNBLOCKED the stream key no longer exists`), or a client ended it with `CLIENT UNBLOCK …
-/// ERROR`. Either way nothing was read, and the next look finds out what is there.
-pub(crate) fn is_unblocked(e: &RedisError) -> bool {
-    e.code() == Some("UNBLOCKED")
+/// Why the server ended a blocking read with `UNBLOCKED`, as its message says (Redis 7 wording;
+/// nothing was read either way, and the next look finds out what is there).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unblocked {
+    /// `the stream key no longer exists`: the key left this node. It was deleted (or replaced
+    /// by a key of another type), or, on a Redis Cluster, moved to another node with its slot
+    /// (`MIGRATE` deletes it on the node it leaves).
+    KeyGone,
+    /// `force unblock from blocking operation, instance state changed (master -> replica?)`
+    /// (`master -> slave?` before Redis 6): the server became a replica, as a failover does to
+    /// the old master. The read must go to the new master.
+    Demoted,
+    /// `client unblocked via CLIENT UNBLOCK`: a client ended it (`CLIENT UNBLOCK <id> ERROR`).
+    ByClient,
+    /// A message this version does not know.
+    Other,
+}
+
+/// Why `e` ended a blocking read, or `None` when it is no `UNBLOCKED` error.
+pub(crate) fn unblocked(e: &RedisError) -> Option<Unblocked> {
+    if e.code() != Some("UNBLOCKED") {
+        return None;
+    }
+    let detail = e.detail().unwrap_or("");
+    Some(if detail.contains("no longer exists") {
+        Unblocked::KeyGone
+    } else if detail.contains("instance state changed")
+        || detail.contains("master -> replica")
+        || detail.contains("master -> slave")
+    {
+        Unblocked::Demoted
+    } else if detail.contains("CLIENT UNBLOCK") {
+        Unblocked::ByClient
+    } else {
+        Unblocked::Other
+    })
 }
 
 #[cfg(test)]
@@ -164,10 +196,43 @@ mod tests {
         assert!(!is_nogroup(&server("WRONGTYPE")));
     }
 
+    /// The messages are Redis's own (7.x; `master -> slave?` from 5.x), as the server parses
+    /// into code and detail.
     #[test]
-    fn an_ended_wait_is_recognised() {
-        assert!(is_unblocked(&server("UNBLOCKED")));
-        assert!(!is_unblocked(&server("NOGROUP")));
-        assert!(!is_unblocked(&server("WRONGTYPE")));
+    fn an_ended_wait_says_why() {
+        let ended = |detail: &str| {
+            unblocked(&redis::make_extension_error(
+                "UNBLOCKED".into(),
+                Some(detail.into()),
+            ))
+        };
+        assert_eq!(
+            ended("the stream key no longer exists"),
+            Some(Unblocked::KeyGone)
+        );
+        assert_eq!(
+            ended(
+                "force unblock from blocking operation, instance state changed (master -> \
+                 replica?)"
+            ),
+            Some(Unblocked::Demoted)
+        );
+        assert_eq!(
+            ended(
+                "force unblock from blocking operation, instance state changed (master -> slave?)"
+            ),
+            Some(Unblocked::Demoted)
+        );
+        assert_eq!(
+            ended("client unblocked via CLIENT UNBLOCK"),
+            Some(Unblocked::ByClient)
+        );
+        assert_eq!(ended("something new"), Some(Unblocked::Other));
+        assert_eq!(
+            unblocked(&redis::make_extension_error("UNBLOCKED".into(), None)),
+            Some(Unblocked::Other)
+        );
+        assert_eq!(unblocked(&server("NOGROUP")), None);
+        assert_eq!(unblocked(&server("WRONGTYPE")), None);
     }
 }

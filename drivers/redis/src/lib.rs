@@ -32,8 +32,12 @@
 //! the wait would end, with an `XREAD BLOCK` that consumes nothing until it is due. A local
 //! timer ends each wait on time (`CLIENT UNBLOCK`, where Redis alone would answer up to 1/`hz`
 //! late); a dropped wait closes its connection, so it takes nothing afterwards. Both
-//! connections reconnect; a wrong password
-//! or TLS setup fails `connect` at once. A vanished group (`NOGROUP`) is recreated by the next
+//! connections reconnect (attempts at most about 100 ms apart); a wrong password
+//! or TLS setup fails `connect` at once. A fetch that meets a server gone away (killed,
+//! restarting, loading) sends no read meanwhile and waits for it within its wait, so a worker
+//! fetches again within about 100 ms of the server answering; a fetch answered late (a server
+//! paused by `CLIENT PAUSE`) hands its deliveries over with the next fetch, renewed, rather than
+//! with leases the engine would find spent (`tests/recovery.rs` measures both). A vanished group (`NOGROUP`) is recreated by the next
 //! fetch; its leases are reported lost. Every key a script touches is in the stream's Redis
 //! Cluster hash slot (below).
 //!

@@ -18,10 +18,26 @@ use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, RedisResult, Valu
 use crate::config::{ConnectError, RedisConfigError};
 use crate::error::error;
 
+mod recover;
 #[cfg(feature = "sentinel")]
 mod sentinel;
+
+pub(crate) use recover::{waits_for_the_server, Unreachable};
 #[cfg(feature = "sentinel")]
 use sentinel::{Follower, SentinelSpec};
+
+/// First pause between reconnection attempts of a single-server connection.
+const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(10);
+/// Longest pause between reconnection attempts (redis-rs adds up to as much again as jitter):
+/// a server back from a restart is found within about 100 ms. Commands sent while the
+/// connection is down wait for the next attempt, so a long pause (redis-rs's default backoff
+/// reaches seconds) would hold every renew and ack, and the first fetch, for that long after
+/// the server answers again. A refused connection costs next to nothing to try.
+const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(50);
+/// Attempts in one reconnection (about a second at the pauses above). Commands waiting for it
+/// then fail, as transient errors, and the next command starts another: none waits for a
+/// server that stays away longer than that.
+const RECONNECT_RETRIES: usize = 16;
 
 /// Where Redis runs: one server, (with the `cluster` feature) a Redis Cluster known by some of
 /// its nodes, or (with the `sentinel` feature) a master known by name to Redis Sentinel. Its
@@ -209,7 +225,8 @@ impl Servers {
         Ok(())
     }
 
-    /// A connection that reconnects by itself (with backoff, at most 2 s apart), connected
+    /// A connection that reconnects by itself (attempts 10 ms to 100 ms apart; see
+    /// [`RECONNECT_MAX_DELAY`]), connected
     /// within `timeout`, each response bounded by `response_timeout` (`None`: unbounded, for
     /// blocking reads). On a cluster it is one connection per node the client talks to, and
     /// a command redirected by `MOVED` / `ASK` or refused with `TRYAGAIN` is tried again a
@@ -228,7 +245,10 @@ impl Servers {
                 let client = crate::backend::client(url)?;
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(timeout))
-                    .set_max_delay(Duration::from_secs(2))
+                    .set_min_delay(RECONNECT_MIN_DELAY)
+                    .set_exponent_base(2.0)
+                    .set_max_delay(RECONNECT_MAX_DELAY)
+                    .set_number_of_retries(RECONNECT_RETRIES)
                     .set_response_timeout(response_timeout);
                 let manager = client
                     .get_connection_manager_with_config(config)
