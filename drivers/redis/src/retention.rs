@@ -37,6 +37,11 @@ pub enum Retention {
     /// stream's oldest entry) and for inspection: remove a consumed entry only once it is
     /// beyond `max_len` (the stream's newest `max_len` entries are kept) or older than
     /// `max_age` (by its id's time, on the server's clock). Neither set: keep every entry.
+    ///
+    /// An age cap costs what [`Retention::Consumed`] does (one `XTRIM MINID`). A length cap
+    /// costs Redis about 9 µs per entry it trims (measured: a drain 5.4× the raw loop's Redis
+    /// time against 1.6×): the only way to find the entry `max_len` from the end is to read
+    /// the entries before it.
     #[non_exhaustive]
     Keep {
         /// Entries beyond the newest this many may go, once consumed.
