@@ -23,6 +23,8 @@
 //! ended the read) and `NOSCRIPT` (a restarted server forgot a script: it is loaded again). A worker retries transient errors with backoff; a fatal one halts the
 //! stream it happened on (see `leasehold_core::ErrorKind`).
 
+use std::time::Duration;
+
 use leasehold_core::{BackendError, ErrorKind};
 use redis::RedisError;
 
@@ -107,6 +109,140 @@ pub(crate) fn unblocked(e: &RedisError) -> Option<Unblocked> {
     } else {
         Unblocked::Other
     })
+}
+
+/// A Redis configuration that cannot work: found before anything is sent to Redis.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RedisConfigError {
+    /// A name is empty.
+    #[error("{0} must not be empty")]
+    Empty(&'static str),
+    /// The URL does not parse. The reason never repeats the URL, which may hold a password.
+    #[error("bad Redis URL: {0}")]
+    Url(String),
+    /// The claim timeout is zero, below a millisecond or above a year.
+    #[error("claim_timeout must be between 1 ms and one year, got {0:?}")]
+    ClaimTimeout(Duration),
+    /// A trim length of zero would delete every entry.
+    #[error("max_len must be at least 1 when set")]
+    ZeroMaxLen,
+    /// A retention age outside 1 ms ..= one year.
+    #[error("retention max_age must be between 1 ms and one year, got {0:?}")]
+    MaxAge(Duration),
+    /// A command timeout of zero would fail every command.
+    #[error("command_timeout must be greater than zero")]
+    ZeroCommandTimeout,
+    /// A name that becomes a key's hash tag holds a brace.
+    #[error("{what} {name:?} must be free of braces: it is the hash tag of its keys")]
+    BraceInTag {
+        /// Which name.
+        what: &'static str,
+        /// The name given.
+        name: String,
+    },
+    /// A [`RedisConfig::wait_replicas`] that cannot work.
+    #[error("wait_replicas({replicas}, {timeout:?}): {reason}")]
+    WaitReplicas {
+        /// The replicas asked for.
+        replicas: u32,
+        /// The timeout given.
+        timeout: Duration,
+        /// Which bound it breaks.
+        reason: &'static str,
+    },
+    /// A time to live outside 1 ms ..= one year.
+    #[error("ttl must be between 1 ms and one year, got {0:?}")]
+    Ttl(Duration),
+    /// The stream's name holds a `}` but no hash tag: Redis Cluster hashes the whole name, and
+    /// no key derived from it (dead letters, delayed messages) can be placed in its slot.
+    #[error(
+        "stream {stream:?} holds `}}` but no hash tag, so Redis Cluster hashes the whole name \
+         (slot {stream_slot}) and no key derived from it shares that slot ({legacy_key:?} \
+         would be in slot {legacy_slot}); its dead-letter, delayed and deduplication keys \
+         could never be used with it in one script. Name the stream with a hash tag \
+         (`{{app}}:orders`) or without `}}`"
+    )]
+    UntaggableStream {
+        /// The stream's name.
+        stream: String,
+        /// The stream's hash slot.
+        stream_slot: u16,
+        /// The dead-letter key earlier versions derived: `{stream}:dead`.
+        legacy_key: String,
+        /// That key's hash slot.
+        legacy_slot: u16,
+    },
+    /// A key that scripts touch together with the stream hashes to another Redis Cluster slot
+    /// (Redis would refuse every such script with `CROSSSLOT`).
+    #[error(
+        "{what} {key:?} is in Redis Cluster slot {key_slot} but stream {stream:?} is in slot \
+         {stream_slot}: scripts touch both at once, so they must share a slot (give both the \
+         same hash tag, e.g. `{{orders}}` and `{{orders}}:dead`)"
+    )]
+    CrossSlot {
+        /// Which key.
+        what: &'static str,
+        /// The key.
+        key: String,
+        /// Its hash slot.
+        key_slot: u16,
+        /// The stream's name.
+        stream: String,
+        /// The stream's hash slot.
+        stream_slot: u16,
+    },
+}
+
+/// Why connecting to Redis failed: a configuration that cannot work, or Redis itself.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// The configuration cannot work; nothing was sent.
+    #[error(transparent)]
+    Config(#[from] RedisConfigError),
+    /// Redis could not be reached, refused the credentials, or failed a setup command.
+    #[error(transparent)]
+    Redis(#[from] BackendError),
+    /// [`Retention::DeleteOnAck`] on a stream other groups read too: their entries would be
+    /// deleted before they read them.
+    #[error(
+        "retention DeleteOnAck deletes what group {group:?} acks, but stream {stream:?} is read \
+         by other groups too ({others:?}), which would lose those entries: use \
+         Retention::Consumed (the default), or remove the other groups"
+    )]
+    SharedStream {
+        /// The stream.
+        stream: String,
+        /// This backend's group.
+        group: String,
+        /// The stream's other groups.
+        others: Vec<String>,
+    },
+}
+
+impl ConnectError {
+    /// Whether trying again may help: never for a bad configuration, nor for a fatal Redis
+    /// error (wrong password, missing permissions).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::Config(_) => ErrorKind::Fatal,
+            Self::Redis(error) => error.kind(),
+            Self::SharedStream { .. } => ErrorKind::Fatal,
+        }
+    }
+}
+
+impl From<ConnectError> for BackendError {
+    fn from(error: ConnectError) -> Self {
+        match error {
+            ConnectError::Redis(error) => error,
+            ConnectError::Config(error) => {
+                BackendError::fatal(error.to_string()).with_source(error)
+            }
+            error @ ConnectError::SharedStream { .. } => BackendError::fatal(error.to_string()),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -245,13 +245,14 @@ mod inspect;
 mod publisher;
 mod replicas;
 mod retention;
+mod scripts;
 mod sharded;
 mod slot;
 
-pub use backend::{check_credentials, client, RedisBackend};
-pub use config::{ConnectError, FenceCheck, PublisherConfig, RedisConfig, RedisConfigError};
-pub use conn::{Connection, Servers};
-pub use error::{classify, error as backend_error};
+pub use backend::RedisBackend;
+pub use config::{FenceCheck, PublisherConfig, RedisConfig};
+pub use conn::{check_credentials, client, Connection, Servers};
+pub use error::{classify, error as backend_error, ConnectError, RedisConfigError};
 pub use inspect::RedisInspector;
 pub use publisher::RedisPublisher;
 pub use replicas::{evalsha_cmd, WaitReplicas};

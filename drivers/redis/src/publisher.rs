@@ -10,10 +10,12 @@ use leasehold_core::{
 };
 use redis::Value;
 
-use crate::backend::{create_group, DELAYED_SUMMARY, PUBLISH};
-use crate::config::{tenure_key, ConnectError, DelayedKeys, PublisherConfig};
+use crate::backend::create_group;
+use crate::config::{tenure_key, DelayedKeys, PublisherConfig};
 use crate::conn::Connection;
 use crate::error::error;
+use crate::error::ConnectError;
+use crate::scripts::{DELAYED_SUMMARY, PUBLISH};
 
 /// Publishes to one Redis stream, implementing [`Publisher`].
 ///

@@ -15,9 +15,9 @@ use redis::{Cmd, FromRedisValue, Script, Value};
 
 use leasehold_core::BackendResult;
 
-use crate::config::RedisConfigError;
 use crate::conn::Connection;
 use crate::error::error;
+use crate::error::RedisConfigError;
 
 /// How many replicas must acknowledge each write, and how long to wait for them; see
 /// [`RedisConfig::wait_replicas`](crate::RedisConfig::wait_replicas).

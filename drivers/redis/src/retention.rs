@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use leasehold_core::MAX_DURATION;
 
-use crate::config::RedisConfigError;
+use crate::error::RedisConfigError;
 
 /// What a stream keeps of the entries its consumer groups consumed
 /// ([`RedisConfig::retention`](crate::RedisConfig::retention)). Whatever the policy, an entry

@@ -16,8 +16,9 @@ use leasehold_core::{BackendResult, Members, Shards};
 use redis::Script;
 
 use crate::backend::RedisBackend;
-use crate::config::{unique_consumer_name, ConnectError, PublisherConfig, RedisConfig};
+use crate::config::{unique_consumer_name, PublisherConfig, RedisConfig};
 use crate::error::error;
+use crate::error::ConnectError;
 use crate::publisher::RedisPublisher;
 
 static MEMBERS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/members.lua")));

@@ -15,8 +15,8 @@ use leasehold_core::{BackendResult, ErrorKind};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
-use crate::config::{ConnectError, RedisConfigError};
 use crate::error::error;
+use crate::error::{ConnectError, RedisConfigError};
 
 mod recover;
 #[cfg(feature = "sentinel")]
@@ -38,6 +38,36 @@ const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(50);
 /// then fail, as transient errors, and the next command starts another: none waits for a
 /// server that stays away longer than that.
 const RECONNECT_RETRIES: usize = 16;
+
+/// A client for `url`; a URL that does not parse is a configuration error (whose text never
+/// repeats the URL: it may hold a password).
+pub fn client(url: &str) -> Result<redis::Client, RedisConfigError> {
+    redis::Client::open(url).map_err(|e| RedisConfigError::Url(e.to_string()))
+}
+
+/// Opens one plain connection to `client`'s server: a wrong password, an unknown user or a
+/// bad TLS setup is a fatal error here, at once, where a connection manager would retry it for
+/// seconds. A transient failure (the server not up yet) passes: the manager's retries handle it.
+pub async fn check_credentials(client: &redis::Client, timeout: Duration) -> BackendResult<()> {
+    let probe = client
+        .get_multiplexed_async_connection_with_config(
+            &AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(timeout))
+                .set_response_timeout(Some(timeout)),
+        )
+        .await;
+    match probe {
+        Err(e) => {
+            let e = error("connect", e);
+            if e.kind() == ErrorKind::Fatal {
+                Err(e)
+            } else {
+                Ok(())
+            }
+        }
+        Ok(_) => Ok(()),
+    }
+}
 
 /// Where Redis runs: one server, (with the `cluster` feature) a Redis Cluster known by some of
 /// its nodes, or (with the `sentinel` feature) a master known by name to Redis Sentinel. Its
@@ -187,7 +217,7 @@ impl Servers {
     /// A URL that does not parse, or the first fatal error.
     pub async fn check_credentials(&self, timeout: Duration) -> Result<(), ConnectError> {
         for url in self.urls() {
-            let client = crate::backend::client(url)?;
+            let client = client(url)?;
             let probe = client
                 .get_multiplexed_async_connection_with_config(
                     &AsyncConnectionConfig::new()
@@ -242,7 +272,7 @@ impl Servers {
     ) -> Result<Connection, ConnectError> {
         match &self.0 {
             Where::One(url) => {
-                let client = crate::backend::client(url)?;
+                let client = client(url)?;
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(timeout))
                     .set_min_delay(RECONNECT_MIN_DELAY)
@@ -355,7 +385,7 @@ impl Servers {
         }
         let mut last = None;
         for url in self.urls() {
-            let client = crate::backend::client(url).map_err(ConnectError::from)?;
+            let client = client(url).map_err(ConnectError::from)?;
             match client.get_async_pubsub().await {
                 Ok(pubsub) => return Ok(pubsub),
                 Err(e) => last = Some(error("subscribe", e)),

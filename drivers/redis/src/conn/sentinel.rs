@@ -5,7 +5,7 @@ use std::time::Duration;
 use redis::{AsyncConnectionConfig, RedisResult, Value};
 
 use super::node_changed;
-use crate::config::RedisConfigError;
+use crate::error::RedisConfigError;
 
 /// A master known to Redis Sentinel: the sentinels' URLs, the master's name there, and the URL
 /// whose database and credentials the connections to the master use.
