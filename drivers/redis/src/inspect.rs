@@ -17,10 +17,10 @@ use redis::streams::{
 };
 use redis::{Script, Value};
 
-use crate::config::{stored_prefix, DelayedKeys};
 use crate::conn::{Connection, Servers};
 use crate::error::error;
 use crate::error::ConnectError;
+use crate::keys::{stored_prefix, DelayedKeys};
 use crate::publisher::delayed_summary;
 
 static REQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/requeue.lua")));

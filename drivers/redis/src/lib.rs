@@ -242,6 +242,7 @@ mod config;
 mod conn;
 mod error;
 mod inspect;
+mod keys;
 mod publisher;
 mod replicas;
 mod retention;

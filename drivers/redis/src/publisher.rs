@@ -11,10 +11,11 @@ use leasehold_core::{
 use redis::Value;
 
 use crate::backend::create_group;
-use crate::config::{tenure_key, DelayedKeys, PublisherConfig};
+use crate::config::PublisherConfig;
 use crate::conn::Connection;
 use crate::error::error;
 use crate::error::ConnectError;
+use crate::keys::{tenure_key, DelayedKeys};
 use crate::scripts::{DELAYED_SUMMARY, PUBLISH};
 
 /// Publishes to one Redis stream, implementing [`Publisher`].

@@ -25,10 +25,11 @@ use leasehold_core::{
 };
 use redis::{RedisError, Script, Value};
 
-use crate::config::{unique_consumer_name, DelayedKeys, RedisConfig};
+use crate::config::{unique_consumer_name, RedisConfig};
 use crate::conn::{Connection, Unreachable};
 use crate::error::ConnectError;
 use crate::error::{error, is_nogroup};
+use crate::keys::DelayedKeys;
 use crate::replicas::evalsha_cmd;
 use crate::retention::Retention;
 use crate::scripts::{ACK, CREATE_GROUP, DEAD_LETTER, FETCH, PROMOTE, RELEASE, RENEW};
