@@ -6,7 +6,7 @@
 //! (`{queue:i}`, each its own hash tag). A round publishes `messages` raw messages spread round
 //! robin over the shards (pipelined, before the clock starts), then one leasehold worker with a
 //! no-op handler serves every shard (`.stream(..)` per shard, the backends from
-//! `RedisBackend::connect_shards` on `RedisConfig::cluster`, sharing one command connection;
+//! `RedisBackend::connect_shards` on a `Servers::cluster` config, sharing one command connection;
 //! with `--connection-per-shard`, `RedisBackend::connect` per shard)
 //! until every message is acked. Each round uses a fresh queue name, chosen so that its shards'
 //! slots land evenly on the masters (CRC16 of `{queue:i}` is random: a random name would put,
@@ -33,7 +33,9 @@ use std::time::{Duration, Instant};
 use clap::{value_parser, Parser};
 use indicatif::ProgressBar;
 use leasehold_core::{Config, Outgoing, Publisher, Shards};
-use leasehold_redis::{key_slot, PublisherConfig, RedisBackend, RedisConfig, RedisPublisher};
+use leasehold_redis::{
+    key_slot, PublisherConfig, RedisBackend, RedisConfig, RedisPublisher, Servers,
+};
 use leasehold_redis_harness::{RedisCluster, RedisServer};
 use leasehold_tokio::{Delivery, Raw, TokioRuntime, WorkerBuilder};
 use serde_json::{json, Value as Json};
@@ -557,9 +559,10 @@ async fn one_round(
     for (stream, &count) in queue.streams().zip(&per_shard) {
         let urls = urls.clone();
         publishes.spawn(async move {
-            let publisher = RedisPublisher::connect(PublisherConfig::cluster(urls, stream))
-                .await
-                .map_err(|e| BenchError::Redis(format!("publisher: {e}")))?;
+            let publisher =
+                RedisPublisher::connect(PublisherConfig::new(Servers::cluster(urls), stream))
+                    .await
+                    .map_err(|e| BenchError::Redis(format!("publisher: {e}")))?;
             let mut left = count;
             while left > 0 {
                 let n = left.min(PUBLISH_BATCH);
@@ -593,7 +596,7 @@ async fn one_round(
     if connection_per_shard {
         for stream in queue.streams() {
             let backend = RedisBackend::connect(
-                RedisConfig::cluster(urls.clone(), &stream, GROUP)
+                RedisConfig::new(Servers::cluster(urls.clone()), &stream, GROUP)
                     .consumer("bench")
                     .claim_timeout(CLAIM_TIMEOUT),
             )
@@ -602,7 +605,7 @@ async fn one_round(
             backends.push((stream, backend));
         }
     } else {
-        let config = RedisConfig::cluster(urls.clone(), queue.queue(), GROUP)
+        let config = RedisConfig::new(Servers::cluster(urls.clone()), queue.queue(), GROUP)
             .consumer("bench")
             .claim_timeout(CLAIM_TIMEOUT);
         let shared = RedisBackend::connect_shards(config, &queue)

@@ -14,7 +14,7 @@ use leasehold_conformance::{backend_suite, BackendFactory, DeadLetterInfo, Group
 use leasehold_core::Stats;
 use leasehold_core::{Backend, ErrorKind, Outgoing, Publisher, Tenure};
 use leasehold_redis::{
-    key_slot, PublisherConfig, RedisBackend, RedisConfig, RedisInspector, RedisPublisher,
+    key_slot, PublisherConfig, RedisBackend, RedisConfig, RedisInspector, RedisPublisher, Servers,
 };
 use leasehold_redis_harness::{RedisCluster, RedisServer, Reply};
 use leasehold_tokio::{Config, Delivery, RetryPolicy, Worker, WorkerBuilder};
@@ -110,10 +110,13 @@ mod properties {
             let stream = stream_on(&self.cluster, master, &format!("jobs{n}"));
             let mut handles = Vec::with_capacity(groups.len());
             for (i, group) in groups.iter().enumerate() {
-                let config =
-                    RedisConfig::cluster(entry_nodes(&self.cluster), stream.as_str(), *group)
-                        .consumer(format!("replica-{i}"))
-                        .claim_timeout(claim_timeout);
+                let config = RedisConfig::new(
+                    Servers::cluster(entry_nodes(&self.cluster)),
+                    stream.as_str(),
+                    *group,
+                )
+                .consumer(format!("replica-{i}"))
+                .claim_timeout(claim_timeout);
                 handles.push(RedisBackend::connect(config).await.expect("connect"));
             }
             if let Some(first) = handles.first() {
@@ -126,9 +129,10 @@ mod properties {
         async fn join(&self, claim_timeout: Duration, group: &str) -> RedisBackend {
             let last = self.last.lock().expect("not poisoned").clone();
             let (stream, _) = last.expect("a stream was opened");
-            let config = RedisConfig::cluster(entry_nodes(&self.cluster), stream, group)
-                .consumer("late")
-                .claim_timeout(claim_timeout);
+            let config =
+                RedisConfig::new(Servers::cluster(entry_nodes(&self.cluster)), stream, group)
+                    .consumer("late")
+                    .claim_timeout(claim_timeout);
             RedisBackend::connect(config).await.expect("connect")
         }
     }
@@ -167,7 +171,7 @@ fn worker_config() -> Config {
 
 /// A worker on `stream` whose handler records each run and takes a few milliseconds.
 async fn recording_worker(cluster: &RedisCluster, stream: &str, runs: &Runs) -> Worker<Bytes> {
-    let config = RedisConfig::cluster(entry_nodes(cluster), stream, GROUP)
+    let config = RedisConfig::new(Servers::cluster(entry_nodes(cluster)), stream, GROUP)
         .consumer("w")
         .claim_timeout(Duration::from_secs(2));
     let backend = RedisBackend::connect(config).await.expect("connect");
@@ -249,10 +253,12 @@ async fn a_worker_consumes_a_stream_on_another_master() {
     const N: u64 = 300;
     let cluster = start_cluster();
     let stream = stream_on(&cluster, 1, "orders");
-    let publisher =
-        RedisPublisher::connect(PublisherConfig::cluster(entry_nodes(&cluster), &stream))
-            .await
-            .expect("connect the publisher");
+    let publisher = RedisPublisher::connect(PublisherConfig::new(
+        Servers::cluster(entry_nodes(&cluster)),
+        &stream,
+    ))
+    .await
+    .expect("connect the publisher");
     let runs = Runs::default();
     let worker = recording_worker(&cluster, &stream, &runs).await;
     for start in (0..N).step_by(50) {
@@ -282,10 +288,12 @@ async fn a_live_stream_follows_its_slot_to_another_master() {
     let cluster = start_cluster();
     let stream = stream_on(&cluster, 1, "moving");
     let slot = key_slot(stream.as_bytes());
-    let publisher =
-        RedisPublisher::connect(PublisherConfig::cluster(entry_nodes(&cluster), &stream))
-            .await
-            .expect("connect the publisher");
+    let publisher = RedisPublisher::connect(PublisherConfig::new(
+        Servers::cluster(entry_nodes(&cluster)),
+        &stream,
+    ))
+    .await
+    .expect("connect the publisher");
     let runs = Runs::default();
     let worker = recording_worker(&cluster, &stream, &runs).await;
     // A dead letter, so the slot holds more than the stream.
@@ -373,7 +381,11 @@ async fn a_backend_holds_two_connections_per_master() {
     let cluster = start_cluster();
     let before: Vec<usize> = cluster.masters().iter().map(clients).collect();
     let stream = stream_on(&cluster, 2, "counted");
-    let config = RedisConfig::cluster(entry_nodes(&cluster), stream.as_str(), GROUP);
+    let config = RedisConfig::new(
+        Servers::cluster(entry_nodes(&cluster)),
+        stream.as_str(),
+        GROUP,
+    );
     let backend = RedisBackend::connect(config).await.expect("connect");
     // A blocking wait on the stream's master, while the command connection is used.
     let waiting = backend.fetch(1, Duration::from_secs(3));
@@ -399,7 +411,11 @@ async fn the_inspector_walks_every_master() {
         .map(|master| stream_on(&cluster, master, "listed"))
         .collect();
     for stream in &streams {
-        let config = RedisConfig::cluster(entry_nodes(&cluster), stream.as_str(), GROUP);
+        let config = RedisConfig::new(
+            Servers::cluster(entry_nodes(&cluster)),
+            stream.as_str(),
+            GROUP,
+        );
         let backend = RedisBackend::connect(config).await.expect("connect");
         backend
             .publish(Bytes::from_static(b"1"))
@@ -407,7 +423,7 @@ async fn the_inspector_walks_every_master() {
             .expect("publish");
     }
     streams.sort();
-    let inspector = RedisInspector::connect_cluster(entry_nodes(&cluster))
+    let inspector = RedisInspector::connect(Servers::cluster(entry_nodes(&cluster)))
         .await
         .expect("connect the inspector");
     assert_eq!(inspector.streams(100).await.expect("streams"), streams);
@@ -440,7 +456,11 @@ async fn a_master_that_forgot_the_scripts_gets_them_again() {
     let cluster = start_cluster();
     let stream = stream_on(&cluster, 2, "forgetful");
     let master = owner(&cluster, &stream);
-    let config = RedisConfig::cluster(entry_nodes(&cluster), stream.as_str(), GROUP);
+    let config = RedisConfig::new(
+        Servers::cluster(entry_nodes(&cluster)),
+        stream.as_str(),
+        GROUP,
+    );
     let backend = RedisBackend::connect(config).await.expect("connect");
     for payload in [b"1", b"2"] {
         backend

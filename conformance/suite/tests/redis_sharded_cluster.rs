@@ -14,7 +14,7 @@ use bytes::Bytes;
 use leasehold_conformance::{backend_suite, BackendFactory, DeadLetterInfo};
 use leasehold_core::{MembershipConfig, Shards};
 use leasehold_redis::{
-    key_slot, members_key, PublisherConfig, RedisBackend, RedisConfig, RedisPublisher,
+    key_slot, members_key, PublisherConfig, RedisBackend, RedisConfig, RedisPublisher, Servers,
 };
 use leasehold_redis_harness::{RedisCluster, RedisServer};
 use leasehold_tokio::{Config, Delivery, Outcome, PublishOptions, ShardedProducer, Worker};
@@ -77,9 +77,13 @@ impl BackendFactory for ShardFactory {
             .unwrap_or(0);
         let mut handles = Vec::with_capacity(replicas);
         for i in 0..replicas {
-            let config = RedisConfig::cluster(entry_nodes(&self.cluster), "unused", GROUP)
-                .consumer(format!("replica-{i}"))
-                .claim_timeout(claim_timeout);
+            let config = RedisConfig::new(
+                Servers::cluster(entry_nodes(&self.cluster)),
+                "unused",
+                GROUP,
+            )
+            .consumer(format!("replica-{i}"))
+            .claim_timeout(claim_timeout);
             let mut all = RedisBackend::connect_shards(config, &shards)
                 .await
                 .expect("connect");
@@ -130,7 +134,7 @@ async fn worker(
     name: &str,
     runs: &Arc<Mutex<HashMap<u64, u32>>>,
 ) -> Worker<Bytes> {
-    let config = RedisConfig::cluster(entry_nodes(cluster), "unused", GROUP)
+    let config = RedisConfig::new(Servers::cluster(entry_nodes(cluster)), "unused", GROUP)
         .consumer(name)
         .claim_timeout(Duration::from_secs(2));
     let backends = RedisBackend::connect_shards(config, shards)
@@ -192,7 +196,7 @@ async fn two_workers_share_a_queue_spread_over_the_masters() {
     assert_eq!(live.as_int(), Some(2));
 
     let publishers = RedisPublisher::connect_shards(
-        PublisherConfig::cluster(entry_nodes(&cluster), "unused"),
+        PublisherConfig::new(Servers::cluster(entry_nodes(&cluster)), "unused"),
         &shards,
     )
     .await
@@ -243,7 +247,7 @@ async fn a_live_shard_follows_its_slot_to_another_master() {
     let a = worker(&cluster, &shards, "a", &runs).await;
     let b = worker(&cluster, &shards, "b", &runs).await;
     let publishers = RedisPublisher::connect_shards(
-        PublisherConfig::cluster(entry_nodes(&cluster), "unused"),
+        PublisherConfig::new(Servers::cluster(entry_nodes(&cluster)), "unused"),
         &shards,
     )
     .await

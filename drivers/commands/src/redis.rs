@@ -64,46 +64,13 @@ pub struct RedisStoreConfig {
 }
 
 impl RedisStoreConfig {
-    /// Queue `queue` on the Redis at `url` (`redis://[user:password@]host:port/db`). Defaults:
+    /// Queue `queue` on `servers`: a URL (`redis://[user:password@]host:port/db`), or
+    /// [`Servers::cluster`] (all of a queue's keys share one hash slot, so each queue lives on
+    /// one master) / [`Servers::sentinel`] (the connections follow a failover). Defaults:
     /// consumer group `commands`, state TTL 7 days, 5 s command timeout.
-    pub fn new(url: impl Into<String>, queue: impl Into<String>) -> Self {
-        Self::with_servers(Servers::one(url), queue)
-    }
-
-    /// Queue `queue` on a Redis Cluster known by some of its nodes' URLs (see
-    /// [`Servers::cluster`]); defaults as [`RedisStoreConfig::new`]. All of a queue's keys share
-    /// one hash slot, so each queue lives on one master.
-    #[cfg(feature = "cluster")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
-    pub fn cluster<I, S>(nodes: I, queue: impl Into<String>) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        Self::with_servers(Servers::cluster(nodes), queue)
-    }
-
-    /// Queue `queue` on the master named `master_name` in Redis Sentinel, found through the
-    /// sentinels at `sentinel_urls` (see [`Servers::sentinel`]); defaults as
-    /// [`RedisStoreConfig::new`]. The connections follow a failover.
-    #[cfg(feature = "sentinel")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
-    pub fn sentinel<I, S>(
-        sentinel_urls: I,
-        master_name: impl Into<String>,
-        queue: impl Into<String>,
-    ) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        Self::with_servers(Servers::sentinel(sentinel_urls, master_name), queue)
-    }
-
-    /// Queue `queue` on `servers`; defaults as [`RedisStoreConfig::new`].
-    pub fn with_servers(servers: Servers, queue: impl Into<String>) -> Self {
+    pub fn new(servers: impl Into<Servers>, queue: impl Into<String>) -> Self {
         Self {
-            servers,
+            servers: servers.into(),
             queue: queue.into(),
             shards: 1,
             group: "commands".into(),
@@ -174,7 +141,7 @@ impl RedisStoreConfig {
     /// The configuration of `stream`'s consumers: the queue's servers, group, command timeout
     /// and `wait_replicas`.
     fn stream_config(&self, stream: &str) -> RedisConfig {
-        let config = RedisConfig::with_servers(self.servers.clone(), stream, &self.group)
+        let config = RedisConfig::new(self.servers.clone(), stream, &self.group)
             .command_timeout(self.command_timeout);
         match self.wait {
             Some((replicas, timeout)) => config.wait_replicas(replicas, timeout),

@@ -33,7 +33,7 @@ impl Fixture for Cluster {
     async fn store(&self) -> RedisCommandStore {
         // The first master only: the client discovers the others from it.
         let first = self.cluster.masters()[0].url();
-        let config = RedisStoreConfig::with_servers(Servers::cluster([first]), &self.queue);
+        let config = RedisStoreConfig::new(Servers::cluster([first]), &self.queue);
         RedisCommandStore::connect(config)
             .await
             .expect("connect the command store to the cluster")
@@ -118,10 +118,9 @@ mod sharded {
 
         async fn store(&self) -> RedisCommandStore {
             let first = self.cluster.masters()[0].url();
-            let config =
-                RedisStoreConfig::with_servers(Servers::cluster([first]), self.shards.queue())
-                    .shards(SHARDS)
-                    .expect("6 shards of a valid name");
+            let config = RedisStoreConfig::new(Servers::cluster([first]), self.shards.queue())
+                .shards(SHARDS)
+                .expect("6 shards of a valid name");
             RedisCommandStore::connect(config)
                 .await
                 .expect("connect the sharded command store to the cluster")

@@ -27,7 +27,7 @@ impl Fixture for Sentinel {
 
     async fn store(&self) -> RedisCommandStore {
         let servers = Servers::sentinel(self.topology.sentinel_urls(), self.topology.master_name());
-        let config = RedisStoreConfig::with_servers(servers, QUEUE)
+        let config = RedisStoreConfig::new(servers, QUEUE)
             // Generous: a replica acknowledges within milliseconds, but the tests run side by
             // side on a loaded machine; a shortfall is a failed submit here.
             .wait_replicas(1, Duration::from_secs(2));

@@ -58,8 +58,8 @@
 //! | [`redis`] | `redis` | the Redis Streams backend |
 //! | [`commands`] | `commands` | the command queue: submit, track and cancel long-running commands |
 //! | `tls` | `tls` | `rediss://` URLs |
-//! | `RedisConfig::cluster`, ... | `cluster` | Redis Cluster |
-//! | `RedisConfig::sentinel`, ... | `sentinel` | Redis Sentinel: the master found through the sentinels, followed through a failover |
+//! | `Servers::cluster` | `cluster` | Redis Cluster |
+//! | `Servers::sentinel` | `sentinel` | Redis Sentinel: the master found through the sentinels, followed through a failover |
 //! | [`core`] | always | the sans-IO engine and the backend SPI, to embed the engine or write a backend |
 //!
 //! The focused crates this one gathers (`leasehold-core`, `leasehold-worker`,

@@ -49,56 +49,18 @@ pub struct RedisConfig {
 }
 
 impl RedisConfig {
-    /// A stream at `url` (`redis://[user:password@]host:port/db`, or `rediss://` with the `tls`
-    /// feature) consumed by consumer group `group`. Defaults: claim timeout 60 s, payload
-    /// field `data`, a unique consumer name, dead letters in `{stream}:dead`.
+    /// A stream on `servers`, consumed by consumer group `group`. `servers` is a URL
+    /// (`redis://[user:password@]host:port/db`, or `rediss://` with the `tls` feature) for one
+    /// server, [`Servers::cluster`] for a Redis Cluster, or [`Servers::sentinel`] for a master
+    /// behind Redis Sentinel. Defaults: claim timeout 60 s, payload field `data`, a unique
+    /// consumer name, dead letters in `{stream}:dead`.
     pub fn new(
-        url: impl Into<String>,
-        stream: impl Into<String>,
-        group: impl Into<String>,
-    ) -> Self {
-        Self::with_servers(Servers::one(url), stream, group)
-    }
-
-    /// A stream on a Redis Cluster known by some of its nodes' URLs (see [`Servers::cluster`]),
-    /// consumed by consumer group `group`; defaults as [`RedisConfig::new`].
-    #[cfg(feature = "cluster")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
-    pub fn cluster<I, S>(nodes: I, stream: impl Into<String>, group: impl Into<String>) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        Self::with_servers(Servers::cluster(nodes), stream, group)
-    }
-
-    /// A stream on the master named `master_name` in Redis Sentinel, found through the
-    /// sentinels at `sentinel_urls` (see [`Servers::sentinel`]), consumed by consumer group
-    /// `group`; defaults as [`RedisConfig::new`]. The connections follow a failover.
-    #[cfg(feature = "sentinel")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
-    pub fn sentinel<I, S>(
-        sentinel_urls: I,
-        master_name: impl Into<String>,
-        stream: impl Into<String>,
-        group: impl Into<String>,
-    ) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        Self::with_servers(Servers::sentinel(sentinel_urls, master_name), stream, group)
-    }
-
-    /// A stream on `servers`, consumed by consumer group `group`; defaults as
-    /// [`RedisConfig::new`].
-    pub fn with_servers(
-        servers: Servers,
+        servers: impl Into<Servers>,
         stream: impl Into<String>,
         group: impl Into<String>,
     ) -> Self {
         Self {
-            target: PublisherConfig::with_servers(servers, stream),
+            target: PublisherConfig::new(servers, stream),
             group: group.into(),
             consumer: None,
             claim_timeout: Duration::from_secs(60),
@@ -276,44 +238,12 @@ impl std::fmt::Debug for PublisherConfig {
 }
 
 impl PublisherConfig {
-    /// Publishing to `stream` at `url` (as [`RedisConfig::new`] takes it). Defaults: payload
-    /// field `data`, no trimming, command timeout 5 s.
-    pub fn new(url: impl Into<String>, stream: impl Into<String>) -> Self {
-        Self::with_servers(Servers::one(url), stream)
-    }
-
-    /// Publishing to `stream` on a Redis Cluster known by some of its nodes' URLs (see
-    /// [`Servers::cluster`]); defaults as [`PublisherConfig::new`].
-    #[cfg(feature = "cluster")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
-    pub fn cluster<I, S>(nodes: I, stream: impl Into<String>) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        Self::with_servers(Servers::cluster(nodes), stream)
-    }
-
-    /// Publishing to `stream` on the master named `master_name` in Redis Sentinel (see
-    /// [`Servers::sentinel`]); defaults as [`PublisherConfig::new`].
-    #[cfg(feature = "sentinel")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
-    pub fn sentinel<I, S>(
-        sentinel_urls: I,
-        master_name: impl Into<String>,
-        stream: impl Into<String>,
-    ) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        Self::with_servers(Servers::sentinel(sentinel_urls, master_name), stream)
-    }
-
-    /// Publishing to `stream` on `servers`; defaults as [`PublisherConfig::new`].
-    pub fn with_servers(servers: Servers, stream: impl Into<String>) -> Self {
+    /// Publishing to `stream` on `servers` (a URL, or [`Servers::cluster`] /
+    /// [`Servers::sentinel`], as [`RedisConfig::new`] takes them). Defaults: payload field
+    /// `data`, no trimming, command timeout 5 s.
+    pub fn new(servers: impl Into<Servers>, stream: impl Into<String>) -> Self {
         Self {
-            servers,
+            servers: servers.into(),
             stream: stream.into(),
             field: "data".into(),
             max_len: None,

@@ -45,59 +45,17 @@ impl std::fmt::Debug for RedisInspector {
 }
 
 impl RedisInspector {
-    /// Connects to `url` (as [`RedisConfig::new`](crate::RedisConfig::new) takes it).
+    /// Connects to `servers`: a URL, or [`Servers::cluster`] (each stream's commands go to the
+    /// master serving its slot, and [`streams`](Self::streams) walks every master) /
+    /// [`Servers::sentinel`] (the connection follows a failover), as
+    /// [`RedisConfig::new`](crate::RedisConfig::new) takes them.
     ///
     /// # Errors
     ///
-    /// A URL that does not parse, a server that refuses the credentials, or one that cannot be
-    /// reached.
-    pub async fn connect(url: &str) -> Result<Self, ConnectError> {
-        Self::connect_to(&Servers::one(url)).await
-    }
-
-    /// Connects to a Redis Cluster known by some of its nodes' URLs (see
-    /// [`Servers::cluster`]): each stream's commands go to the master serving its slot, and
-    /// [`streams`](Self::streams) walks every master.
-    ///
-    /// # Errors
-    ///
-    /// As [`connect`](Self::connect).
-    #[cfg(feature = "cluster")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
-    pub async fn connect_cluster<I, S>(nodes: I) -> Result<Self, ConnectError>
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        Self::connect_to(&Servers::cluster(nodes)).await
-    }
-
-    /// Connects to the master named `master_name` in Redis Sentinel, found through the
-    /// sentinels at `sentinel_urls` (see [`Servers::sentinel`]); the connection follows a
-    /// failover.
-    ///
-    /// # Errors
-    ///
-    /// As [`connect`](Self::connect), or no master found through the sentinels.
-    #[cfg(feature = "sentinel")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
-    pub async fn connect_sentinel<I, S>(
-        sentinel_urls: I,
-        master_name: impl Into<String>,
-    ) -> Result<Self, ConnectError>
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        Self::connect_to(&Servers::sentinel(sentinel_urls, master_name)).await
-    }
-
-    /// Connects to `servers`.
-    ///
-    /// # Errors
-    ///
-    /// As [`connect`](Self::connect).
-    pub async fn connect_to(servers: &Servers) -> Result<Self, ConnectError> {
+    /// A URL that does not parse, a server that refuses the credentials, one that cannot be
+    /// reached, or (behind Sentinel) no master found through the sentinels.
+    pub async fn connect(servers: impl Into<Servers>) -> Result<Self, ConnectError> {
+        let servers: Servers = servers.into();
         let timeout = Duration::from_secs(5);
         servers.validate()?;
         servers.check_credentials(timeout).await?;

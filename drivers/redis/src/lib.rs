@@ -97,9 +97,9 @@
 //!
 //! ## Redis Cluster
 //!
-//! With the `cluster` feature, `RedisConfig::cluster`, `PublisherConfig::cluster` and
-//! `RedisInspector::connect_cluster` take the URLs of some of a cluster's nodes (one that
-//! answers is enough; [`Servers`] names either kind for the `with_servers` constructors). The
+//! With the `cluster` feature, [`Servers::cluster`] names a cluster by the URLs of some of its
+//! nodes (one that answers is enough), for `RedisConfig::new`, `PublisherConfig::new` and
+//! `RedisInspector::connect`, which take any [`Servers`] (a URL is one server). The
 //! connections are then redis-rs's async cluster connections behind the same [`Connection`]
 //! type: every command, pipeline and script is routed to the master serving its first key's
 //! slot — all of one stream's keys share it (above), so a stream lives on one master — and the
@@ -143,9 +143,8 @@
 //!
 //! ## Redis Sentinel
 //!
-//! With the `sentinel` feature, `RedisConfig::sentinel`, `PublisherConfig::sentinel` and
-//! `RedisInspector::connect_sentinel` take the sentinels' URLs and the master's name
-//! (`Servers::sentinel`; `Servers::sentinel_with_master_auth` for a master with a password
+//! With the `sentinel` feature, the same constructors take the sentinels' URLs and the
+//! master's name (`Servers::sentinel`; `Servers::sentinel_with_master_auth` for a master with a password
 //! or another database). A connection asks the sentinels for the master (and checks it
 //! answers `ROLE` as one), and asks again after a connection error, a timeout, or a reply
 //! that says the node is no master any more (`READONLY`, `UNBLOCKED`, `MASTERDOWN`); the call

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use leasehold_core::{Outgoing, Publisher, Tenure};
 use leasehold_redis::{
-    key_slot, PublisherConfig, RedisBackend, RedisConfig, RedisInspector, RedisPublisher,
+    key_slot, PublisherConfig, RedisBackend, RedisConfig, RedisInspector, RedisPublisher, Servers,
 };
 use leasehold_redis_harness::{Join, RedisCluster, RedisSentinel, Reply};
 use leasehold_tokio::TokioRuntime;
@@ -223,16 +223,20 @@ fn sentinel_failover(how: How, replicas: usize, wait: Option<Duration>) {
     let (sentinels, name) = (topology.sentinel_urls(), topology.master_name().to_owned());
     let rt = runtime();
     let record = Record::default();
-    let mut config = RedisConfig::sentinel(sentinels.clone(), &name, "jobs", "workers")
-        .consumer("w1")
-        .claim_timeout(CLAIM)
-        .command_timeout(Duration::from_secs(2));
+    let mut config = RedisConfig::new(
+        Servers::sentinel(sentinels.clone(), &name),
+        "jobs",
+        "workers",
+    )
+    .consumer("w1")
+    .claim_timeout(CLAIM)
+    .command_timeout(Duration::from_secs(2));
     if let Some(wait) = wait {
         config = config.wait_replicas(1, wait);
     }
     let publisher = rt
         .block_on(RedisPublisher::connect(
-            PublisherConfig::sentinel(sentinels, &name, "jobs")
+            PublisherConfig::new(Servers::sentinel(sentinels, &name), "jobs")
                 .wait_replicas(1, Duration::from_millis(500)),
         ))
         .expect("a publisher through the sentinels");
@@ -282,7 +286,7 @@ fn sentinel_failover(how: How, replicas: usize, wait: Option<Duration>) {
     rt.block_on(worker.shutdown(Duration::from_secs(2)));
     // The inspector finds the stream on the new master too.
     let streams = rt.block_on(async {
-        let inspector = RedisInspector::connect_sentinel(topology.sentinel_urls(), &name)
+        let inspector = RedisInspector::connect(Servers::sentinel(topology.sentinel_urls(), &name))
             .await
             .expect("an inspector through the sentinels");
         inspector.streams(10).await.expect("the streams")
@@ -319,7 +323,7 @@ fn cluster_failover_with_wait_replicas_loses_nothing_and_runs_nothing_twice_at_o
     let record = Record::default();
     let wait = Duration::from_millis(500);
     let config = |consumer: &str| {
-        RedisConfig::cluster(nodes.clone(), "jobs", "workers")
+        RedisConfig::new(Servers::cluster(nodes.clone()), "jobs", "workers")
             .consumer(consumer)
             .claim_timeout(CLAIM)
             .command_timeout(Duration::from_secs(2))
@@ -327,7 +331,7 @@ fn cluster_failover_with_wait_replicas_loses_nothing_and_runs_nothing_twice_at_o
     };
     let publisher = rt
         .block_on(RedisPublisher::connect(
-            PublisherConfig::cluster(nodes.clone(), "jobs").wait_replicas(1, wait),
+            PublisherConfig::new(Servers::cluster(nodes.clone()), "jobs").wait_replicas(1, wait),
         ))
         .expect("a cluster publisher");
     let failed = rt.block_on(publish_all(&publisher, 0..MESSAGES));
@@ -539,14 +543,13 @@ fn hanging_sentinels_do_not_hold_up_a_worker() {
     let (sentinels, name) = (topology.sentinel_urls(), topology.master_name().to_owned());
     let rt = runtime();
     let publisher = rt
-        .block_on(RedisPublisher::connect(PublisherConfig::sentinel(
-            sentinels.clone(),
-            &name,
+        .block_on(RedisPublisher::connect(PublisherConfig::new(
+            Servers::sentinel(sentinels.clone(), &name),
             "jobs",
         )))
         .expect("a publisher through the sentinels");
     rt.block_on(publish_all(&publisher, 0..MESSAGES));
-    let config = RedisConfig::sentinel(sentinels, &name, "jobs", "workers")
+    let config = RedisConfig::new(Servers::sentinel(sentinels, &name), "jobs", "workers")
         .consumer("w1")
         .claim_timeout(CLAIM);
     let backend = rt

@@ -22,7 +22,7 @@ const CLAIM: Duration = Duration::from_secs(30);
 async fn fill(servers: &Servers) {
     let orders = Shards::new("orders", 3).unwrap();
     for (i, stream) in orders.streams().enumerate() {
-        let config = RedisConfig::with_servers(servers.clone(), &stream, "workers")
+        let config = RedisConfig::new(servers.clone(), &stream, "workers")
             .consumer("w")
             .claim_timeout(CLAIM);
         let backend = RedisBackend::connect(config).await.expect("connect");
@@ -43,12 +43,10 @@ async fn fill(servers: &Servers) {
             }
             _ => {
                 assert_eq!(backend.fetch(2, Duration::ZERO).await.unwrap().len(), 2);
-                let publisher = RedisPublisher::connect(PublisherConfig::with_servers(
-                    servers.clone(),
-                    &stream,
-                ))
-                .await
-                .expect("connect the publisher");
+                let publisher =
+                    RedisPublisher::connect(PublisherConfig::new(servers.clone(), &stream))
+                        .await
+                        .expect("connect the publisher");
                 let mut later = Outgoing::new(Bytes::from_static(b"later"));
                 later.due = Some(Due::After(Duration::from_secs(600)));
                 publisher.publish_batch(vec![later]).await.unwrap();
@@ -56,7 +54,7 @@ async fn fill(servers: &Servers) {
         }
     }
     for stream in ["plain", "{other:0}"] {
-        let config = RedisConfig::with_servers(servers.clone(), stream, "workers").consumer("w");
+        let config = RedisConfig::new(servers.clone(), stream, "workers").consumer("w");
         let backend = RedisBackend::connect(config).await.expect("connect");
         backend.publish(Bytes::from_static(b"x")).await.unwrap();
     }
@@ -180,6 +178,6 @@ async fn a_sharded_queue_over_cluster_masters_is_one_queue() {
     assert!(owners.len() > 1, "the shards live on several masters");
     let servers = Servers::cluster([cluster.masters()[0].url()]);
     fill(&servers).await;
-    let inspector = RedisInspector::connect_to(&servers).await.expect("connect");
+    let inspector = RedisInspector::connect(&servers).await.expect("connect");
     check(&inspector).await;
 }
