@@ -151,3 +151,8 @@ pub mod dashboard {
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeExamples;
+
+/// The guide's code blocks, compiled as doc tests so they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../GUIDE.md")]
+pub struct GuideExamples;
