@@ -1,6 +1,7 @@
 //! A service that serves its workers' metrics to Prometheus and a readiness probe from their
 //! health: `cargo run -p leasehold --example metrics`, then
-//! `curl 127.0.0.1:9000/metrics` and `curl -i 127.0.0.1:9001/ready`. Ctrl-C stops it.
+//! `curl 127.0.0.1:9000/metrics` and `curl -i 127.0.0.1:9001/ready`. Ctrl-C or SIGTERM stops
+//! it.
 
 use std::time::Duration;
 
@@ -47,7 +48,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tokio::select! {
         _ = serve_readiness(probe, &worker) => {}
         health = worker.closed() => eprintln!("the worker stopped: {health:?}"),
-        _ = tokio::signal::ctrl_c() => {}
+        signal = leasehold::tokio::shutdown_signal() => eprintln!("{:?}: stopping", signal?),
     }
     let report = worker.shutdown(Duration::from_secs(10)).await;
     println!("{report:?}");

@@ -33,8 +33,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .start()?;
 
-    while !stream.is_empty() {
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    // Run until the stream is drained, or until Ctrl-C or SIGTERM (what Kubernetes, systemd and
+    // Docker send): either way the shutdown is graceful.
+    let drained = async {
+        while !stream.is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::select! {
+        () = drained => {}
+        signal = leasehold::tokio::shutdown_signal() => eprintln!("{:?}: stopping", signal?),
     }
     let report = worker.shutdown(Duration::from_secs(30)).await; // acked, released, cancelled, ...
     println!("{report:?}");

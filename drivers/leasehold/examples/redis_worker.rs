@@ -1,7 +1,7 @@
 //! A worker on Redis Streams: `cargo run -p leasehold --example redis_worker`
 //!
 //! Consumes the stream `jobs` of the Redis at 127.0.0.1:6379 with the consumer group `workers`;
-//! each entry's `data` field holds a JSON string. Ctrl-C shuts down gracefully.
+//! each entry's `data` field holds a JSON string. Ctrl-C or SIGTERM shuts it down gracefully.
 
 use std::time::Duration;
 
@@ -31,7 +31,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
         .start()?;
 
-    tokio::signal::ctrl_c().await?;
+    // Ctrl-C or SIGTERM (what Kubernetes, systemd and Docker send): running handlers get 30 s
+    // to finish, and what is left is handed back at once for another replica to take.
+    let signal = leasehold::tokio::shutdown_signal().await?;
+    eprintln!("{signal:?}: stopping");
     worker.shutdown(Duration::from_secs(30)).await;
     Ok(())
 }

@@ -44,7 +44,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for step in 0..3 {
         for customer in ["customer-1", "customer-2", "customer-3"] {
             // A customer's orders all go to the shard of its key, in publish order (handled in
-            // that order only by one fetcher per shard at concurrency 1: see the README).
+            // that order only by one fetcher per shard at concurrency 1: see GUIDE.md).
             let order = Order {
                 customer: customer.into(),
                 step,

@@ -52,7 +52,7 @@
 //! |---|---|---|
 //! | [`Config`], [`Delivery`], [`Outcome`], [`Worker`], ... | always | the worker API, on any runtime |
 //! | [`Producer`], [`PublishOptions`] | always | typed publishing: batches, delays, deduplication |
-//! | [`tokio::worker`] | `tokio` (default) | a worker builder on tokio |
+//! | [`tokio::worker`], [`tokio::shutdown_signal`] | `tokio` (default) | a worker builder on tokio; Ctrl-C or `SIGTERM` to stop it on |
 //! | [`smol::worker`] | `smol` | a worker builder on smol |
 //! | [`memory`] | `memory` (default) | the in-process backend, with the lease semantics of Redis Streams |
 //! | [`redis`] | `redis` | the Redis Streams backend |
@@ -92,9 +92,14 @@ pub mod core {
     pub use leasehold_core::*;
 }
 
-/// Workers on tokio.
+#[cfg(feature = "tokio")]
+mod signal;
+
+/// Workers on tokio, and [`shutdown_signal`](tokio::shutdown_signal) to stop them on Ctrl-C or
+/// `SIGTERM`.
 #[cfg(feature = "tokio")]
 pub mod tokio {
+    pub use crate::signal::{shutdown_signal, Signal};
     pub use leasehold_tokio::{worker, TokioRuntime};
 }
 
@@ -146,3 +151,8 @@ pub mod dashboard {
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeExamples;
+
+/// The guide's code blocks, compiled as doc tests so they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../GUIDE.md")]
+pub struct GuideExamples;

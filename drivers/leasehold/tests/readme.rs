@@ -1,6 +1,7 @@
-//! The README shows the examples as they are: each example that the README links to appears in
-//! it verbatim (its opening doc comment aside), so the code people copy is the code CI builds
-//! and runs (`cargo build --all-targets`, and the README's blocks run as doc tests).
+//! The README and the guide show the examples as they are: each example that one of them links
+//! to appears in it verbatim (its opening doc comment aside), so the code people copy is the
+//! code CI builds and runs (`cargo build --all-targets`, and both files' blocks run as doc
+//! tests).
 
 use std::path::Path;
 
@@ -11,29 +12,30 @@ fn read(path: &Path) -> String {
 #[test]
 fn the_readme_shows_its_examples_verbatim() {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let readme = read(&crate_dir.join("../../README.md"));
-    for name in [
-        "quickstart.rs",
-        "producer.rs",
-        "redis_worker.rs",
-        "commands.rs",
-        "metrics.rs",
-        "sharded.rs",
+    for (document, names) in [
+        ("README.md", &["quickstart.rs", "redis_worker.rs"][..]),
+        (
+            "GUIDE.md",
+            &["producer.rs", "commands.rs", "metrics.rs", "sharded.rs"][..],
+        ),
     ] {
-        let example = read(&crate_dir.join("examples").join(name));
-        let code: String = example
-            .lines()
-            .skip_while(|line| line.starts_with("//!") || line.is_empty())
-            .map(|line| format!("{line}\n"))
-            .collect();
-        assert!(
-            readme.contains(&code),
-            "README.md does not show examples/{name} as it is: copy the file's code (below its \
-             doc comment) into the README's block"
-        );
-        assert!(
-            readme.contains(&format!("drivers/leasehold/examples/{name}")),
-            "README.md does not link examples/{name}"
-        );
+        let text = read(&crate_dir.join("../..").join(document));
+        for name in names {
+            let example = read(&crate_dir.join("examples").join(name));
+            let code: String = example
+                .lines()
+                .skip_while(|line| line.starts_with("//!") || line.is_empty())
+                .map(|line| format!("{line}\n"))
+                .collect();
+            assert!(
+                text.contains(&code),
+                "{document} does not show examples/{name} as it is: copy the file's code (below \
+                 its doc comment) into the {document}'s block"
+            );
+            assert!(
+                text.contains(&format!("drivers/leasehold/examples/{name}")),
+                "{document} does not link examples/{name}"
+            );
+        }
     }
 }
