@@ -9,10 +9,15 @@
 //! backend_suite!(MyFactory::new());
 //! ```
 //!
-//! That yields one `#[tokio::test]` per property (your crate needs `tokio` with the `rt` and
-//! `macros` features as a dev-dependency). Each property is also a plain `pub async fn` taking
-//! `&impl BackendFactory`, so you may run it under any executor. A violated property panics
-//! with a message naming the property and what happened ("property `round_trip` violated: ...").
+//! That yields one plain `#[test]` per property, run on a current-thread tokio runtime the
+//! suite builds: your crate needs no `tokio` dependency for the macros (only for what your
+//! factory does itself, such as sleeping in `advance`). Each property is also a plain
+//! `pub async fn` taking `&impl BackendFactory`, and each suite has a `run_all`-style function
+//! running all of its properties in turn ([`run_all`], [`run_all_publisher`],
+//! [`run_all_groups`], [`run_all_worker`]), so you may run them under any executor (the
+//! worker-level ones run `leasehold-tokio` workers, so they need a tokio runtime). A violated
+//! property panics with a message naming the property and what happened
+//! ("property `round_trip` violated: ...").
 //!
 //! The properties are written to hold on real-time backends (Redis: claim timeout ~1 s, `advance`
 //! sleeps) as well as on virtual time (memory backend with a manual clock): "not before the
@@ -111,7 +116,7 @@ mod publish;
 pub use publish::{
     dedupe_within_ttl_not_after, delayed_and_deduplicated, delayed_delivered_soon_after_due,
     delayed_not_before_due, delayed_promoted_once_under_racing_consumers, due_times_checked,
-    PublisherFactory,
+    run_all_publisher, PublisherFactory,
 };
 
 mod groups;
@@ -1082,9 +1087,44 @@ pub async fn run_all<F: BackendFactory>(factory: &F) {
     dropped_fetch_loses_nothing(factory).await;
 }
 
-/// Expands to one `#[tokio::test]` per property, each building its own factory from the
-/// expression (evaluated once per test). Needs `tokio` (features `rt`, `macros`) in the calling
-/// crate.
+/// Runs every fan-out property, in order, against `factory`: the [`run_all`] of
+/// [`groups_suite!`].
+pub async fn run_all_groups<F: GroupsFactory>(factory: &F) {
+    groups_each_get_every_entry(factory).await;
+    ack_in_one_group_leaves_the_others_entries(factory).await;
+    crashed_groups_entries_wait_for_it(factory).await;
+    late_group_gets_what_follows(factory).await;
+}
+
+/// Runs every worker-level property, in order, against a real-time `factory`: the [`run_all`]
+/// of [`backend_worker_suite!`]. The properties run `leasehold-tokio` workers, so this must
+/// run inside a tokio runtime.
+pub async fn run_all_worker<F: BackendFactory>(factory: &F) {
+    worker_backpressure_and_serial(factory).await;
+    worker_no_reclaim_of_live_work(factory).await;
+    worker_crash_failover(factory).await;
+    worker_pending_repoll(factory).await;
+    worker_shutdown_hands_back(factory).await;
+    worker_prefetch_hands_back(factory).await;
+    consume_compat(factory).await;
+}
+
+/// Runs a property to completion on a current-thread tokio runtime with every driver this build
+/// of tokio has, as `#[tokio::test]` would: the suite macros expand to plain `#[test]`s calling
+/// it, so the calling crate needs no `tokio` of its own.
+#[doc(hidden)]
+pub fn __block_on<T>(property: impl Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime for the property")
+        .block_on(property)
+}
+
+/// Expands to one `#[test]` per property, each building its own factory from the expression
+/// (evaluated once per test, inside the test's runtime) and running the property on a
+/// current-thread tokio runtime the suite provides: the calling crate needs no `tokio`
+/// dependency for it.
 ///
 /// ```text
 /// leasehold_conformance::backend_suite!(MyFactory::new());
@@ -1113,17 +1153,19 @@ macro_rules! backend_suite {
     };
     (@each $factory:expr; $($property:ident),+) => {
         $(
-            #[tokio::test]
-            async fn $property() {
-                let factory = $factory;
-                $crate::$property(&factory).await;
+            #[test]
+            fn $property() {
+                $crate::__block_on(async {
+                    let factory = $factory;
+                    $crate::$property(&factory).await;
+                });
             }
         )+
     };
 }
 
-/// Expands to one `#[tokio::test]` per fan-out property (several consumer groups on one
-/// stream); the factory implements [`GroupsFactory`].
+/// Expands to one `#[test]` per fan-out property (several consumer groups on one stream), run
+/// as [`backend_suite!`] runs its own; the factory implements [`GroupsFactory`].
 ///
 /// ```text
 /// leasehold_conformance::groups_suite!(MyFactory::new());
@@ -1140,10 +1182,10 @@ macro_rules! groups_suite {
     };
 }
 
-/// Expands to one `#[tokio::test]` per worker-level property: a real `leasehold-tokio` worker
-/// over the backend, in real time. The factory's clock must be real time (its `advance` sleeps),
-/// and its claim timeout short (~1 s): the worker uses it, with a heartbeat of a third of it.
-/// Needs `tokio` (features `rt`, `macros`) in the calling crate.
+/// Expands to one `#[test]` per worker-level property, run as [`backend_suite!`] runs its own: a
+/// real `leasehold-tokio` worker over the backend, in real time. The factory's clock must be
+/// real time (its `advance` sleeps), and its claim timeout short (~1 s): the worker uses it,
+/// with a heartbeat of a third of it.
 ///
 /// ```text
 /// leasehold_conformance::backend_worker_suite!(MyRealTimeFactory::new());
