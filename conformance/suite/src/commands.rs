@@ -522,8 +522,23 @@ pub async fn store_requeue_is_one_compare_and_set_with_its_entry(
     );
 }
 
-/// Expands to one `#[tokio::test]` per command-store property. Needs `tokio` (features `rt`,
-/// `macros`) in the calling crate.
+/// Runs every command-store property, in order, against `factory`: the
+/// [`run_all`](crate::run_all) of [`command_store_suite!`](crate::command_store_suite). Some
+/// properties wait with tokio's timer, so this must run inside a tokio runtime.
+pub async fn run_all<F: CommandStoreFactory>(factory: &F) {
+    store_submit_is_atomic_and_idempotent(factory).await;
+    store_compare_and_set_is_a_true_cas(factory).await;
+    store_missing_state_is_a_conflict(factory).await;
+    store_cancel_feed_delivers(factory).await;
+    store_consumers_share_the_stream(factory).await;
+    store_lists_commands_by_status(factory).await;
+    store_paging_survives_moves(factory).await;
+    store_requeue_is_one_compare_and_set_with_its_entry(factory).await;
+}
+
+/// Expands to one `#[test]` per command-store property, run on a current-thread tokio runtime
+/// the suite provides (as [`backend_suite!`](crate::backend_suite) runs its own): the calling
+/// crate needs no `tokio` dependency for it.
 #[macro_export]
 macro_rules! command_store_suite {
     ($factory:expr) => {
@@ -540,10 +555,12 @@ macro_rules! command_store_suite {
     };
     (@each $factory:expr; $($property:ident),+) => {
         $(
-            #[tokio::test]
-            async fn $property() {
-                let factory = $factory;
-                $crate::commands::$property(&factory).await;
+            #[test]
+            fn $property() {
+                $crate::__block_on(async {
+                    let factory = $factory;
+                    $crate::commands::$property(&factory).await;
+                });
             }
         )+
     };

@@ -9,15 +9,28 @@
 //! backend_suite!(MyFactory::new());
 //! ```
 //!
-//! That yields one `#[tokio::test]` per property (your crate needs `tokio` with the `rt` and
-//! `macros` features as a dev-dependency). Each property is also a plain `pub async fn` taking
-//! `&impl BackendFactory`, so you may run it under any executor. A violated property panics
-//! with a message naming the property and what happened ("property `round_trip` violated: ...").
+//! That yields one plain `#[test]` per property, run on a current-thread tokio runtime the
+//! suite builds: your crate needs no `tokio` dependency for the macros (only for what your
+//! factory does itself, such as sleeping in `advance`). Each property is also a plain
+//! `pub async fn` taking `&impl BackendFactory`, and each suite has a `run_all`-style function
+//! running all of its properties in turn ([`run_all`], [`run_all_publisher`],
+//! [`run_all_groups`], [`run_all_worker`]), so you may run them under any executor (the
+//! worker-level ones run `leasehold-tokio` workers, so they need a tokio runtime). A violated
+//! property panics with a message naming the property and what happened
+//! ("property `round_trip` violated: ...").
 //!
 //! The properties are written to hold on real-time backends (Redis: claim timeout ~1 s, `advance`
 //! sleeps) as well as on virtual time (memory backend with a manual clock): "not before the
 //! claim timeout" is checked at half the claim timeout or immediately after a fetch, and "after"
 //! with a quarter claim timeout of margin.
+//!
+//! Besides the lease operations, the backend properties pin down what a backend is most easily
+//! wrong about: a fetch shares itself between lapsed leases and new messages, so neither kind
+//! starves the other ([`reclaims_and_new_share_fetches`], [`reclaim_does_not_starve`]);
+//! `pending()` counts delivered, unsettled messages only ([`pending_counts_only_delivered`]); and
+//! a lease that lapsed but that no peer took is still its owner's, so its renew is `Kept`
+//! ([`lapsed_lease_untaken_is_still_owned`]). `tests/broken.rs` shows each property failing on
+//! a backend broken the way it guards against.
 //!
 //! The worker-level properties (`worker_*`, [`consume_compat`]) run a real `leasehold-tokio`
 //! worker over the backend and need a real-time factory; expand [`backend_worker_suite!`] for them.
@@ -103,7 +116,7 @@ mod publish;
 pub use publish::{
     dedupe_within_ttl_not_after, delayed_and_deduplicated, delayed_delivered_soon_after_due,
     delayed_not_before_due, delayed_promoted_once_under_racing_consumers, due_times_checked,
-    PublisherFactory,
+    run_all_publisher, PublisherFactory,
 };
 
 mod groups;
@@ -206,6 +219,33 @@ async fn taken_over<F: BackendFactory>(
         new.fence
     );
     (old, new)
+}
+
+/// Publishes `n` messages on `a`, fetches them all on `a` and lets their leases lapse
+/// unrenewed. Returns their ids.
+async fn lapsed_backlog<F: BackendFactory>(
+    prop: &str,
+    f: &F,
+    a: &F::Backend,
+    claim: Duration,
+    n: usize,
+) -> HashSet<MessageId> {
+    for i in 0..n {
+        publish(a, format!("stale {i}").as_bytes()).await;
+    }
+    let mut stale = HashSet::new();
+    while stale.len() < n {
+        let batch = fetch(a, 5).await;
+        ensure!(
+            prop,
+            !batch.is_empty(),
+            "a got {} of {n} new messages",
+            stale.len()
+        );
+        stale.extend(batch.into_iter().map(|m| m.id));
+    }
+    f.advance(claim + margin(claim)).await;
+    stale
 }
 
 /// publish → fetch → ack: the payload comes back intact with delivery count 1, and after the
@@ -740,21 +780,7 @@ pub async fn reclaim_does_not_starve<F: BackendFactory>(f: &F) {
     const STALE: usize = 20;
     let (claim, r) = open(f, 2).await;
     let (a, b) = (&r[0], &r[1]);
-    for i in 0..STALE {
-        publish(a, format!("stale {i}").as_bytes()).await;
-    }
-    let mut stale = HashSet::new();
-    while stale.len() < STALE {
-        let batch = fetch(a, 5).await;
-        ensure!(
-            P,
-            !batch.is_empty(),
-            "a got {} of {STALE} new messages",
-            stale.len()
-        );
-        stale.extend(batch.into_iter().map(|m| m.id));
-    }
-    f.advance(claim + margin(claim)).await;
+    let stale = lapsed_backlog(P, f, a, claim, STALE).await;
     let (mut reclaimed, mut fresh, mut published) = (HashSet::new(), HashSet::new(), 0);
     // 3 per fetch, one new message per round: 20 reclaims + up to 30 new ones fit in 17 rounds.
     for _ in 0..30 {
@@ -795,6 +821,203 @@ pub async fn reclaim_does_not_starve<F: BackendFactory>(f: &F) {
         "new messages starved: b got {} of {published}",
         fresh.len()
     );
+}
+
+/// How many fetches in a row one kind of delivery (reclaims, new messages) may go without one
+/// while it is available: a fetch of 1 serves one kind only, so the kinds alternate, and a
+/// backend may notice that leases lapsed one fetch late (the Redis backend's fetch without a
+/// script reads new entries only, and tells the next fetch to share).
+const TURN: usize = 2;
+
+/// A backlog of lapsed leases, and new messages published faster than they are fetched, so
+/// both kinds are always available: over fetches of 1 and then of 2, neither kind goes more
+/// than two fetches in a row without a delivery, and every lapsed lease is reclaimed. Serving
+/// new messages first whenever there are any starves the reclaims while new messages keep
+/// coming; serving reclaims first starves the new messages while there is a backlog.
+pub async fn reclaims_and_new_share_fetches<F: BackendFactory>(f: &F) {
+    const P: &str = "reclaims_and_new_share_fetches";
+    const STALE: usize = 8;
+    let (claim, r) = open(f, 2).await;
+    let (a, b) = (&r[0], &r[1]);
+    let stale = lapsed_backlog(P, f, a, claim, STALE).await;
+    let (mut reclaimed, mut fresh, mut published) = (HashSet::new(), 0, 0);
+    // Fetches without a delivery of each kind, in a row.
+    let (mut reclaims_waited, mut new_waited) = (0, 0);
+    // 1 per fetch at first, then 2: the 8 lapsed ones take about 10 fetches when shared.
+    for round in 0..4 * STALE {
+        if reclaimed.len() == STALE {
+            break;
+        }
+        // Two new messages per fetch, more than it takes: new ones never run out.
+        for _ in 0..2 {
+            publish(a, format!("new {published}").as_bytes()).await;
+            published += 1;
+        }
+        let max = if round < 4 { 1 } else { 2 };
+        let (mut got_reclaim, mut got_new) = (false, false);
+        for m in fetch(b, max).await {
+            if stale.contains(&m.id) {
+                reclaimed.insert(m.id);
+                got_reclaim = true;
+            } else {
+                fresh += 1;
+                got_new = true;
+            }
+        }
+        reclaims_waited = if got_reclaim { 0 } else { reclaims_waited + 1 };
+        new_waited = if got_new { 0 } else { new_waited + 1 };
+        ensure!(
+            P,
+            reclaims_waited <= TURN,
+            "lapsed messages waited {reclaims_waited} fetches of {max} in a row while new ones \
+             were served ({} of {STALE} reclaimed)",
+            reclaimed.len()
+        );
+        ensure!(
+            P,
+            new_waited <= TURN,
+            "new messages waited {new_waited} fetches of {max} in a row while lapsed ones were \
+             reclaimed ({fresh} of {published} delivered)"
+        );
+    }
+    ensure!(
+        P,
+        reclaimed.len() == STALE,
+        "after {} fetches b reclaimed {} of {STALE} lapsed messages",
+        4 * STALE,
+        reclaimed.len()
+    );
+}
+
+/// `pending()` counts the messages delivered and not yet settled, whoever holds them: none
+/// while messages are only published, one more per delivery, still counted while released or
+/// lapsed, one less per ack.
+pub async fn pending_counts_only_delivered<F: BackendFactory>(f: &F) {
+    const P: &str = "pending_counts_only_delivered";
+    let (claim, r) = open(f, 2).await;
+    let (a, b) = (&r[0], &r[1]);
+    for i in 0..3u8 {
+        publish(a, &[i]).await;
+    }
+    ensure!(P, stream_len(a).await == 3, "stream_len after 3 publishes");
+    let n = pending(a).await;
+    ensure!(
+        P,
+        n == 0,
+        "pending() is {n} with 3 messages published and none delivered"
+    );
+    let first = fetch(a, 1).await;
+    ensure!(P, first.len() == 1, "a fetched {} of 1", first.len());
+    let n = pending(b).await;
+    ensure!(
+        P,
+        n == 1,
+        "pending() is {n} after one delivery (2 messages undelivered)"
+    );
+    let second = fetch(b, 1).await;
+    ensure!(P, second.len() == 1, "b fetched {} of 1", second.len());
+    let n = pending(a).await;
+    ensure!(
+        P,
+        n == 2,
+        "pending() is {n} after a delivery to each of two consumers (1 message undelivered)"
+    );
+    let released = b
+        .release(&lease(&second[0]), claim / 2)
+        .await
+        .expect("release failed");
+    ensure!(
+        P,
+        released == SettleResult::Ok,
+        "owner's release refused: {released:?}"
+    );
+    let n = pending(a).await;
+    ensure!(
+        P,
+        n == 2,
+        "pending() is {n} after a release: a released message is pending until it is settled"
+    );
+    ensure!(
+        P,
+        ack(a, &[lease(&first[0])]).await == [SettleResult::Ok],
+        "owner's ack refused"
+    );
+    let n = pending(a).await;
+    ensure!(P, n == 1, "pending() is {n} after one of two was acked");
+    f.advance(claim + margin(claim)).await;
+    let n = pending(a).await;
+    ensure!(
+        P,
+        n == 1,
+        "pending() is {n} with one released delivery past its delay: it is still pending"
+    );
+    // A backend may serve the new one first and notice the released one a fetch later.
+    let mut rest = Vec::new();
+    for _ in 0..3 {
+        if rest.len() == 2 {
+            break;
+        }
+        rest.extend(fetch(a, 10).await);
+    }
+    ensure!(
+        P,
+        rest.len() == 2,
+        "a fetched {} of 2 (one released, one new) in 3 fetches",
+        rest.len()
+    );
+    let n = pending(a).await;
+    ensure!(P, n == 2, "pending() is {n} with two delivered, none acked");
+    let leases: Vec<_> = rest.iter().map(lease).collect();
+    ensure!(
+        P,
+        ack(a, &leases).await == [SettleResult::Ok, SettleResult::Ok],
+        "owner's ack refused"
+    );
+    let n = pending(a).await;
+    ensure!(P, n == 0, "pending() is {n} with everything acked");
+}
+
+/// A lease left unrenewed past the claim timeout that no peer took is still its owner's, with
+/// the same fence (as the owner-checked `XCLAIM … JUSTID` of Redis treats it): the owner's
+/// renew answers `Kept` and resets its idle time, so a peer can take it neither at once nor at
+/// half the claim timeout; and once it lapsed again, untaken, the owner's ack succeeds.
+pub async fn lapsed_lease_untaken_is_still_owned<F: BackendFactory>(f: &F) {
+    const P: &str = "lapsed_lease_untaken_is_still_owned";
+    let (claim, r) = open(f, 2).await;
+    let (a, b) = (&r[0], &r[1]);
+    publish(a, b"job").await;
+    let m = fetch(a, 1).await.remove(0);
+    f.advance(claim + margin(claim)).await;
+    let renewed = renew(a, &[lease(&m)]).await;
+    ensure!(
+        P,
+        renewed == [RenewResult::Kept],
+        "renew of a lapsed lease no peer took answered {renewed:?}: it is still the owner's, \
+         with the same fence"
+    );
+    ensure!(
+        P,
+        fetch(b, 1).await.is_empty(),
+        "b took a lapsed lease right after its owner renewed it"
+    );
+    f.advance(claim / 2).await;
+    ensure!(
+        P,
+        fetch(b, 1).await.is_empty(),
+        "b took a lapsed lease at half the claim timeout after its owner renewed it"
+    );
+    f.advance(claim / 2 + margin(claim)).await;
+    ensure!(
+        P,
+        ack(a, &[lease(&m)]).await == [SettleResult::Ok],
+        "the owner's ack of a lapsed lease no peer took was refused"
+    );
+    ensure!(
+        P,
+        stream_len(a).await == 0,
+        "acked message still in the stream"
+    );
+    ensure!(P, pending(a).await == 0, "acked message still pending");
 }
 
 /// A `fetch` dropped while it may be waiting loses nothing: a message published before it and
@@ -858,12 +1081,50 @@ pub async fn run_all<F: BackendFactory>(factory: &F) {
     results_are_per_lease(factory).await;
     fetch_never_exceeds_max(factory).await;
     reclaim_does_not_starve(factory).await;
+    reclaims_and_new_share_fetches(factory).await;
+    pending_counts_only_delivered(factory).await;
+    lapsed_lease_untaken_is_still_owned(factory).await;
     dropped_fetch_loses_nothing(factory).await;
 }
 
-/// Expands to one `#[tokio::test]` per property, each building its own factory from the
-/// expression (evaluated once per test). Needs `tokio` (features `rt`, `macros`) in the calling
-/// crate.
+/// Runs every fan-out property, in order, against `factory`: the [`run_all`] of
+/// [`groups_suite!`].
+pub async fn run_all_groups<F: GroupsFactory>(factory: &F) {
+    groups_each_get_every_entry(factory).await;
+    ack_in_one_group_leaves_the_others_entries(factory).await;
+    crashed_groups_entries_wait_for_it(factory).await;
+    late_group_gets_what_follows(factory).await;
+}
+
+/// Runs every worker-level property, in order, against a real-time `factory`: the [`run_all`]
+/// of [`backend_worker_suite!`]. The properties run `leasehold-tokio` workers, so this must
+/// run inside a tokio runtime.
+pub async fn run_all_worker<F: BackendFactory>(factory: &F) {
+    worker_backpressure_and_serial(factory).await;
+    worker_no_reclaim_of_live_work(factory).await;
+    worker_crash_failover(factory).await;
+    worker_pending_repoll(factory).await;
+    worker_shutdown_hands_back(factory).await;
+    worker_prefetch_hands_back(factory).await;
+    consume_compat(factory).await;
+}
+
+/// Runs a property to completion on a current-thread tokio runtime with every driver this build
+/// of tokio has, as `#[tokio::test]` would: the suite macros expand to plain `#[test]`s calling
+/// it, so the calling crate needs no `tokio` of its own.
+#[doc(hidden)]
+pub fn __block_on<T>(property: impl Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime for the property")
+        .block_on(property)
+}
+
+/// Expands to one `#[test]` per property, each building its own factory from the expression
+/// (evaluated once per test, inside the test's runtime) and running the property on a
+/// current-thread tokio runtime the suite provides: the calling crate needs no `tokio`
+/// dependency for it.
 ///
 /// ```text
 /// leasehold_conformance::backend_suite!(MyFactory::new());
@@ -884,22 +1145,27 @@ macro_rules! backend_suite {
             results_are_per_lease,
             fetch_never_exceeds_max,
             reclaim_does_not_starve,
+            reclaims_and_new_share_fetches,
+            pending_counts_only_delivered,
+            lapsed_lease_untaken_is_still_owned,
             dropped_fetch_loses_nothing
         );
     };
     (@each $factory:expr; $($property:ident),+) => {
         $(
-            #[tokio::test]
-            async fn $property() {
-                let factory = $factory;
-                $crate::$property(&factory).await;
+            #[test]
+            fn $property() {
+                $crate::__block_on(async {
+                    let factory = $factory;
+                    $crate::$property(&factory).await;
+                });
             }
         )+
     };
 }
 
-/// Expands to one `#[tokio::test]` per fan-out property (several consumer groups on one
-/// stream); the factory implements [`GroupsFactory`].
+/// Expands to one `#[test]` per fan-out property (several consumer groups on one stream), run
+/// as [`backend_suite!`] runs its own; the factory implements [`GroupsFactory`].
 ///
 /// ```text
 /// leasehold_conformance::groups_suite!(MyFactory::new());
@@ -916,10 +1182,10 @@ macro_rules! groups_suite {
     };
 }
 
-/// Expands to one `#[tokio::test]` per worker-level property: a real `leasehold-tokio` worker
-/// over the backend, in real time. The factory's clock must be real time (its `advance` sleeps),
-/// and its claim timeout short (~1 s): the worker uses it, with a heartbeat of a third of it.
-/// Needs `tokio` (features `rt`, `macros`) in the calling crate.
+/// Expands to one `#[test]` per worker-level property, run as [`backend_suite!`] runs its own: a
+/// real `leasehold-tokio` worker over the backend, in real time. The factory's clock must be
+/// real time (its `advance` sleeps), and its claim timeout short (~1 s): the worker uses it,
+/// with a heartbeat of a third of it.
 ///
 /// ```text
 /// leasehold_conformance::backend_worker_suite!(MyRealTimeFactory::new());

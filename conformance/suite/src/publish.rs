@@ -300,7 +300,20 @@ pub async fn due_times_checked<F: PublisherFactory>(f: &F) {
     );
 }
 
-/// Expands to one `#[tokio::test]` per publisher property.
+/// Runs every publisher property, in order, against `factory` (each on fresh streams): the
+/// [`run_all`](crate::run_all) of [`publisher_suite!`](crate::publisher_suite), for a single
+/// test or an executor of your own.
+pub async fn run_all_publisher<F: PublisherFactory>(factory: &F) {
+    delayed_not_before_due(factory).await;
+    delayed_delivered_soon_after_due(factory).await;
+    delayed_promoted_once_under_racing_consumers(factory).await;
+    dedupe_within_ttl_not_after(factory).await;
+    delayed_and_deduplicated(factory).await;
+    due_times_checked(factory).await;
+}
+
+/// Expands to one `#[test]` per publisher property, run as
+/// [`backend_suite!`](crate::backend_suite) runs its own.
 ///
 /// ```text
 /// leasehold_conformance::publisher_suite!(MyFactory::new());

@@ -1,6 +1,7 @@
 //! The suite must catch broken backends: each test wraps the memory backend with one classic
 //! flaw and expects the property that guards against it to fail with its name.
 
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use leasehold_conformance::BackendFactory;
@@ -24,11 +25,77 @@ enum Flaw {
     ReleaseIgnoresDelay,
     /// Takeovers report a delivery count one too high (as if renews counted as deliveries).
     CountSkips,
+    /// Fetch serves new messages before reclaims whenever both are there, so lapsed leases
+    /// starve while new messages keep coming.
+    NewFirst,
+    /// Fetch serves reclaims before new messages whenever both are there, so new messages
+    /// starve while there is a backlog of lapsed leases.
+    ReclaimsFirst,
+    /// `pending()` counts every message in the stream, undelivered ones too.
+    PendingCountsUndelivered,
+    /// Renew answers `Lost` for a lease past its claim timeout, even though no peer took it.
+    LapsedRenewLost,
 }
+
+/// More than any property has available at once: the fetch-order flaws take everything.
+const TAKE_ALL: usize = 1024;
 
 struct Broken {
     inner: MemoryBackend,
     flaw: Flaw,
+    /// The fetch-order flaws: deliveries taken from the memory backend but not handed out yet.
+    /// They stay pending for this consumer meanwhile, as if the backend had not served them.
+    held: Mutex<Vec<Fetched<Bytes>>>,
+}
+
+impl Broken {
+    fn held(&self) -> MutexGuard<'_, Vec<Fetched<Bytes>>> {
+        self.held.lock().expect("not poisoned")
+    }
+
+    /// The fetch of the fetch-order flaws: takes every delivery the memory backend has (both
+    /// kinds), then hands out up to `max` of those taken so far, the favoured kind first.
+    async fn fetch_in_order(
+        &self,
+        max: usize,
+        new_first: bool,
+    ) -> BackendResult<Vec<Fetched<Bytes>>> {
+        let taken = self.inner.fetch(TAKE_ALL, Duration::ZERO).await?;
+        let mut held = self.held();
+        held.extend(taken);
+        // Stable: each kind stays in the order it was taken.
+        held.sort_by_key(|m| (m.delivery_count == 1) != new_first);
+        let n = max.min(held.len());
+        Ok(held.drain(..n).collect())
+    }
+
+    /// The renew of [`Flaw::LapsedRenewLost`]: `Lost` for each lease idle past the claim
+    /// timeout, without touching it; the others renewed.
+    async fn renew_unless_lapsed(&self, leases: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
+        let stream = self.inner.stream();
+        let lapsed: Vec<bool> = leases
+            .iter()
+            .map(|l| {
+                stream
+                    .pending_info(&l.id)
+                    .is_some_and(|p| p.idle >= stream.claim_timeout())
+            })
+            .collect();
+        let live: Vec<LeaseRef> = leases
+            .iter()
+            .zip(&lapsed)
+            .filter(|(_, &lapsed)| !lapsed)
+            .map(|(l, _)| l.clone())
+            .collect();
+        let mut renewed = self.inner.renew(&live).await?.into_iter();
+        Ok(lapsed
+            .into_iter()
+            .map(|lapsed| match lapsed {
+                true => RenewResult::Lost,
+                false => renewed.next().expect("one result per lease"),
+            })
+            .collect())
+    }
 }
 
 impl Backend for Broken {
@@ -41,6 +108,8 @@ impl Backend for Broken {
     async fn fetch(&self, max: usize, wait: Duration) -> BackendResult<Vec<Fetched<Bytes>>> {
         let mut batch = match self.flaw {
             Flaw::FetchOneTooMany => self.inner.fetch(max + 1, wait).await?,
+            Flaw::NewFirst => self.fetch_in_order(max, true).await?,
+            Flaw::ReclaimsFirst => self.fetch_in_order(max, false).await?,
             _ => self.inner.fetch(max, wait).await?,
         };
         if let Flaw::CountSkips = self.flaw {
@@ -54,6 +123,9 @@ impl Backend for Broken {
     }
 
     async fn renew(&self, leases: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
+        if let Flaw::LapsedRenewLost = self.flaw {
+            return self.renew_unless_lapsed(leases).await;
+        }
         let results = self.inner.renew(leases).await?;
         Ok(match self.flaw {
             Flaw::RenewIgnoresOwner => vec![RenewResult::Kept; leases.len()],
@@ -88,7 +160,10 @@ impl Backend for Broken {
     }
 
     async fn pending(&self) -> BackendResult<u64> {
-        self.inner.pending().await
+        match self.flaw {
+            Flaw::PendingCountsUndelivered => self.inner.stream_len().await,
+            _ => self.inner.pending().await,
+        }
     }
 }
 
@@ -120,6 +195,7 @@ impl BackendFactory for BrokenFactory {
             .map(|i| Broken {
                 inner: stream.consumer(&format!("replica-{i}")).expect("consumer"),
                 flaw: self.flaw,
+                held: Mutex::default(),
             })
             .collect()
     }
@@ -162,6 +238,34 @@ async fn release_ignoring_its_delay_is_caught() {
 async fn skipping_delivery_counts_is_caught() {
     let f = BrokenFactory::new(Flaw::CountSkips);
     leasehold_conformance::delivery_count_grows_on_takeover_not_renew(&f).await;
+}
+
+#[tokio::test]
+#[should_panic(expected = "property `reclaims_and_new_share_fetches` violated: lapsed messages")]
+async fn new_messages_always_first_is_caught() {
+    let f = BrokenFactory::new(Flaw::NewFirst);
+    leasehold_conformance::reclaims_and_new_share_fetches(&f).await;
+}
+
+#[tokio::test]
+#[should_panic(expected = "property `reclaims_and_new_share_fetches` violated: new messages")]
+async fn reclaims_always_first_is_caught() {
+    let f = BrokenFactory::new(Flaw::ReclaimsFirst);
+    leasehold_conformance::reclaims_and_new_share_fetches(&f).await;
+}
+
+#[tokio::test]
+#[should_panic(expected = "property `pending_counts_only_delivered` violated")]
+async fn pending_counting_undelivered_messages_is_caught() {
+    let f = BrokenFactory::new(Flaw::PendingCountsUndelivered);
+    leasehold_conformance::pending_counts_only_delivered(&f).await;
+}
+
+#[tokio::test]
+#[should_panic(expected = "property `lapsed_lease_untaken_is_still_owned` violated")]
+async fn lapsed_untaken_renew_lost_is_caught() {
+    let f = BrokenFactory::new(Flaw::LapsedRenewLost);
+    leasehold_conformance::lapsed_lease_untaken_is_still_owned(&f).await;
 }
 
 #[tokio::test]
