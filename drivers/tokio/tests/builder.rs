@@ -80,7 +80,8 @@ async fn a_cancel_grace_past_the_margin_is_refused_at_start() {
         .config(Config::default().cancel_grace(Duration::from_secs(1)))
         .stream(
             "jobs",
-            stream(Duration::from_millis(10)).consumer("w").unwrap(),
+            // A 10 ms expiry margin, which a 1 s grace outlasts.
+            stream(Duration::from_millis(100)).consumer("w").unwrap(),
             no_op,
         )
         .start();
