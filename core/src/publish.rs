@@ -58,20 +58,21 @@ impl<P> Outgoing<P> {
         }
     }
 
-    /// Whether a publisher may take it: a delay (or a due time from now) of at most
+    /// Whether a publisher may take it: a delay (or a due time from `now`) of at most
     /// [`MAX_DELAY`], and a non-empty deduplication key with a time to live of 1 ms ..=
-    /// [`MAX_DELAY`].
+    /// [`MAX_DELAY`]. `now` is the publisher's wall clock (`SystemTime::now()`, or a virtual
+    /// one): the core reads no clock of its own.
     ///
     /// # Errors
     ///
     /// The first rule it breaks.
-    pub fn check(&self) -> Result<(), PublishRejected> {
+    pub fn check(&self, now: SystemTime) -> Result<(), PublishRejected> {
         match self.due {
             Some(Due::After(delay)) if delay > MAX_DELAY => {
                 return Err(PublishRejected::DelayTooLong(delay))
             }
             Some(Due::At(at)) => {
-                let delay = at.duration_since(SystemTime::now()).unwrap_or_default();
+                let delay = at.duration_since(now).unwrap_or_default();
                 if delay > MAX_DELAY {
                     return Err(PublishRejected::DelayTooLong(delay));
                 }

@@ -50,8 +50,9 @@ impl MemoryStream {
         &self,
         batch: Vec<Outgoing<Bytes>>,
     ) -> Result<Vec<Published>, PublishRejected> {
+        let wall = SystemTime::now();
         for message in &batch {
-            message.check()?;
+            message.check(wall)?;
         }
         let now = self.now();
         let batch = batch

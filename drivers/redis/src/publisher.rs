@@ -216,8 +216,9 @@ impl Publisher for RedisPublisher {
     type Payload = Bytes;
 
     async fn publish_batch(&self, batch: Vec<Outgoing<Bytes>>) -> BackendResult<Vec<Published>> {
+        let now = SystemTime::now();
         for (i, message) in batch.iter().enumerate() {
-            message.check().map_err(|e| {
+            message.check(now).map_err(|e| {
                 BackendError::fatal(format!("publish: message {i} refused, nothing sent: {e}"))
                     .with_source(e)
             })?;

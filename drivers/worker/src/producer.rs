@@ -128,7 +128,7 @@ where
             due: options.due,
             dedupe: options.dedupe,
         };
-        outgoing.check()?;
+        outgoing.check(SystemTime::now())?;
         Ok(self.send(vec![outgoing]).await?.remove(0))
     }
 
