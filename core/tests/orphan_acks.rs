@@ -70,6 +70,28 @@ fn acked(effects: &[Effect<String>]) -> Vec<LeaseId> {
         .collect()
 }
 
+/// The lease `a` is gone, no late ack is left, and the counters are (acked, acked late, acked
+/// after expiry, expired, lost).
+fn assert_ended(
+    e: &leasehold_core::LeaseEngine<String>,
+    a: LeaseId,
+    counts: (u64, u64, u64, u64, u64),
+) {
+    let s = *e.stats();
+    assert_eq!(
+        (
+            s.acked,
+            s.acked_late,
+            s.acked_after_expiry,
+            s.expired,
+            s.lost
+        ),
+        counts
+    );
+    assert_eq!(e.late_acks(), 0);
+    assert!(e.lease(a).is_none());
+}
+
 fn losses(effects: &[Effect<String>]) -> Vec<LossReason> {
     effects
         .iter()
@@ -114,19 +136,7 @@ fn a_done_within_the_cancel_grace_after_expiry_is_acked_late() {
     e.handle_acked(done_at + ms(5), [(a, SettleResult::Ok)]);
     let fx = drain_all(&mut e);
     assert!(losses(&fx).is_empty(), "{fx:?}");
-    let s = *e.stats();
-    assert_eq!(
-        (
-            s.acked,
-            s.acked_late,
-            s.acked_after_expiry,
-            s.expired,
-            s.lost
-        ),
-        (1, 1, 1, 1, 0)
-    );
-    assert_eq!(e.late_acks(), 0);
-    assert!(e.lease(a).is_none());
+    assert_ended(&e, a, (1, 1, 1, 1, 0));
 }
 
 /// One instant later the grace is over: the driver drops a handler by then, and a `Done` the
@@ -180,19 +190,7 @@ fn a_refused_ack_after_expiry_voids_the_result_and_counts_nothing_twice() {
     e.handle_acked(t0 + EXPIRY + ms(60), [(a, SettleResult::Lost)]);
     let fx = drain_all(&mut e);
     assert!(losses(&fx).is_empty(), "{fx:?}");
-    let s = *e.stats();
-    assert_eq!(
-        (
-            s.acked,
-            s.acked_late,
-            s.acked_after_expiry,
-            s.expired,
-            s.lost
-        ),
-        (0, 0, 0, 1, 0)
-    );
-    assert_eq!(e.late_acks(), 0);
-    assert!(e.lease(a).is_none());
+    assert_ended(&e, a, (0, 0, 0, 1, 0));
 }
 
 /// A late ack whose call fails is retried like any late ack, and confirmed later.
