@@ -154,5 +154,5 @@ pub struct ReadmeExamples;
 
 /// The guide's code blocks, compiled as doc tests so they cannot drift from the API.
 #[cfg(doctest)]
-#[doc = include_str!("../../../GUIDE.md")]
+#[doc = include_str!("../GUIDE.md")]
 pub struct GuideExamples;

@@ -4,7 +4,7 @@
 //! so recording costs an atomic add on the hot path, never a registry lookup; without a
 //! recorder they do nothing.
 //!
-//! The names and what they measure are listed in GUIDE.md's "Observability" table; the
+//! The names and what they measure are listed in the `leasehold` crate's GUIDE.md, "Observability" table; the
 //! constants here are the one place they are spelled.
 
 use std::cell::Cell;
