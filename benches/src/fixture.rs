@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_core::{
     Config, Effect, Fence, Fetched, InvocationId, LeaseEngine, MessageId, Outcome, RenewResult,
-    SettleResult, StreamId, Tenure, MAX_DURATION,
+    SettleResult, StreamId, MAX_DURATION,
 };
 
 /// The claim timeout of every benchmark engine; the heartbeat follows at a third of it.
@@ -101,13 +101,7 @@ impl<P: Clone + std::fmt::Debug> Driver<P> {
             .map(|_| {
                 let i = self.next_id;
                 self.next_id += 1;
-                Fetched {
-                    id: message_id(i),
-                    payload: payload(i),
-                    delivery_count: 1,
-                    fence: Fence(1),
-                    tenure: Tenure::NONE,
-                }
+                Fetched::new(message_id(i), payload(i), 1, Fence(1))
             })
             .collect()
     }

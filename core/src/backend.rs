@@ -24,7 +24,11 @@ pub struct Undeliverable {
 }
 
 /// The message a lease operation is about, and the fence of the delivery it acts for.
+///
+/// Built with [`LeaseRef::new`] (or from the [`Fetched`] it came with); it may grow fields, so
+/// it cannot be built field by field outside this crate.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct LeaseRef {
     /// The message's id in the backend.
     pub id: MessageId,
@@ -34,14 +38,28 @@ pub struct LeaseRef {
     pub tenure: Tenure,
 }
 
+impl LeaseRef {
+    /// The lease of message `id` under the delivery with `fence`, without a tenure.
+    pub fn new(id: MessageId, fence: Fence) -> Self {
+        Self {
+            id,
+            fence,
+            tenure: Tenure::NONE,
+        }
+    }
+
+    /// The same lease, made under the consumer's `tenure`.
+    #[must_use]
+    pub fn with_tenure(mut self, tenure: Tenure) -> Self {
+        self.tenure = tenure;
+        self
+    }
+}
+
 impl<P> From<&Fetched<P>> for LeaseRef {
     /// The lease a fetch just handed out.
     fn from(message: &Fetched<P>) -> Self {
-        Self {
-            id: message.id.clone(),
-            fence: message.fence,
-            tenure: message.tenure,
-        }
+        Self::new(message.id.clone(), message.fence).with_tenure(message.tenure)
     }
 }
 

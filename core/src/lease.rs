@@ -58,11 +58,7 @@ impl<P> Lease<P> {
     }
     /// What a backend needs to act on this lease: the message id and the current fence.
     pub fn lease_ref(&self) -> LeaseRef {
-        LeaseRef {
-            id: self.id.clone(),
-            fence: self.fence,
-            tenure: self.tenure,
-        }
+        LeaseRef::new(self.id.clone(), self.fence).with_tenure(self.tenure)
     }
 }
 

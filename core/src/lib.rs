@@ -68,9 +68,9 @@
 //!         match effect {
 //!             Effect::Fetch { stream, max, .. } => {
 //!                 let n = max.min(queue.len());
-//!                 let batch = queue.drain(..n).map(|(id, payload)| Fetched {
-//!                     id: id.into(), payload, delivery_count: 1, fence: Fence(1), tenure: Tenure::NONE,
-//!                 });
+//!                 let batch = queue
+//!                     .drain(..n)
+//!                     .map(|(id, payload)| Fetched::new(id.into(), payload, 1, Fence(1)));
 //!                 engine.handle_fetched(now, stream, batch.collect());
 //!             }
 //!             Effect::Run(run) => {

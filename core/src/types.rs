@@ -85,7 +85,11 @@ impl Tenure {
 }
 
 /// One message returned by a fetch.
+///
+/// Built with [`Fetched::new`] and its `with_*` methods; it may grow fields, so it cannot be
+/// built field by field outside this crate.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Fetched<P> {
     /// The message's id in the backend.
     pub id: MessageId,
@@ -99,6 +103,27 @@ pub struct Fetched<P> {
     /// The consumer's tenure when this delivery was made ([`Tenure::NONE`] if the backend
     /// keeps none).
     pub tenure: Tenure,
+}
+
+impl<P> Fetched<P> {
+    /// A delivery of message `id`, the `delivery_count`-th, made under `fence`, without a
+    /// tenure.
+    pub fn new(id: MessageId, payload: P, delivery_count: u32, fence: Fence) -> Self {
+        Self {
+            id,
+            payload,
+            delivery_count,
+            fence,
+            tenure: Tenure::NONE,
+        }
+    }
+
+    /// The same delivery, made under the consumer's `tenure`.
+    #[must_use]
+    pub fn with_tenure(mut self, tenure: Tenure) -> Self {
+        self.tenure = tenure;
+        self
+    }
 }
 
 /// Identifies a held lease inside one engine. Never reused, so a late result for a lease that

@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use leasehold_core::{
     Config, Effect, Fence, Fetched, InvocationId, LeaseEngine, Outcome, RenewResult, SettleResult,
-    Tenure,
 };
 
 enum Event {
@@ -126,13 +125,7 @@ impl Drive {
                             .map(|_| {
                                 let id = self.next_id;
                                 self.next_id += 1;
-                                Fetched {
-                                    id: id.into(),
-                                    payload: id,
-                                    delivery_count: 1,
-                                    fence: Fence(1),
-                                    tenure: Tenure::NONE,
-                                }
+                                Fetched::new(id.into(), id, 1, Fence(1))
                             })
                             .collect();
                         self.delivered += max;

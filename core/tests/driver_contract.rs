@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use common::*;
 use leasehold_core::{
-    Effect, Fence, LeaseRef, MessageId, Outcome, RenewResult, SettleResult, StreamId, Tenure,
+    Effect, Fence, LeaseRef, MessageId, Outcome, RenewResult, SettleResult, StreamId,
 };
 
 /// A `Run` carries the stream, the lease's reference, the delivery count, the attempt, the
@@ -32,14 +32,7 @@ fn effects_carry_what_their_execution_needs() {
     };
     assert_eq!(run.stream, s1);
     let seven = MessageId::from(7);
-    assert_eq!(
-        run.lease,
-        LeaseRef {
-            id: seven.clone(),
-            fence: Fence(3),
-            tenure: Tenure::NONE,
-        }
-    );
+    assert_eq!(run.lease, LeaseRef::new(seven.clone(), Fence(3)));
     assert_eq!((run.delivery_count, run.attempt), (3, 1));
     assert_eq!(run.payload, "payload 7");
     // Confirmed by the fetch sent at t0 (when the engine was created): valid for claim − margin.

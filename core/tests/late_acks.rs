@@ -15,8 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use leasehold_core::{
-    Effect, ErrorKind, Fetched, LeaseEngine, LeaseId, LossReason, Outcome, RenewResult,
-    SettleResult,
+    Effect, ErrorKind, LeaseEngine, LeaseId, LossReason, Outcome, RenewResult, SettleResult,
 };
 
 /// What the scripted backend does with the calls the engine makes.
@@ -197,11 +196,7 @@ fn a_redelivery_of_a_late_acks_message_is_a_takeover() {
         fx.iter().any(|f| matches!(f, Effect::Fetch { .. })),
         "{fx:?}"
     );
-    let redelivery = Fetched {
-        fence: leasehold_core::Fence(3),
-        delivery_count: 3,
-        ..msg(1)
-    };
+    let redelivery = delivery(1, 3, 3);
     e.handle_fetched(next + ms(10), S0, vec![redelivery]);
     let fx = drain_all(&mut e);
     let lost: Vec<_> = fx

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use leasehold_core::{
-    CancelReason, Effect, Fence, Fetched, InvocationId, LeaseId, LossReason, Outcome, RenewResult,
+    CancelReason, Effect, Fence, InvocationId, LeaseId, LossReason, Outcome, RenewResult,
     SettleResult,
 };
 
@@ -307,11 +307,7 @@ fn a_redelivery_while_the_orphan_winds_down_voids_its_done() {
         fx.iter().any(|f| matches!(f, Effect::Fetch { .. })),
         "a slot is free: {fx:?}"
     );
-    let again = Fetched {
-        fence: Fence(2),
-        delivery_count: 2,
-        ..msg(1)
-    };
+    let again = delivery(1, 2, 2);
     e.handle_fetched(now + ms(10), S0, vec![again]);
     let fx = drain_all(&mut e);
     assert!(
@@ -354,11 +350,7 @@ fn a_redelivery_after_the_late_ack_ends_it_as_a_takeover() {
             _ => None,
         })
         .expect("the freed slot fetches");
-    let again = Fetched {
-        fence: Fence(2),
-        delivery_count: 2,
-        ..msg(1)
-    };
+    let again = delivery(1, 2, 2);
     e.handle_fetched(now + ms(10), stream, vec![again]);
     let fx = drain_all(&mut e);
     assert!(losses(&fx).is_empty(), "{fx:?}");

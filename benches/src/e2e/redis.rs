@@ -34,7 +34,6 @@
 //!   this process's CPU time (every thread's `/proc/self/task/*/schedstat`), after minus before
 //!   each round, divided by its messages: which side is the limit.
 
-use leasehold_core::Tenure;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -1302,11 +1301,7 @@ async fn hold_leases(
                 leases.len()
             )));
         }
-        leases.extend(batch.into_iter().map(|f| LeaseRef {
-            id: f.id,
-            fence: f.fence,
-            tenure: Tenure::NONE,
-        }));
+        leases.extend(batch.into_iter().map(|f| LeaseRef::new(f.id, f.fence)));
     }
     Ok(HeldLeases { backend, leases })
 }

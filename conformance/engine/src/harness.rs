@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_core::{
     Effect, ErrorKind, Fence, Fetched, LeaseEngine, LeaseId, MessageId, Outcome, RenewResult,
-    SettleResult, StreamId, Tenure,
+    SettleResult, StreamId,
 };
 
 use crate::model::{Model, OldSettle, Op, Tag};
@@ -502,13 +502,7 @@ impl Harness {
                 Item::Fresh { count: c } => (self.fresh(), count(c), self.fence()),
                 Item::Duplicate => (self.fresh(), 1, self.fence()),
             };
-            batch.push(Fetched {
-                id,
-                payload: self.next_tag,
-                delivery_count,
-                fence,
-                tenure: Tenure::NONE,
-            });
+            batch.push(Fetched::new(id, self.next_tag, delivery_count, fence));
         }
         batch
     }

@@ -2,9 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use leasehold_core::{
-    Config, Effect, Fence, Fetched, LeaseEngine, LeaseId, MessageId, StreamId, Tenure,
-};
+use leasehold_core::{Config, Effect, Fence, Fetched, LeaseEngine, LeaseId, MessageId, StreamId};
 use leasehold_engine_check::{check, run, Finish, Item, Jump, Scenario, SettleAnswer, Setup, Step};
 
 fn ms(n: u64) -> Duration {
@@ -12,13 +10,7 @@ fn ms(n: u64) -> Duration {
 }
 
 fn fetched(id: &str) -> Fetched<()> {
-    Fetched {
-        id: MessageId::from(id),
-        payload: (),
-        delivery_count: 1,
-        fence: Fence(1),
-        tenure: Tenure::NONE,
-    }
+    Fetched::new(MessageId::from(id), (), 1, Fence(1))
 }
 
 fn drain(engine: &mut LeaseEngine<()>) -> Vec<Effect<()>> {

@@ -30,7 +30,7 @@ use futures::channel::oneshot;
 use futures::future::select;
 use leasehold_core::{
     Backend, BackendError, BackendResult, CancelReason, DeadLetterReason, ErrorKind, Fetched,
-    LeaseRef, MessageId, Outcome, Outgoing, RenewResult, SettleResult, Tenure,
+    LeaseRef, MessageId, Outcome, Outgoing, RenewResult, SettleResult,
 };
 use leasehold_memory::Bytes;
 use leasehold_worker::Runtime;
@@ -576,11 +576,7 @@ impl SimBackend {
                     && run.cancellation.reason() == Some(CancelReason::LeaseLost)
                     && s.msgs[run.msg].removed.is_none()
             })
-            .map(|run| LeaseRef {
-                id: s.msgs[run.msg].id.clone(),
-                fence: leasehold_core::Fence(run.fence),
-                tenure: Tenure::NONE,
-            })
+            .map(|run| LeaseRef::new(s.msgs[run.msg].id.clone(), leasehold_core::Fence(run.fence)))
             .take(1)
             .collect()
     }

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use leasehold_core::{
     DeadLetterReason, Due, Fence, Fetched, LeaseRef, MessageId, Outgoing, Published, RenewResult,
-    SettleResult, Tenure,
+    SettleResult,
 };
 use leasehold_memory::{Bytes, ManualClock, MemoryBackend, MemoryStream, StreamConfig};
 
@@ -434,13 +434,12 @@ impl ModelStore {
     }
 
     fn delivery(seq: u64, payload: &Bytes, count: u32) -> Fetched<Bytes> {
-        Fetched {
-            id: MessageId::from(format!("0-{seq}")),
-            payload: payload.clone(),
-            delivery_count: count,
-            fence: Fence(u64::from(count)),
-            tenure: Tenure::NONE,
-        }
+        Fetched::new(
+            MessageId::from(format!("0-{seq}")),
+            payload.clone(),
+            count,
+            Fence(u64::from(count)),
+        )
     }
 }
 

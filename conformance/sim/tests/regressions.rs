@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use leasehold_core::{
-    Config, Effect, Fence, Fetched, LeaseEngine, Outcome, SettleResult, StreamId, Tenure,
+    Config, Effect, Fence, Fetched, LeaseEngine, Outcome, SettleResult, StreamId,
 };
 
 /// A `Lost` answer to a release whose lease was re-fenced meanwhile re-sent the settle effect
@@ -15,13 +15,7 @@ fn a_release_is_not_resent_for_a_lease_expired_by_the_same_input() {
     let t0 = Instant::now();
     let cfg = Config::default().claim_timeout(Duration::from_secs(10)); // lease TTL 9 s
     let mut engine = LeaseEngine::<u32>::new(&cfg, t0).unwrap();
-    let delivery = |fence: u64| Fetched {
-        id: "0-1".into(),
-        payload: 7,
-        delivery_count: fence as u32,
-        fence: Fence(fence),
-        tenure: Tenure::NONE,
-    };
+    let delivery = |fence: u64| Fetched::new("0-1".into(), 7, fence as u32, Fence(fence));
     assert!(matches!(engine.poll_effect(), Some(Effect::Fetch { .. })));
     engine.handle_fetched(t0, StreamId(0), vec![delivery(1)]);
     let Some(Effect::Run(run)) = engine.poll_effect() else {

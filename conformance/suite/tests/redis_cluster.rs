@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use leasehold_conformance::{backend_suite, BackendFactory, DeadLetterInfo, GroupsFactory};
 use leasehold_core::Stats;
-use leasehold_core::{Backend, ErrorKind, Outgoing, Publisher, Tenure};
+use leasehold_core::{Backend, ErrorKind, Outgoing, Publisher};
 use leasehold_redis::{
     key_slot, PublisherConfig, RedisBackend, RedisConfig, RedisInspector, RedisPublisher, Servers,
 };
@@ -477,11 +477,7 @@ async fn a_master_that_forgot_the_scripts_gets_them_again() {
     assert_eq!(fetched.len(), 2);
     let leases: Vec<LeaseRef> = fetched
         .iter()
-        .map(|m| LeaseRef {
-            id: m.id.clone(),
-            fence: m.fence,
-            tenure: Tenure::NONE,
-        })
+        .map(|m| LeaseRef::new(m.id.clone(), m.fence))
         .collect();
     flush();
     assert_eq!(

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use leasehold_memory::Bytes;
-use leasehold_worker::core::{ErrorKind, LeaseRef, Tenure};
+use leasehold_worker::core::{ErrorKind, LeaseRef};
 use leasehold_worker::{CancelReason, Delivery, Health, Outcome};
 
 use crate::support::{
@@ -175,11 +175,7 @@ pub async fn lost_lease_cancels_the_handler_and_drops_its_result<T: TestRuntime>
     let stolen = thief.fetch_now(1);
     assert_eq!(stolen.len(), 1, "the lapsed message is reclaimable");
     assert_eq!((&stolen[0].id, stolen[0].delivery_count), (&id, 2));
-    let lease = LeaseRef {
-        id: id.clone(),
-        fence: stolen[0].fence,
-        tenure: Tenure::NONE,
-    };
+    let lease = LeaseRef::new(id.clone(), stolen[0].fence);
     // The thief keeps its lease alive while the worker's next heartbeat learns of the loss.
     let keep = || {
         let kept = thief.renew_now(std::slice::from_ref(&lease));

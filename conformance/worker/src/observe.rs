@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use leasehold_memory::Bytes;
-use leasehold_worker::core::{ErrorKind, LeaseRef, RenewResult, Tenure};
+use leasehold_worker::core::{ErrorKind, LeaseRef, RenewResult};
 use leasehold_worker::meters::{
     ACKS, BACKEND_ERRORS, DEAD_LETTERS, DELIVERIES, FETCH_RTT, HANDLER_DURATION, HELD, INVOCATIONS,
     LEASES_LOST, LEASE_MARGIN, RENEW_RTT, RUNNING,
@@ -141,11 +141,7 @@ pub async fn a_takeover_is_counted_and_logged_with_the_lease_margin<T: TestRunti
     clock.jump(SHORT_CLAIM);
     let stolen = thief.fetch_now(1);
     assert_eq!(stolen.len(), 1);
-    let lease = LeaseRef {
-        id: id.clone(),
-        fence: stolen[0].fence,
-        tenure: Tenure::NONE,
-    };
+    let lease = LeaseRef::new(id.clone(), stolen[0].fence);
     wait_until(&rt, "the takeover to be noticed", || {
         assert_eq!(
             thief.renew_now(std::slice::from_ref(&lease)),

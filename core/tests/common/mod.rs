@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_core::{
     AckId, CancelReason, Config, DeadLetterReason, Effect, ErrorKind, Fence, Fetched, InvocationId,
-    LeaseEngine, LeaseId, MessageId, Outcome, RenewId, RenewResult, SettleResult, StreamId, Tenure,
+    LeaseEngine, LeaseId, MessageId, Outcome, RenewId, RenewResult, SettleResult, StreamId,
 };
 
 /// `n` milliseconds.
@@ -249,13 +249,12 @@ pub fn msg(id: u64) -> Fetched<String> {
 
 /// A delivery of message `id` with the given delivery count and fence.
 pub fn delivery(id: u64, delivery_count: u32, fence: u64) -> Fetched<String> {
-    Fetched {
-        id: id.into(),
-        payload: format!("payload {id}"),
+    Fetched::new(
+        id.into(),
+        format!("payload {id}"),
         delivery_count,
-        fence: Fence(fence),
-        tenure: Tenure::NONE,
-    }
+        Fence(fence),
+    )
 }
 
 /// A fetch from stream 0.
@@ -613,13 +612,12 @@ impl Sim {
                     .map(|_| {
                         let id = self.rng.below(24);
                         self.next_fence += 1;
-                        Fetched {
-                            id: id.into(),
-                            payload: id,
-                            delivery_count: 1 + self.rng.below(5) as u32,
-                            fence: Fence(self.next_fence),
-                            tenure: Tenure::NONE,
-                        }
+                        Fetched::new(
+                            id.into(),
+                            id,
+                            1 + self.rng.below(5) as u32,
+                            Fence(self.next_fence),
+                        )
                     })
                     .collect();
                 self.engine.handle_fetched(self.now, stream, messages);

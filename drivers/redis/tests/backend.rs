@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use leasehold_core::{
-    Backend, DeadLetterReason, Fence, Fetched, LeaseRef, RenewResult, SettleResult, Tenure,
+    Backend, DeadLetterReason, Fence, Fetched, LeaseRef, RenewResult, SettleResult,
 };
 use leasehold_redis::{RedisBackend, RedisConfig, Retention};
 use leasehold_redis_harness::RedisServer;
@@ -152,11 +152,7 @@ async fn no_steal_back_and_no_stale_ack_after_a_takeover() {
     );
     assert_eq!(b.stream_len().await.unwrap(), 1);
     // The same consumer with a stale fence is refused too.
-    let stale = LeaseRef {
-        id: first.id.clone(),
-        fence: first.fence,
-        tenure: Tenure::NONE,
-    };
+    let stale = LeaseRef::new(first.id.clone(), first.fence);
     assert_eq!(b.renew(&[stale]).await.unwrap(), [RenewResult::Lost]);
 }
 
@@ -193,11 +189,7 @@ async fn a_batch_skips_held_entries_it_does_not_name() {
         a.publish(Bytes::from_static(b"x")).await.unwrap();
     }
     let m = a.fetch(6, Duration::ZERO).await.unwrap();
-    let stale = LeaseRef {
-        id: m[3].id.clone(),
-        fence: Fence(2),
-        tenure: Tenure::NONE,
-    };
+    let stale = LeaseRef::new(m[3].id.clone(), Fence(2));
     let batch = [lease(&m[4]), lease(&m[1]), stale, lease(&m[3])];
     use RenewResult::{Kept, Lost};
     assert_eq!(a.renew(&batch).await.unwrap(), [Kept, Kept, Lost, Kept]);
@@ -250,26 +242,14 @@ async fn a_batch_of_owned_foreign_stale_and_unknown_leases_is_answered_per_lease
         pending_of(&server, m[1].id.as_str()).await,
         Some(("a".into(), 2))
     );
-    let reclaimed = LeaseRef {
-        id: m[1].id.clone(),
-        fence: Fence(2),
-        tenure: Tenure::NONE,
-    };
+    let reclaimed = LeaseRef::new(m[1].id.clone(), Fence(2));
     let batch = [
         lease(&m[2]),
         lease(&theirs),
         lease(&m[1]), // the fence before the reclaim: stale
-        LeaseRef {
-            id: undelivered.clone().into(),
-            fence: Fence(1),
-            tenure: Tenure::NONE,
-        },
+        LeaseRef::new(undelivered.clone().into(), Fence(1)),
         lease(&m[0]),
-        LeaseRef {
-            id: "not-an-id".into(),
-            fence: Fence(1),
-            tenure: Tenure::NONE,
-        },
+        LeaseRef::new("not-an-id".into(), Fence(1)),
         reclaimed,
     ];
     use RenewResult::{Kept, Lost};
@@ -348,11 +328,7 @@ async fn acks_delete_exactly_the_acked_entries() {
             .collect::<Vec<_>>()
     };
     // Entry 0 stays pending: only 1 and 3 go; the order of the batch does not matter.
-    let stale = LeaseRef {
-        id: m[2].id.clone(),
-        fence: Fence(m[2].fence.0 + 1),
-        tenure: Tenure::NONE,
-    };
+    let stale = LeaseRef::new(m[2].id.clone(), Fence(m[2].fence.0 + 1));
     assert_eq!(
         a.ack(&[lease(&m[3]), stale, lease(&m[1])]).await.unwrap(),
         [SettleResult::Ok, SettleResult::Lost, SettleResult::Ok]

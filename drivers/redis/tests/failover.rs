@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use leasehold_core::{Outgoing, Publisher, Tenure};
+use leasehold_core::{Outgoing, Publisher};
 use leasehold_redis::{
     key_slot, PublisherConfig, RedisBackend, RedisConfig, RedisInspector, RedisPublisher, Servers,
 };
@@ -482,11 +482,7 @@ fn wait_replicas_waits_for_a_replica_and_fails_without_one() {
             backend.publish(Bytes::from(i.to_string())).await.unwrap();
             let started = Instant::now();
             let fetched = backend.fetch(1, Duration::ZERO).await.unwrap();
-            let lease = leasehold_core::LeaseRef {
-                id: fetched[0].id.clone(),
-                fence: fetched[0].fence,
-                tenure: Tenure::NONE,
-            };
+            let lease = leasehold_core::LeaseRef::new(fetched[0].id.clone(), fetched[0].fence);
             let acked = backend.ack(&[lease]).await.unwrap();
             assert_eq!(acked, [leasehold_core::SettleResult::Ok]);
             started.elapsed()

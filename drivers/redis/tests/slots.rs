@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use leasehold_core::{
     Backend, DeadLetterReason, Dedupe, Due, Fetched, LeaseRef, Outgoing, Publisher, SettleResult,
-    Tenure,
 };
 use leasehold_redis::{
     hash_tag, key_slot, ConnectError, PublisherConfig, RedisBackend, RedisConfig, RedisConfigError,
@@ -152,11 +151,7 @@ fn key_slot_agrees_with_cluster_keyslot() {
 }
 
 fn lease(message: &Fetched<Bytes>) -> LeaseRef {
-    LeaseRef {
-        id: message.id.clone(),
-        fence: message.fence,
-        tenure: Tenure::NONE,
-    }
+    LeaseRef::new(message.id.clone(), message.fence)
 }
 
 /// Every script a stream's publisher and consumer run, on a cluster node: a delayed and

@@ -18,13 +18,7 @@ fn outcome_racing_cancel_is_never_acked_when_cancel_wins() {
         let config = Config::default().max_processing_time(Duration::from_secs(10));
         let mut engine = LeaseEngine::<()>::new(&config, t0).unwrap();
         assert!(matches!(engine.poll_effect(), Some(Effect::Fetch { .. })));
-        let delivery = Fetched {
-            id: "1-0".into(),
-            payload: (),
-            delivery_count: 1,
-            fence: Fence(1),
-            tenure: Tenure::NONE,
-        };
+        let delivery = Fetched::new("1-0".into(), (), 1, Fence(1));
         engine.handle_fetched(t0, StreamId(0), vec![delivery]);
         let Some(Effect::Run(Run { invocation, .. })) = engine.poll_effect() else {
             panic!("the delivery runs")

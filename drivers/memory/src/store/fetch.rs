@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use leasehold_core::{Fence, Fetched, MessageId, Tenure};
+use leasehold_core::{Fence, Fetched, MessageId};
 
 use super::{standing, Entry, Pending, Store};
 
@@ -119,13 +119,12 @@ impl Store {
 }
 
 fn delivery(id: &MessageId, payload: &Bytes, delivery_count: u32) -> Fetched<Bytes> {
-    Fetched {
-        id: id.clone(),
-        payload: payload.clone(),
+    Fetched::new(
+        id.clone(),
+        payload.clone(),
         delivery_count,
-        fence: Fence(u64::from(delivery_count)),
-        tenure: Tenure::NONE,
-    }
+        Fence(u64::from(delivery_count)),
+    )
 }
 
 /// How many of `max` slots go to reclaims and to new entries, given how many of each are

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use leasehold_core::{Fence, Fetched, LeaseRef, MessageId, Tenure};
+use leasehold_core::{Fence, Fetched, LeaseRef, MessageId};
 use leasehold_memory::{Bytes, ManualClock, MemoryStream, StreamConfig};
 
 pub const TIMEOUT: Duration = Duration::from_secs(60);
@@ -20,11 +20,7 @@ pub fn lease(message: &Fetched<Bytes>) -> LeaseRef {
 }
 
 pub fn lease_of(id: &MessageId, fence: u64) -> LeaseRef {
-    LeaseRef {
-        id: id.clone(),
-        fence: Fence(fence),
-        tenure: Tenure::NONE,
-    }
+    LeaseRef::new(id.clone(), Fence(fence))
 }
 
 pub fn ids(batch: &[Fetched<Bytes>]) -> Vec<String> {

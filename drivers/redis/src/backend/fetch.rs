@@ -207,19 +207,11 @@ impl RedisBackend {
         let mut fetched = Vec::with_capacity(read.len());
         for (id, payload) in read {
             match payload {
-                Some(payload) => fetched.push(Fetched {
-                    id: id.into(),
-                    payload,
-                    delivery_count: 1,
-                    fence: Fence(1),
-                    tenure,
-                }),
+                Some(payload) => {
+                    fetched.push(Fetched::new(id.into(), payload, 1, Fence(1)).with_tenure(tenure))
+                }
                 None => {
-                    let lease = LeaseRef {
-                        id: id.into(),
-                        fence: Fence(1),
-                        tenure,
-                    };
+                    let lease = LeaseRef::new(id.into(), Fence(1)).with_tenure(tenure);
                     // Never deliverable. Should this fail, the entry stays pending with us
                     // and the fetch script dead-letters it when it is reclaimed.
                     let reason = self.no_field();

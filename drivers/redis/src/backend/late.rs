@@ -140,18 +140,12 @@ impl RedisBackend {
 
 #[cfg(test)]
 mod tests {
-    use leasehold_core::{Fence, Tenure};
+    use leasehold_core::Fence;
 
     use super::*;
 
     fn delivery(id: &str) -> Fetched<Bytes> {
-        Fetched {
-            id: id.into(),
-            payload: Bytes::new(),
-            delivery_count: 1,
-            fence: Fence(1),
-            tenure: Tenure::NONE,
-        }
+        Fetched::new(id.into(), Bytes::new(), 1, Fence(1))
     }
 
     #[test]

@@ -247,13 +247,15 @@ pub(super) fn parse_fetch(reply: Value) -> Option<ScriptFetch> {
         let Value::BulkString(payload) = payload else {
             return None;
         };
-        entries.push(Fetched {
-            id: as_string(id)?.into(),
-            payload: Bytes::from(payload),
-            delivery_count: u32::try_from(count).unwrap_or(u32::MAX),
-            fence: Fence(count),
-            tenure,
-        });
+        entries.push(
+            Fetched::new(
+                as_string(id)?.into(),
+                Bytes::from(payload),
+                u32::try_from(count).unwrap_or(u32::MAX),
+                Fence(count),
+            )
+            .with_tenure(tenure),
+        );
     }
     Some(ScriptFetch {
         cursor,

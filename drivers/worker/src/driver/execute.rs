@@ -306,17 +306,13 @@ fn answer_each<T>(
 
 #[cfg(test)]
 mod tests {
-    use leasehold_core::{ErrorKind, Fence, RenewResult, SettleResult, Tenure};
+    use leasehold_core::{ErrorKind, Fence, RenewResult, SettleResult};
 
     use super::*;
 
     #[test]
     fn a_batch_answer_without_a_result_per_lease_is_a_fatal_error() {
-        let lease = |id: &str| LeaseRef {
-            id: id.into(),
-            fence: Fence(1),
-            tenure: Tenure::NONE,
-        };
+        let lease = |id: &str| LeaseRef::new(id.into(), Fence(1));
         let refs = vec![lease("1-0"), lease("2-0")];
         let short = answer_each("renew", &refs, Ok(vec![RenewResult::Kept]));
         let error = short.expect_err("one result for two leases");
