@@ -16,11 +16,109 @@ use crate::types::{
 
 /// An entry a backend dead-lettered by itself: it can never be delivered.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Undeliverable {
     /// The entry's id in the stream.
     pub id: MessageId,
     /// Why (stored with the dead letter too).
     pub reason: String,
+}
+
+impl Undeliverable {
+    /// Entry `id`, dead-lettered because of `reason`.
+    pub fn new(id: MessageId, reason: impl Into<String>) -> Self {
+        Self {
+            id,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// What one fetch brought: the messages it delivered, and what the driver needs to know about
+/// the stream besides, in the same answer so a wrapper cannot lose it on the way.
+///
+/// It reads as its messages (`answer.len()`, `answer[0]`, `for m in &answer`); the two notes
+/// default to nothing, which is right for a backend without delayed messages that never
+/// dead-letters by itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FetchAnswer<P> {
+    /// The deliveries, at most the `max` asked for.
+    pub messages: Vec<Fetched<P>>,
+    /// How long after this answer the stream's next delayed message is due (zero: it is due
+    /// already; `None`: nothing is delayed). The engine fetches again then, and blocks no
+    /// longer ([`LeaseEngine::handle_due`]), so an idle worker picks a delayed message up when
+    /// it is due without polling; that fetch promotes it.
+    ///
+    /// [`LeaseEngine::handle_due`]: crate::LeaseEngine::handle_due
+    pub next_due: Option<Duration>,
+    /// Entries this fetch dead-lettered by itself because it can never deliver them (a Redis
+    /// entry without the payload field), for the worker to count and log like its own dead
+    /// letters.
+    pub undeliverable: Vec<Undeliverable>,
+}
+
+impl<P> FetchAnswer<P> {
+    /// An answer with these messages, nothing delayed and nothing dead-lettered.
+    pub fn new(messages: Vec<Fetched<P>>) -> Self {
+        Self {
+            messages,
+            next_due: None,
+            undeliverable: Vec::new(),
+        }
+    }
+
+    /// The same answer, saying when the next delayed message is due.
+    #[must_use]
+    pub fn with_next_due(mut self, next_due: Option<Duration>) -> Self {
+        self.next_due = next_due;
+        self
+    }
+
+    /// The same answer, with the entries the fetch dead-lettered by itself.
+    #[must_use]
+    pub fn with_undeliverable(mut self, undeliverable: Vec<Undeliverable>) -> Self {
+        self.undeliverable = undeliverable;
+        self
+    }
+}
+
+impl<P> Default for FetchAnswer<P> {
+    fn default() -> Self {
+        Self::new(Vec::new())
+    }
+}
+
+impl<P> From<Vec<Fetched<P>>> for FetchAnswer<P> {
+    fn from(messages: Vec<Fetched<P>>) -> Self {
+        Self::new(messages)
+    }
+}
+
+impl<P> std::ops::Deref for FetchAnswer<P> {
+    type Target = [Fetched<P>];
+
+    fn deref(&self) -> &[Fetched<P>] {
+        &self.messages
+    }
+}
+
+impl<P> IntoIterator for FetchAnswer<P> {
+    type Item = Fetched<P>;
+    type IntoIter = std::vec::IntoIter<Fetched<P>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.messages.into_iter()
+    }
+}
+
+impl<'a, P> IntoIterator for &'a FetchAnswer<P> {
+    type Item = &'a Fetched<P>;
+    type IntoIter = std::slice::Iter<'a, Fetched<P>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.messages.iter()
+    }
 }
 
 /// The message a lease operation is about, and the fence of the delivery it acts for.
@@ -152,24 +250,6 @@ pub trait Backend: Send + Sync + 'static {
         None
     }
 
-    /// Entries this backend dead-lettered by itself during its fetches since the last call,
-    /// because it can never deliver them (a Redis entry without the payload field). The worker
-    /// takes them after every fetch, to count and log them like its own dead letters. Most
-    /// backends never do that: the default has none.
-    fn take_undeliverable(&self) -> Vec<Undeliverable> {
-        Vec::new()
-    }
-
-    /// How long after its last fetch's answer the stream's next delayed message is due (`None`:
-    /// nothing is delayed, or this backend has no delayed messages). The driver reads it after
-    /// every fetch and hands it to the engine ([`LeaseEngine::handle_due`]), which fetches again
-    /// then; the fetch promotes what is due. The default knows of none.
-    ///
-    /// [`LeaseEngine::handle_due`]: crate::LeaseEngine::handle_due
-    fn next_due(&self) -> Option<Duration> {
-        None
-    }
-
     /// Whether the worker fetches from this stream from now on (a shard of a sharded queue
     /// assigned to it or to others; see [`Membership`](crate::Membership)). Leases keep being
     /// renewed, acked and released either way. A backend may free what only fetches need while
@@ -184,7 +264,9 @@ pub trait Backend: Send + Sync + 'static {
     /// other; delayed messages that are due join the stream first (see
     /// [`Publisher`](crate::Publisher)). When none is available it may wait up to `wait` for new
     /// entries (or the next due time). Never returns more than `max`; every delivery carries its
-    /// delivery count and fence.
+    /// delivery count and fence. The answer also says when the next delayed message is due and
+    /// which entries the fetch dead-lettered by itself ([`FetchAnswer`]); a backend without
+    /// either answers `FetchAnswer::new(messages)` (or `messages.into()`).
     ///
     /// The future may be dropped while it waits (at shutdown, on a call timeout). Dropping it
     /// must lose nothing: messages it already took stay pending with this consumer and are
@@ -193,7 +275,7 @@ pub trait Backend: Send + Sync + 'static {
         &self,
         max: usize,
         wait: Duration,
-    ) -> impl Future<Output = BackendResult<Vec<Fetched<Self::Payload>>>> + Send;
+    ) -> impl Future<Output = BackendResult<FetchAnswer<Self::Payload>>> + Send;
 
     /// Resets the idle time of each lease this consumer still holds with that fence; one result
     /// per lease, in order. A lease held by someone else is `Lost` and is not moved.

@@ -118,6 +118,7 @@ pub mod backend;
 mod config;
 mod effect;
 mod engine;
+mod hooked;
 mod inspect;
 mod lease;
 pub mod membership;
@@ -126,13 +127,16 @@ pub mod shard;
 mod timers;
 mod types;
 
-pub use backend::{Backend, BackendError, BackendResult, ErrorKind, LeaseRef, Undeliverable};
+pub use backend::{
+    Backend, BackendError, BackendResult, ErrorKind, FetchAnswer, LeaseRef, Undeliverable,
+};
 pub use config::{
     Config, ConfigError, RetryPolicy, Settings, ADAPTIVE_PREFETCH_BATCHES, DEFAULT_CLAIM_TIMEOUT,
     MAX_COUNT, MAX_DURATION, MIN_CLAIM_TIMEOUT,
 };
 pub use effect::{Effect, Run, Stats, StreamLoad};
 pub use engine::LeaseEngine;
+pub use hooked::{Call, Hooked, Hooks};
 pub use inspect::{
     group_streams, queue_overview, ConsumerOverview, DeadLetterEntry, Discovered, GroupOverview,
     InspectError, Inspector, Listing, NotDead, Overview, Page, PendingEntry, PendingQuery, Purged,

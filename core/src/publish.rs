@@ -130,7 +130,7 @@ pub struct DelayedSummary {
 ///
 /// A delayed message waits outside the stream until it is due; a consumer's fetch then moves
 /// it into the stream (each exactly once, however many consumers fetch at the same time) and
-/// reports when the next one is due ([`Backend::next_due`](crate::Backend::next_due)).
+/// reports when the next one is due ([`FetchAnswer::next_due`](crate::FetchAnswer::next_due)).
 pub trait Publisher: Send + Sync + 'static {
     /// The payload type stored in the stream.
     type Payload: Clone + Send + Sync + 'static;

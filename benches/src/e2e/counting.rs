@@ -2,12 +2,9 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
-use leasehold_memory::Bytes;
 use leasehold_tokio::core::{
-    Backend, BackendResult, DeadLetterReason, Fetched, LeaseRef, MessageId, RenewResult,
-    SettleResult,
+    BackendResult, Call, FetchAnswer, Hooked, Hooks, LeaseRef, SettleResult,
 };
 use tokio::sync::Notify;
 
@@ -28,77 +25,34 @@ pub(crate) struct CallCounts {
     pub(crate) renews: AtomicUsize,
 }
 
-/// A backend wrapper counting calls and successful acks (to stop the clock at the last one).
-pub(crate) struct Counting<B> {
-    pub(crate) inner: B,
-    pub(crate) acked: Arc<AckCounter>,
-}
+/// A backend counting calls and successful acks (to stop the clock at the last one).
+pub(crate) type Counting<B> = Hooked<B, Arc<AckCounter>>;
 
-impl<B: Backend<Payload = Bytes>> Backend for Counting<B> {
-    type Payload = Bytes;
-
-    fn claim_timeout(&self) -> Option<Duration> {
-        self.inner.claim_timeout()
+impl<P: Send + Sync + 'static> Hooks<P> for AckCounter {
+    async fn before(&self, call: Call<'_>) -> BackendResult<()> {
+        match call {
+            Call::Renew(_) => self.calls.renews.fetch_add(1, Ordering::Relaxed),
+            Call::Ack(_) => self.calls.acks.fetch_add(1, Ordering::Relaxed),
+            _ => 0,
+        };
+        Ok(())
     }
 
-    fn enqueued_at(&self, id: &MessageId) -> Option<std::time::SystemTime> {
-        self.inner.enqueued_at(id)
-    }
-
-    fn take_undeliverable(&self) -> Vec<leasehold_core::Undeliverable> {
-        self.inner.take_undeliverable()
-    }
-
-    fn next_due(&self) -> Option<Duration> {
-        self.inner.next_due()
-    }
-
-    async fn publish(&self, payload: Bytes) -> BackendResult<MessageId> {
-        self.inner.publish(payload).await
-    }
-
-    async fn fetch(&self, max: usize, wait: Duration) -> BackendResult<Vec<Fetched<Bytes>>> {
-        let fetched = self.inner.fetch(max, wait).await?;
-        let calls = &self.acked.calls;
-        calls.fetches.fetch_add(1, Ordering::Relaxed);
-        calls.fetched.fetch_add(fetched.len(), Ordering::Relaxed);
-        Ok(fetched)
-    }
-
-    async fn renew(&self, leases: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
-        self.acked.calls.renews.fetch_add(1, Ordering::Relaxed);
-        self.inner.renew(leases).await
-    }
-
-    async fn ack(&self, leases: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
-        self.acked.calls.acks.fetch_add(1, Ordering::Relaxed);
-        let results = self.inner.ack(leases).await?;
-        let ok = results.iter().filter(|r| **r == SettleResult::Ok).count();
-        let counter = &self.acked;
-        let before = counter.acked.fetch_add(ok, Ordering::AcqRel);
-        if before < counter.target && before + ok >= counter.target {
-            counter.all_acked.notify_one();
+    async fn fetched(&self, answer: &mut BackendResult<FetchAnswer<P>>) {
+        if let Ok(answer) = answer {
+            self.calls.fetches.fetch_add(1, Ordering::Relaxed);
+            self.calls
+                .fetched
+                .fetch_add(answer.len(), Ordering::Relaxed);
         }
-        Ok(results)
     }
 
-    async fn release(&self, lease: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
-        self.inner.release(lease, delay).await
-    }
-
-    async fn dead_letter(
-        &self,
-        lease: &LeaseRef,
-        reason: &DeadLetterReason,
-    ) -> BackendResult<SettleResult> {
-        self.inner.dead_letter(lease, reason).await
-    }
-
-    async fn stream_len(&self) -> BackendResult<u64> {
-        self.inner.stream_len().await
-    }
-
-    async fn pending(&self) -> BackendResult<u64> {
-        self.inner.pending().await
+    fn acked(&self, _: &[LeaseRef], answer: &BackendResult<Vec<SettleResult>>) {
+        let Ok(results) = answer else { return };
+        let ok = results.iter().filter(|r| **r == SettleResult::Ok).count();
+        let before = self.acked.fetch_add(ok, Ordering::AcqRel);
+        if before < self.target && before + ok >= self.target {
+            self.all_acked.notify_one();
+        }
     }
 }

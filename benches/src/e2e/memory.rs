@@ -406,10 +406,7 @@ async fn leasehold_round(
         all_acked: Notify::new(),
         calls: CallCounts::default(),
     });
-    let backend = Counting {
-        inner: stream.consumer("bench")?,
-        acked: acked.clone(),
-    };
+    let backend = Counting::new(stream.consumer("bench")?, acked.clone());
     let clock = Stopwatch::start();
     let builder = WorkerBuilder::new(rt)
         .config(worker_config(concurrency))

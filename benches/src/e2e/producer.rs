@@ -1384,10 +1384,7 @@ where
         all_acked: Notify::new(),
         calls: CallCounts::default(),
     });
-    let backend = Counting {
-        inner: backend,
-        acked: Arc::clone(&counter),
-    };
+    let backend = Counting::new(backend, Arc::clone(&counter));
     let handler = Arc::new(handler);
     let start = Instant::now();
     let worker = leasehold_tokio::worker()

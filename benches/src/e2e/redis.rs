@@ -1165,10 +1165,7 @@ where
         all_acked: Notify::new(),
         calls: CallCounts::default(),
     });
-    let backend = Counting {
-        inner: backend,
-        acked: counter.clone(),
-    };
+    let backend = Counting::new(backend, counter.clone());
     let run = handler.clone();
     let start = Instant::now();
     let builder = WorkerBuilder::new(rt).config(config).stream_with_codec(

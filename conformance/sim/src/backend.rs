@@ -13,7 +13,7 @@
 //! it looks again on a publish, a release, the next lapse or the next delayed message's due
 //! time, until its `wait` is over; one its driver dropped (timed out, abandoned at shutdown,
 //! crashed) takes nothing. Its answer carries how long after its execution the next delayed
-//! message is due, as a Redis fetch's does: [`Backend::next_due`] reports it to the driver.
+//! message is due, as a Redis fetch's does ([`FetchAnswer::next_due`]).
 //!
 //! Faults are drawn per call while faults are on: fail fast (transient, or now and then
 //! fatal), lose the answer after executing, be slow (either leg up to 1.5 × the claim
@@ -22,15 +22,15 @@
 
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use event_listener::Event as Notify;
 use futures::channel::oneshot;
 use futures::future::select;
 use leasehold_core::{
-    Backend, BackendError, BackendResult, CancelReason, DeadLetterReason, ErrorKind, Fetched,
-    LeaseRef, MessageId, Outcome, Outgoing, RenewResult, SettleResult,
+    Backend, BackendError, BackendResult, CancelReason, DeadLetterReason, ErrorKind, FetchAnswer,
+    Fetched, LeaseRef, MessageId, Outcome, Outgoing, RenewResult, SettleResult,
 };
 use leasehold_memory::Bytes;
 use leasehold_worker::Runtime;
@@ -50,8 +50,6 @@ pub(crate) struct SimBackend {
     pub(crate) network: SimRuntime,
     /// Notified when something may have become fetchable (a publish, a release).
     pub(crate) changed: Arc<Notify>,
-    /// What the last answered fetch said of the next delayed message.
-    pub(crate) next_due: Mutex<Option<Duration>>,
 }
 
 /// What a call asks of the store.
@@ -434,22 +432,17 @@ impl Backend for SimBackend {
         Ok(id)
     }
 
-    /// What the last answered fetch said, as of its execution at the store (the driver adds it
-    /// to the instant, on its own clock, the answer reached it).
-    fn next_due(&self) -> Option<Duration> {
-        *self.next_due.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Checks, as the answer reaches the driver, that deliveries whose leases are spent by
-    /// now are so only because of a fault (`Shared::check_in_transit`).
-    async fn fetch(&self, max: usize, wait: Duration) -> BackendResult<Vec<Fetched<Bytes>>> {
+    /// now are so only because of a fault (`Shared::check_in_transit`). The next due time is
+    /// as of the fetch's execution at the store (the driver adds it to the instant, on its own
+    /// clock, the answer reached it).
+    async fn fetch(&self, max: usize, wait: Duration) -> BackendResult<FetchAnswer<Bytes>> {
         let sent = lock(&self.shared).now();
         let (call, fault, answer) = self.call_planned(Request::Fetch { max, wait }).await;
         match answer? {
             Answer::Fetched(got, next_due) => {
-                *self.next_due.lock().unwrap_or_else(|e| e.into_inner()) = next_due;
                 lock(&self.shared).check_in_transit(self.replica, call, sent, fault, got.len());
-                Ok(got)
+                Ok(FetchAnswer::new(got).with_next_due(next_due))
             }
             _ => unreachable!("a fetch is answered with deliveries"),
         }

@@ -41,8 +41,7 @@
 //! store like the memory backend does on a real clock: it looks again on a publish, a release,
 //! the next lapse or the next due time of a delayed message, until its `wait` is over; one its
 //! driver dropped takes nothing. A fetch's answer says how long after its execution the next
-//! delayed message is due, as a Redis fetch's does, and the driver reads it through
-//! `Backend::next_due` to fetch again then. While
+//! delayed message is due, as a Redis fetch's does, and the driver fetches again then. While
 //! faults are on, a call may **fail fast** with a transient error or now and then a fatal one
 //! (the store is not touched), **lose its answer** (the store is changed, the driver times out),
 //! be **slow** (request and/or answer delayed up to 1.5 × the claim timeout, so it may execute

@@ -637,7 +637,6 @@ impl Sim {
             claim_timeout: self.cfg.claim_timeout,
             network: self.world.runtime(self.network),
             changed: self.changed.clone(),
-            next_due: std::sync::Mutex::new(None),
         };
         let rt = self.world.runtime(node);
         let seed = lock(&self.shared).seed;

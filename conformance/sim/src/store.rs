@@ -233,7 +233,7 @@ impl SimStore for MemoryStore {
     }
 
     fn fetch(&mut self, now: Instant, consumer: ConsumerId, max: usize) -> Vec<Fetched<Bytes>> {
-        self.at(now, consumer).fetch_now(max)
+        self.at(now, consumer).fetch_now(max).messages
     }
 
     fn renew(

@@ -4,12 +4,9 @@
 //! has a free slot for longer than one fetch round trip.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use leasehold_core::{
-    Backend, BackendResult, DeadLetterReason, Fetched, LeaseRef, MessageId, RenewResult,
-    SettleResult, Undeliverable,
-};
+use leasehold_core::{BackendResult, Call, FetchAnswer, Hooked, Hooks, MessageId};
 use leasehold_memory::{MemoryStream, StreamConfig};
 use leasehold_sim::rng::Rng;
 use leasehold_sim::runtime::{SimRuntime, World};
@@ -33,70 +30,37 @@ struct Record {
 
 type Shared = Arc<Mutex<Record>>;
 
-/// A backend whose fetch takes one round trip; it notes what each fetch brought, and when.
-struct Slow<B> {
-    inner: B,
+/// Hooks that make a backend's fetch take one round trip, and note what each fetch brought,
+/// and when.
+struct Slow {
     rt: SimRuntime,
     worker: usize,
     record: Shared,
 }
 
-impl<B: Backend> Backend for Slow<B> {
-    type Payload = B::Payload;
+impl<P: Send + Sync + 'static> Hooks<P> for Slow {
+    async fn before(&self, call: Call<'_>) -> BackendResult<()> {
+        if let Call::Fetch { .. } = call {
+            let rt = &self.rt;
+            rt.sleep_until(rt.now() + RTT / 2).await;
+        }
+        Ok(())
+    }
 
-    async fn publish(&self, payload: Self::Payload) -> BackendResult<MessageId> {
-        self.inner.publish(payload).await
-    }
-    fn claim_timeout(&self) -> Option<Duration> {
-        self.inner.claim_timeout()
-    }
-    fn enqueued_at(&self, id: &MessageId) -> Option<SystemTime> {
-        self.inner.enqueued_at(id)
-    }
-    fn take_undeliverable(&self) -> Vec<Undeliverable> {
-        self.inner.take_undeliverable()
-    }
-    fn next_due(&self) -> Option<Duration> {
-        self.inner.next_due()
-    }
-    async fn fetch(&self, max: usize, wait: Duration) -> BackendResult<Vec<Fetched<B::Payload>>> {
+    async fn fetched(&self, answer: &mut BackendResult<FetchAnswer<P>>) {
         let rt = &self.rt;
         rt.sleep_until(rt.now() + RTT / 2).await;
-        let fetched = self.inner.fetch(max, wait).await?;
-        rt.sleep_until(rt.now() + RTT / 2).await;
+        let Ok(fetched) = answer else { return };
         let now = rt.now();
         let mut record = self.record.lock().unwrap();
         if !fetched.is_empty() {
             record.fetched[self.worker].push(fetched.len());
         }
-        for message in &fetched {
+        for message in fetched.iter() {
             record
                 .waits
                 .push((self.worker, message.id.clone(), now, None));
         }
-        Ok(fetched)
-    }
-    async fn renew(&self, leases: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
-        self.inner.renew(leases).await
-    }
-    async fn ack(&self, leases: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
-        self.inner.ack(leases).await
-    }
-    async fn release(&self, lease: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
-        self.inner.release(lease, delay).await
-    }
-    async fn dead_letter(
-        &self,
-        lease: &LeaseRef,
-        reason: &DeadLetterReason,
-    ) -> BackendResult<SettleResult> {
-        self.inner.dead_letter(lease, reason).await
-    }
-    async fn stream_len(&self) -> BackendResult<u64> {
-        self.inner.stream_len().await
-    }
-    async fn pending(&self) -> BackendResult<u64> {
-        self.inner.pending().await
     }
 }
 
@@ -128,12 +92,14 @@ fn run(seed: u64) -> (Record, Instant, Instant) {
     for w in 0..2 {
         let node = world.new_node();
         let rt = world.runtime(node);
-        let backend = Slow {
-            inner: stream.consumer(&format!("worker-{w}")).expect("a consumer"),
-            rt: rt.clone(),
-            worker: w,
-            record: record.clone(),
-        };
+        let backend = Hooked::new(
+            stream.consumer(&format!("worker-{w}")).expect("a consumer"),
+            Slow {
+                rt: rt.clone(),
+                worker: w,
+                record: record.clone(),
+            },
+        );
         let (handler_rt, r) = (rt.clone(), record.clone());
         let worker = WorkerBuilder::new(rt)
             // The defaults: the prefetch adapts. A short poll, so idle workers look often.

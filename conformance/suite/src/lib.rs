@@ -159,7 +159,10 @@ async fn publish<B: Backend<Payload: From<Vec<u8>>>>(b: &B, bytes: &[u8]) -> Mes
 }
 
 async fn fetch<B: Backend>(b: &B, max: usize) -> Vec<Fetched<B::Payload>> {
-    b.fetch(max, Duration::ZERO).await.expect("fetch failed")
+    b.fetch(max, Duration::ZERO)
+        .await
+        .expect("fetch failed")
+        .messages
 }
 
 async fn renew<B: Backend>(b: &B, leases: &[LeaseRef]) -> Vec<RenewResult> {

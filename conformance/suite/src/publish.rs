@@ -10,7 +10,9 @@ use std::future::Future;
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::future::join_all;
-use leasehold_core::{Backend, DelayedSummary, Due, Outgoing, Published, Publisher, MAX_DELAY};
+use leasehold_core::{
+    Backend, DelayedSummary, Due, FetchAnswer, Outgoing, Published, Publisher, MAX_DELAY,
+};
 
 use crate::{fetch, margin, open, stream_len, BackendFactory};
 
@@ -114,7 +116,8 @@ pub async fn delayed_not_before_due<F: PublisherFactory>(f: &F) {
 
 /// An idle consumer picks a delayed message up soon after its due time without any new publish:
 /// a blocking fetch returns it (a real-time store wakes for it), or an empty fetch's
-/// `next_due()` says when to fetch again (a virtual-time store does not block).
+/// answer says when the next one is due, to fetch again then (a virtual-time store does not
+/// block).
 pub async fn delayed_delivered_soon_after_due<F: PublisherFactory>(f: &F) {
     const P: &str = "delayed_delivered_soon_after_due";
     let (claim, r) = open(f, 1).await;
@@ -123,13 +126,13 @@ pub async fn delayed_delivered_soon_after_due<F: PublisherFactory>(f: &F) {
     let started = Instant::now();
     send(&p, vec![outgoing::<F>(b"soon", Some(Due::After(d)), None)]).await;
     let mut advanced = Duration::ZERO;
-    let mut got = Vec::new();
+    let mut got = FetchAnswer::default();
     for _ in 0..20 {
         got = r[0].fetch(1, 2 * d).await.expect("fetch failed");
         if !got.is_empty() {
             break;
         }
-        let next = r[0].next_due();
+        let next = got.next_due;
         ensure!(
             P,
             next.is_some_and(|next| next <= d),

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use leasehold_conformance::BackendFactory;
 use leasehold_core::{
-    Backend, BackendResult, DeadLetterReason, Fetched, LeaseRef, MessageId, RenewResult,
-    SettleResult,
+    Backend, BackendResult, DeadLetterReason, FetchAnswer, Fetched, LeaseRef, MessageId,
+    RenewResult, SettleResult,
 };
 use leasehold_memory::{Bytes, ManualClock, MemoryBackend, MemoryStream, StreamConfig};
 
@@ -59,14 +59,14 @@ impl Broken {
         &self,
         max: usize,
         new_first: bool,
-    ) -> BackendResult<Vec<Fetched<Bytes>>> {
+    ) -> BackendResult<FetchAnswer<Bytes>> {
         let taken = self.inner.fetch(TAKE_ALL, Duration::ZERO).await?;
         let mut held = self.held();
         held.extend(taken);
         // Stable: each kind stays in the order it was taken.
         held.sort_by_key(|m| (m.delivery_count == 1) != new_first);
         let n = max.min(held.len());
-        Ok(held.drain(..n).collect())
+        Ok(FetchAnswer::new(held.drain(..n).collect()))
     }
 
     /// The renew of [`Flaw::LapsedRenewLost`]: `Lost` for each lease idle past the claim
@@ -105,7 +105,7 @@ impl Backend for Broken {
         self.inner.publish(payload).await
     }
 
-    async fn fetch(&self, max: usize, wait: Duration) -> BackendResult<Vec<Fetched<Bytes>>> {
+    async fn fetch(&self, max: usize, wait: Duration) -> BackendResult<FetchAnswer<Bytes>> {
         let mut batch = match self.flaw {
             Flaw::FetchOneTooMany => self.inner.fetch(max + 1, wait).await?,
             Flaw::NewFirst => self.fetch_in_order(max, true).await?,
@@ -113,7 +113,7 @@ impl Backend for Broken {
             _ => self.inner.fetch(max, wait).await?,
         };
         if let Flaw::CountSkips = self.flaw {
-            for m in &mut batch {
+            for m in &mut batch.messages {
                 if m.delivery_count > 1 {
                     m.delivery_count += 1;
                 }

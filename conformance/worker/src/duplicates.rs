@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use leasehold_worker::Delivery;
 
 use crate::support::{
-    base_config, builder, memory_stream, publish, settle, wait_until, Gate, Probe, Recorder,
+    base_config, builder, memory_stream, probe, publish, settle, wait_until, Gate, Recorder,
     LONG_CLAIM,
 };
 use crate::TestRuntime;
@@ -29,7 +29,7 @@ pub async fn redelivery_while_held_does_not_start_a_second_run<T: TestRuntime>(r
             }
         }
     };
-    let (backend, taps) = Probe::new(&stream, "w1");
+    let (backend, taps) = probe(&stream, "w1");
     // Concurrency 2: a slot stays free, so the worker keeps fetching while the message runs.
     let worker = builder(&rt, base_config().concurrency(2))
         .stream("jobs", backend, handler)
@@ -90,7 +90,7 @@ pub async fn long_handlers_are_not_run_twice_across_workers<T: TestRuntime>(rt: 
         .into_iter()
         .map(|name| {
             builder(&rt, config.clone())
-                .stream("jobs", Probe::new(&stream, name).0, handler.clone())
+                .stream("jobs", probe(&stream, name).0, handler.clone())
                 .start()
                 .expect("valid worker")
         })

@@ -7,7 +7,7 @@ use leasehold_worker::core::{ErrorKind, LeaseRef};
 use leasehold_worker::{CancelReason, Delivery, Health, Outcome};
 
 use crate::support::{
-    base_config, builder, memory_stream, publish, settle, wait_until, Ended, Mark, Probe, Recorder,
+    base_config, builder, memory_stream, probe, publish, settle, wait_until, Ended, Mark, Recorder,
     LONG_CLAIM, POLL, RETRY_INITIAL, SHORT_CLAIM,
 };
 use crate::TestRuntime;
@@ -40,7 +40,7 @@ pub async fn failures_back_off_then_dead_letter<T: TestRuntime>(rt: T) {
     };
     let config = base_config().max_deliveries(MAX_DELIVERIES);
     let worker = builder(&rt, config)
-        .stream("jobs", Probe::new(&stream, "w1").0, handler)
+        .stream("jobs", probe(&stream, "w1").0, handler)
         .start()
         .expect("valid worker");
 
@@ -118,7 +118,7 @@ pub async fn undecodable_payload_is_dead_lettered_at_once<T: TestRuntime>(rt: T)
         }
     };
     let worker = builder(&rt, base_config())
-        .stream("jobs", Probe::new(&stream, "w1").0, handler)
+        .stream("jobs", probe(&stream, "w1").0, handler)
         .start()
         .expect("valid worker");
 
@@ -161,7 +161,7 @@ pub async fn lost_lease_cancels_the_handler_and_drops_its_result<T: TestRuntime>
             }
         }
     };
-    let (backend, taps) = Probe::new(&stream, "w1");
+    let (backend, taps) = probe(&stream, "w1");
     // Concurrency 1: the worker does not fetch while the message runs, so only the thief can
     // take it over.
     let worker = builder(&rt, base_config().claim_timeout(SHORT_CLAIM))
@@ -239,7 +239,7 @@ pub async fn failing_renews_expire_the_lease_and_cancel_the_handler<T: TestRunti
             }
         }
     };
-    let (backend, taps) = Probe::new(&stream, "w1");
+    let (backend, taps) = probe(&stream, "w1");
     let worker = builder(&rt, base_config().claim_timeout(SHORT_CLAIM))
         .stream("jobs", backend, handler)
         .start()
@@ -293,7 +293,7 @@ pub async fn a_done_within_the_cancel_grace_after_expiry_is_acked<T: TestRuntime
             }
         }
     };
-    let (backend, taps) = Probe::new(&stream, "w1");
+    let (backend, taps) = probe(&stream, "w1");
     // A wide margin and grace, so a loaded machine still reports the `Done` within the grace.
     let config = base_config()
         .claim_timeout(SHORT_CLAIM)
@@ -353,7 +353,7 @@ pub async fn max_processing_time_cancels_a_hung_handler_and_retries<T: TestRunti
             }
         }
     };
-    let (backend, taps) = Probe::new(&stream, "w1");
+    let (backend, taps) = probe(&stream, "w1");
     let config = base_config()
         .concurrency(2)
         .max_processing_time(max_processing_time);
@@ -430,7 +430,7 @@ pub async fn a_handler_panicking_while_dropped_fails_its_attempt_and_the_worker_
             }
         }
     };
-    let (backend, taps) = Probe::new(&stream, "w1");
+    let (backend, taps) = probe(&stream, "w1");
     let config = base_config().max_processing_time(Duration::from_millis(100));
     let worker = builder(&rt, config)
         .stream("jobs", backend, handler)
@@ -458,8 +458,8 @@ pub async fn a_handler_panicking_while_dropped_fails_its_attempt_and_the_worker_
 pub async fn a_fatal_backend_error_halts_its_stream_and_shows_in_health<T: TestRuntime>(rt: T) {
     let sick_stream = memory_stream(&rt.clock(), LONG_CLAIM);
     let well_stream = memory_stream(&rt.clock(), LONG_CLAIM);
-    let (sick, sick_taps) = Probe::new(&sick_stream, "w1");
-    let (well, _) = Probe::new(&well_stream, "w1");
+    let (sick, sick_taps) = probe(&sick_stream, "w1");
+    let (well, _) = probe(&well_stream, "w1");
     let rec = Recorder::new(&rt);
     let handler = {
         let rec = rec.clone();
@@ -528,7 +528,7 @@ pub async fn a_fatal_backend_error_halts_its_stream_and_shows_in_health<T: TestR
 /// stopped and `closed()` completes, so a service can restart it or fail its readiness probe.
 pub async fn a_worker_whose_every_stream_halts_is_stopped<T: TestRuntime>(rt: T) {
     let stream = memory_stream(&rt.clock(), LONG_CLAIM);
-    let (probe, taps) = Probe::new(&stream, "w1");
+    let (probe, taps) = probe(&stream, "w1");
     taps.fail_fetches(Some(ErrorKind::Fatal));
     let worker = builder(&rt, base_config())
         .stream("only", probe, |_: Delivery<String>| async {})

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use leasehold_worker::{Delivery, Outcome};
 
 use crate::support::{
-    base_config, builder, publish, wait_until, Gate, Mark, Probe, Recorder, LONG_CLAIM, POLL,
+    base_config, builder, probe, publish, wait_until, Gate, Mark, Recorder, LONG_CLAIM, POLL,
     REPOLL,
 };
 use crate::support::{memory_stream, settle};
@@ -40,8 +40,8 @@ pub async fn slow_stream_does_not_block_fast_stream<T: TestRuntime>(rt: T) {
         }
     };
     let worker = builder(&rt, base_config().concurrency(2))
-        .stream("slow", Probe::new(&slow, "w1").0, slow_handler)
-        .stream("fast", Probe::new(&fast, "w1").0, fast_handler)
+        .stream("slow", probe(&slow, "w1").0, slow_handler)
+        .stream("fast", probe(&fast, "w1").0, fast_handler)
         .start()
         .expect("valid worker");
 
@@ -93,7 +93,7 @@ pub async fn concurrency_limit_is_reached_and_never_exceeded<T: TestRuntime>(rt:
         }
     };
     let worker = builder(&rt, base_config().concurrency(N))
-        .stream("jobs", Probe::new(&stream, "w1").0, handler)
+        .stream("jobs", probe(&stream, "w1").0, handler)
         .start()
         .expect("valid worker");
 
@@ -142,7 +142,7 @@ pub async fn prefetched_messages_wait_within_the_concurrency_limit<T: TestRuntim
         }
     };
     let worker = builder(&rt, base_config().concurrency(N).prefetch(PREFETCH))
-        .stream("jobs", Probe::new(&stream, "w1").0, handler)
+        .stream("jobs", probe(&stream, "w1").0, handler)
         .start()
         .expect("valid worker");
 
@@ -190,7 +190,7 @@ pub async fn default_concurrency_runs_one_at_a_time<T: TestRuntime>(rt: T) {
         }
     };
     let worker = builder(&rt, base_config())
-        .stream("jobs", Probe::new(&stream, "w1").0, handler)
+        .stream("jobs", probe(&stream, "w1").0, handler)
         .start()
         .expect("valid worker");
 
@@ -242,7 +242,7 @@ pub async fn pending_message_is_repolled_serially_without_holding_a_slot<T: Test
         }
     };
     let worker = builder(&rt, base_config())
-        .stream("jobs", Probe::new(&stream, "w1").0, handler)
+        .stream("jobs", probe(&stream, "w1").0, handler)
         .start()
         .expect("valid worker");
 
@@ -321,8 +321,8 @@ pub async fn pending_on_one_stream_does_not_block_another<T: TestRuntime>(rt: T)
         }
     };
     let worker = builder(&rt, base_config())
-        .stream("waits", Probe::new(&slow, "w1").0, handler.clone())
-        .stream("flows", Probe::new(&fast, "w1").0, handler)
+        .stream("waits", probe(&slow, "w1").0, handler.clone())
+        .stream("flows", probe(&fast, "w1").0, handler)
         .start()
         .expect("valid worker");
 
@@ -375,7 +375,7 @@ pub async fn identical_payloads_are_distinct_messages<T: TestRuntime>(rt: T) {
         }
     };
     let worker = builder(&rt, base_config().concurrency(2))
-        .stream("jobs", Probe::new(&stream, "w1").0, handler)
+        .stream("jobs", probe(&stream, "w1").0, handler)
         .start()
         .expect("valid worker");
 

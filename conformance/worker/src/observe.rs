@@ -43,7 +43,7 @@ pub async fn metrics_and_logs_account_for_every_message<T: TestRuntime>(rt: T) {
             _ => Outcome::Done,
         }
     };
-    let (probe, _) = Probe::new(&stream, "w1");
+    let (probe, _) = probe(&stream, "w1");
     let worker = metrics.start(|| {
         builder(&rt, base_config().concurrency(2))
             .stream("obs", probe, handler)
@@ -124,7 +124,7 @@ pub async fn a_takeover_is_counted_and_logged_with_the_lease_margin<T: TestRunti
             }
         }
     };
-    let (probe, _) = Probe::new(&stream, "w1");
+    let (probe, _) = probe(&stream, "w1");
     let worker = metrics.start(|| {
         builder(&rt, base_config().claim_timeout(SHORT_CLAIM))
             .stream("obs", probe, handler)
@@ -189,7 +189,7 @@ pub async fn the_happy_path_logs_nothing_above_debug<T: TestRuntime>(rt: T) {
     for i in 0..20 {
         publish(&stream, &format!("job {i} {SECRET}"));
     }
-    let (probe, _) = Probe::new(&stream, "w1");
+    let (probe, _) = probe(&stream, "w1");
     let worker = builder(&rt, base_config().concurrency(4))
         .stream("quiet", probe, |_: Delivery<String>| async {})
         .start()
@@ -214,7 +214,7 @@ pub async fn an_outage_is_counted_in_full_but_logged_sparingly<T: TestRuntime>(r
     let logs = Logs::capture();
     let metrics = Metrics::new();
     let stream = memory_stream(&rt.clock(), LONG_CLAIM);
-    let (probe, taps) = Probe::new(&stream, "w1");
+    let (probe, taps) = probe(&stream, "w1");
     taps.fail_fetches(Some(ErrorKind::Transient));
     let worker = metrics.start(|| {
         builder(
@@ -270,8 +270,8 @@ fn assert_no_payload(logs: &Logs) {
 pub async fn a_snapshot_shows_what_runs_and_what_halted<T: TestRuntime>(rt: T) {
     let busy_stream = memory_stream(&rt.clock(), LONG_CLAIM);
     let sick_stream = memory_stream(&rt.clock(), LONG_CLAIM);
-    let (busy, _) = Probe::new(&busy_stream, "w1");
-    let (sick, sick_taps) = Probe::new(&sick_stream, "w1");
+    let (busy, _) = probe(&busy_stream, "w1");
+    let (sick, sick_taps) = probe(&sick_stream, "w1");
     for i in 0..3 {
         publish(&busy_stream, &format!("job {i}"));
     }

@@ -7,7 +7,7 @@ use futures::future::join;
 use leasehold_worker::{CancelReason, Delivery, Outcome};
 
 use crate::support::{
-    base_config, builder, memory_stream, publish, wait_for_stats, wait_until, Ended, Gate, Probe,
+    base_config, builder, memory_stream, probe, publish, wait_for_stats, wait_until, Ended, Gate,
     Recorder, LONG_CLAIM,
 };
 use crate::TestRuntime;
@@ -55,7 +55,7 @@ pub async fn shutdown_waits_for_running_releases_waiting_and_loses_nothing<T: Te
         .concurrency(3)
         .prefetch(0)
         .repoll_interval(Duration::from_secs(10));
-    let (backend, taps) = Probe::new(&stream, "w1");
+    let (backend, taps) = probe(&stream, "w1");
     let worker = builder(&rt, config)
         .stream("jobs", backend, handler)
         .start()
@@ -153,7 +153,7 @@ pub async fn shutdown_lets_go_of_the_handler<T: TestRuntime>(rt: T) {
             async {}
         }
     };
-    let (backend, _) = Probe::new(&stream, "w1");
+    let (backend, _) = probe(&stream, "w1");
     let worker = builder(&rt, base_config().concurrency(3))
         .stream("jobs", backend, handler)
         .start()

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use event_listener::Event;
 use leasehold_memory::{Bytes, Clock, MemoryBackend, MemoryStream, StreamConfig};
 use leasehold_worker::core::{
-    Backend, BackendError, BackendResult, DeadLetterReason, ErrorKind, Fetched, LeaseRef,
-    MessageId, RenewResult, SettleResult, Stats,
+    BackendError, BackendResult, Call, ErrorKind, FetchAnswer, Hooked, Hooks, LeaseRef, MessageId,
+    Stats,
 };
 use leasehold_worker::{CancelReason, Config, Delivery, RetryPolicy, Worker, WorkerBuilder};
 
@@ -404,12 +404,16 @@ impl Drop for RunGuard {
 
 // ----- probe backend -----------------------------------------------------------------------------
 
-/// A [`MemoryBackend`] wrapper: records every lease the worker asks to ack, and can be told to
-/// fail renew calls (as a broken connection would), so the worker's own decisions can be checked
-/// independently of the backend's fencing.
-pub struct Probe {
-    inner: MemoryBackend,
-    taps: Taps,
+/// A [`MemoryBackend`] wrapped in [`Taps`]: records every lease the worker asks to ack, and can
+/// be told to fail renew calls (as a broken connection would), so the worker's own decisions
+/// can be checked independently of the backend's fencing.
+pub type Probe = Hooked<MemoryBackend, Taps>;
+
+/// A probe over the consumer `name` of `stream`, and the test's handle on it.
+pub fn probe(stream: &MemoryStream, name: &str) -> (Probe, Taps) {
+    let taps = Taps::default();
+    let inner = stream.consumer(name).expect("a fresh consumer name");
+    (Hooked::new(inner, taps.clone()), taps)
 }
 
 /// The test's handle on a [`Probe`].
@@ -436,21 +440,6 @@ pub enum Seen {
     Delivered,
     /// The test's [`Taps::mark`].
     Mark(&'static str),
-}
-
-impl Probe {
-    /// A probe over the consumer `name` of `stream`.
-    pub fn new(stream: &MemoryStream, name: &str) -> (Self, Taps) {
-        let taps = Taps::default();
-        let inner = stream.consumer(name).expect("a fresh consumer name");
-        (
-            Self {
-                inner,
-                taps: taps.clone(),
-            },
-            taps,
-        )
-    }
 }
 
 impl Taps {
@@ -516,87 +505,53 @@ impl Taps {
     }
 }
 
-impl Backend for Probe {
-    type Payload = Bytes;
-
-    fn claim_timeout(&self) -> Option<Duration> {
-        self.inner.claim_timeout()
-    }
-
-    fn enqueued_at(&self, id: &MessageId) -> Option<std::time::SystemTime> {
-        self.inner.enqueued_at(id)
-    }
-
-    fn take_undeliverable(&self) -> Vec<leasehold_worker::core::Undeliverable> {
-        self.inner.take_undeliverable()
-    }
-
-    async fn publish(&self, payload: Bytes) -> BackendResult<MessageId> {
-        self.inner.publish(payload).await
-    }
-
-    async fn fetch(&self, max: usize, wait: Duration) -> BackendResult<Vec<Fetched<Bytes>>> {
-        let fail = self.taps.0.fail_fetches.load(Ordering::SeqCst);
-        if fail != 0 {
-            self.taps.0.failed_fetches.fetch_add(1, Ordering::SeqCst);
-        }
-        match fail {
-            1 => Err(BackendError::transient(
-                "fetch failed (injected by the test)",
-            )),
-            2 => Err(BackendError::fatal(
-                "NOPERM this user has no permissions (injected by the test)",
-            )),
-            _ => {
-                if !wait.is_zero() {
-                    self.taps.see(Seen::Waits);
+impl Hooks<Bytes> for Taps {
+    async fn before(&self, call: Call<'_>) -> BackendResult<()> {
+        match call {
+            Call::Fetch { wait, .. } => {
+                let fail = self.0.fail_fetches.load(Ordering::SeqCst);
+                if fail != 0 {
+                    self.0.failed_fetches.fetch_add(1, Ordering::SeqCst);
                 }
-                let fetched = self.inner.fetch(max, wait).await?;
-                if !fetched.is_empty() {
-                    self.taps.see(Seen::Delivered);
+                match fail {
+                    1 => Err(BackendError::transient(
+                        "fetch failed (injected by the test)",
+                    )),
+                    2 => Err(BackendError::fatal(
+                        "NOPERM this user has no permissions (injected by the test)",
+                    )),
+                    _ => {
+                        if !wait.is_zero() {
+                            self.see(Seen::Waits);
+                        }
+                        Ok(())
+                    }
                 }
-                Ok(fetched)
             }
+            Call::Renew(_) => {
+                self.0.renew_calls.fetch_add(1, Ordering::SeqCst);
+                if self.0.fail_renews.load(Ordering::SeqCst) {
+                    return Err(BackendError::transient(
+                        "renew failed (injected by the test)",
+                    ));
+                }
+                Ok(())
+            }
+            Call::Ack(leases) => {
+                self.0
+                    .acks
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .extend_from_slice(leases);
+                Ok(())
+            }
+            _ => Ok(()),
         }
     }
 
-    async fn renew(&self, leases: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
-        self.taps.0.renew_calls.fetch_add(1, Ordering::SeqCst);
-        if self.taps.0.fail_renews.load(Ordering::SeqCst) {
-            return Err(BackendError::transient(
-                "renew failed (injected by the test)",
-            ));
+    async fn fetched(&self, answer: &mut BackendResult<FetchAnswer<Bytes>>) {
+        if answer.as_ref().is_ok_and(|answer| !answer.is_empty()) {
+            self.see(Seen::Delivered);
         }
-        self.inner.renew(leases).await
-    }
-
-    async fn ack(&self, leases: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
-        self.taps
-            .0
-            .acks
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .extend_from_slice(leases);
-        self.inner.ack(leases).await
-    }
-
-    async fn release(&self, lease: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
-        self.inner.release(lease, delay).await
-    }
-
-    async fn dead_letter(
-        &self,
-        lease: &LeaseRef,
-        reason: &DeadLetterReason,
-    ) -> BackendResult<SettleResult> {
-        self.inner.dead_letter(lease, reason).await
-    }
-
-    async fn stream_len(&self) -> BackendResult<u64> {
-        self.inner.stream_len().await
-    }
-
-    async fn pending(&self) -> BackendResult<u64> {
-        self.inner.pending().await
     }
 }

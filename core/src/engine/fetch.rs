@@ -137,7 +137,7 @@ impl<P: Clone> LeaseEngine<P> {
     }
 
     /// The backend of `stream` holds delayed messages, the next due at `due` (`None`: none),
-    /// as its last fetch learned ([`Backend::next_due`](crate::Backend::next_due)). The next
+    /// as its last fetch learned ([`FetchAnswer::next_due`](crate::FetchAnswer::next_due)). The next
     /// fetch comes no later than that and blocks no longer, so an idle worker picks a delayed
     /// message up when it is due without polling for it. A fetch sent later forgets it: its
     /// own answer tells the next due time afresh.

@@ -85,7 +85,7 @@ impl<P: Clone> LeaseEngine<P> {
     }
 
     /// The backend dead-lettered `count` entries by itself while fetching: they could never be
-    /// delivered (see [`Backend::take_undeliverable`](crate::Backend::take_undeliverable)).
+    /// delivered (see [`FetchAnswer::undeliverable`](crate::FetchAnswer::undeliverable)).
     /// They count with the engine's own dead letters; nothing else changes.
     pub fn handle_undeliverable(&mut self, count: usize) {
         self.stats.dead_lettered += count as u64;

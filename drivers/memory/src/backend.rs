@@ -6,13 +6,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use leasehold_core::{
-    Backend, BackendResult, DeadLetterReason, Fetched, LeaseRef, MessageId, RenewResult,
+    Backend, BackendResult, DeadLetterReason, FetchAnswer, LeaseRef, MessageId, RenewResult,
     SettleResult,
 };
 
 use crate::config::MemoryError;
 use crate::stream::MemoryStream;
-use crate::sync::{lock, Mutex};
 use crate::wakeup;
 
 /// One consumer of a [`MemoryStream`]'s group: implements [`Backend`] for a worker.
@@ -28,8 +27,6 @@ use crate::wakeup;
 pub struct MemoryBackend {
     stream: MemoryStream,
     name: Arc<str>,
-    /// When the earliest delayed message was due, as this consumer's last fetch saw it.
-    next_due: Mutex<Option<Instant>>,
     /// The membership of its sharded queue and its shard, for a consumer from a `MemoryQueue`.
     pub(crate) members: Option<(Arc<crate::queue::MemberTable>, u16)>,
 }
@@ -50,7 +47,6 @@ impl MemoryStream {
         Ok(MemoryBackend {
             stream: self.clone(),
             name,
-            next_due: Mutex::new(None),
             members: None,
         })
     }
@@ -71,22 +67,26 @@ impl MemoryBackend {
     /// timeout, or released and past their delay; delivery count + 1, owner = this consumer),
     /// then new ones (delivery count 1). When both kinds are available each gets half of `max`,
     /// the odd slot alternating, and a share one kind cannot use goes to the other. Delayed
-    /// messages that are due join the stream first, as new entries; when the next one is due
-    /// is remembered for [`next_due`](Backend::next_due).
-    pub fn fetch_now(&self, max: usize) -> Vec<Fetched<Bytes>> {
+    /// messages that are due join the stream first, as new entries, and the answer says how
+    /// long until the next one is due, on the stream's clock.
+    pub fn fetch_now(&self, max: usize) -> FetchAnswer<Bytes> {
         self.fetch_and_look_ahead(max).0
     }
 
-    /// The fetch of [`fetch_now`](Self::fetch_now), and when the next pending message lapses.
-    fn fetch_and_look_ahead(&self, max: usize) -> (Vec<Fetched<Bytes>>, Option<Instant>) {
+    /// The fetch of [`fetch_now`](Self::fetch_now), when the next pending message lapses and
+    /// when the next delayed message is due.
+    fn fetch_and_look_ahead(
+        &self,
+        max: usize,
+    ) -> (FetchAnswer<Bytes>, Option<Instant>, Option<Instant>) {
         let now = self.stream.now();
-        let (fetched, next_lapse, next_due) = {
-            let mut store = self.stream.store();
-            let fetched = store.fetch(now, &self.name, max);
-            (fetched, store.next_claimable(), store.next_due())
-        };
-        *lock(&self.next_due) = next_due;
-        (fetched, next_lapse)
+        let mut store = self.stream.store();
+        let fetched = store.fetch(now, &self.name, max);
+        let (next_lapse, next_due) = (store.next_claimable(), store.next_due());
+        drop(store);
+        let answer = FetchAnswer::new(fetched)
+            .with_next_due(next_due.map(|due| due.saturating_duration_since(now)));
+        (answer, next_lapse, next_due)
     }
 
     /// Resets the idle time of each lease this consumer holds with that fence (the delivery
@@ -127,18 +127,17 @@ impl MemoryBackend {
     /// The fetch of [`Backend::fetch`]: waits only on a real-time clock, for a publish, a
     /// release, the next lease lapse or the next delayed message's due time, until `wait` is
     /// over.
-    async fn fetch_waiting(&self, max: usize, wait: Duration) -> Vec<Fetched<Bytes>> {
+    async fn fetch_waiting(&self, max: usize, wait: Duration) -> FetchAnswer<Bytes> {
         let deadline = self.stream.now().checked_add(wait); // `None`: wait without end
         loop {
             let listener = self.stream.listen();
             let now = self.stream.now();
-            let (fetched, next_lapse) = self.fetch_and_look_ahead(max);
+            let (fetched, next_lapse, next_due) = self.fetch_and_look_ahead(max);
             let expired = deadline.is_some_and(|deadline| now >= deadline);
             let can_wait = wakeup::CAN_WAIT && self.stream.is_real_time();
             if !fetched.is_empty() || max == 0 || expired || !can_wait {
                 return fetched;
             }
-            let next_due = *lock(&self.next_due);
             let wake_at = [deadline, next_lapse, next_due].into_iter().flatten().min();
             wakeup::wait(listener, wake_at).await;
         }
@@ -173,19 +172,13 @@ impl Backend for MemoryBackend {
         Ok(self.stream.publish(payload))
     }
 
-    /// The time from now (on the stream's clock) until the earliest delayed message this
-    /// consumer's last fetch saw is due: zero once it is, `None` if none waited then.
-    fn next_due(&self) -> Option<Duration> {
-        let due = (*lock(&self.next_due))?;
-        Some(due.saturating_duration_since(self.stream.now()))
-    }
-
     /// Takes what [`fetch_now`](MemoryBackend::fetch_now) would. If that is nothing and the
     /// stream's clock is real-time, waits up to `wait` for a publish, a release, a lease to
     /// lapse or a delayed message to be due, then returns what is there (possibly nothing). On a virtual clock (e.g.
     /// [`ManualClock`](crate::ManualClock)) it never waits. Cancel-safe: dropping the future
-    /// never loses a message.
-    async fn fetch(&self, max: usize, wait: Duration) -> BackendResult<Vec<Fetched<Bytes>>> {
+    /// never loses a message. The answer says how long until the next delayed message is due
+    /// (zero once it is), on the stream's clock.
+    async fn fetch(&self, max: usize, wait: Duration) -> BackendResult<FetchAnswer<Bytes>> {
         Ok(self.fetch_waiting(max, wait).await)
     }
 

@@ -42,8 +42,9 @@
 //!   moves the messages due by then into the stream, in due order (publish order among equal
 //!   due times), each with the next stream id like a publish: from then on they are new
 //!   entries like any other, and a first delivery has delivery count 1. After each fetch,
-//!   [`MemoryBackend`]'s [`next_due`](leasehold_core::Backend::next_due) says how long until
-//!   the next one is due, so the worker fetches again then.
+//!   [`MemoryBackend`]'s fetch answer says how long until the next one is due
+//!   ([`FetchAnswer::next_due`](leasehold_core::FetchAnswer::next_due)), so the worker
+//!   fetches again then.
 //! - **Deduplication**: while a key is within its time to live (from its first publish, on
 //!   the stream's clock) a publish with it enqueues nothing and answers the first message's id
 //!   with `duplicate: true`; after it, the key publishes again. Expired keys are dropped, oldest
@@ -117,8 +118,9 @@
 //! let again = stream.publish_with_now(remind())?;
 //! assert!(again.duplicate && again.id == first.id);
 //!
-//! assert!(worker.fetch_now(10).is_empty());
-//! assert_eq!(worker.next_due(), Some(Duration::from_secs(60)));
+//! let empty = worker.fetch_now(10);
+//! assert!(empty.is_empty());
+//! assert_eq!(empty.next_due, Some(Duration::from_secs(60)));
 //! clock.advance(Duration::from_secs(60));
 //! let due = worker.fetch_now(10);
 //! assert_eq!((due[0].id.as_str(), due[0].delivery_count), ("0-1", 1));

@@ -192,7 +192,7 @@ fn a_waiting_fetch_wakes_on_release() {
     let stream = system_stream(TIMEOUT);
     let (a, b) = (stream.consumer("a").unwrap(), stream.consumer("b").unwrap());
     let id = stream.publish("job");
-    let held = a.fetch_now(1).remove(0);
+    let held = a.fetch_now(1).messages.remove(0);
     let releaser = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(20));
         a.release_now(&lease(&held), Duration::ZERO)

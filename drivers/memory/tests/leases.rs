@@ -82,7 +82,7 @@ fn renew_keeps_a_lease_past_the_claim_timeout() {
     let (stream, clock) = stream();
     let (a, b) = (stream.consumer("a").unwrap(), stream.consumer("b").unwrap());
     let id = stream.publish("job");
-    let message = a.fetch_now(1).remove(0);
+    let message = a.fetch_now(1).messages.remove(0);
 
     // Renewed every 20 s for 10 minutes: never reclaimable.
     for _ in 0..30 {
@@ -132,9 +132,9 @@ fn a_late_heartbeat_cannot_steal_back_a_reclaimed_message() {
     let (stream, clock) = stream();
     let (a, b) = (stream.consumer("a").unwrap(), stream.consumer("b").unwrap());
     let id = stream.publish("job");
-    let old = a.fetch_now(1).remove(0);
+    let old = a.fetch_now(1).messages.remove(0);
     clock.advance(TIMEOUT);
-    let new = b.fetch_now(1).remove(0);
+    let new = b.fetch_now(1).messages.remove(0);
     clock.advance(secs(10));
 
     // A's late renew (old fence) is refused and moves nothing: B's idle time keeps running.
@@ -155,9 +155,9 @@ fn a_stale_ack_never_removes_the_new_owners_delivery() {
     let (stream, clock) = stream();
     let (a, b) = (stream.consumer("a").unwrap(), stream.consumer("b").unwrap());
     let id = stream.publish("job");
-    let old = a.fetch_now(1).remove(0);
+    let old = a.fetch_now(1).messages.remove(0);
     clock.advance(TIMEOUT);
-    let new = b.fetch_now(1).remove(0);
+    let new = b.fetch_now(1).messages.remove(0);
 
     assert_eq!(a.ack_now(&[lease(&old)]), [SettleResult::Lost]);
     assert_eq!(a.ack_now(&[lease(&new)]), [SettleResult::Lost]);
@@ -177,9 +177,9 @@ fn a_stale_fence_is_lost_even_when_the_same_consumer_reclaimed_it() {
     let (stream, clock) = stream();
     let a = stream.consumer("a").unwrap();
     let id = stream.publish("job");
-    let first = a.fetch_now(1).remove(0);
+    let first = a.fetch_now(1).messages.remove(0);
     clock.advance(TIMEOUT);
-    let second = a.fetch_now(1).remove(0);
+    let second = a.fetch_now(1).messages.remove(0);
     assert_eq!((second.id.clone(), second.fence.0), (id.clone(), 2));
 
     assert_eq!(a.renew_now(&[lease(&first)]), [RenewResult::Lost]);
@@ -203,7 +203,7 @@ fn release_and_dead_letter_by_a_non_owner_change_nothing() {
     let (stream, clock) = stream();
     let (a, b) = (stream.consumer("a").unwrap(), stream.consumer("b").unwrap());
     let id = stream.publish("job");
-    let message = a.fetch_now(1).remove(0);
+    let message = a.fetch_now(1).messages.remove(0);
     clock.advance(secs(5));
 
     assert_eq!(
@@ -244,7 +244,7 @@ fn release_with_delay_makes_it_claimable_by_anyone_after_the_delay() {
     let (stream, clock) = stream();
     let (a, b) = (stream.consumer("a").unwrap(), stream.consumer("b").unwrap());
     let id = stream.publish("job");
-    let message = a.fetch_now(1).remove(0);
+    let message = a.fetch_now(1).messages.remove(0);
 
     assert_eq!(a.release_now(&lease(&message), secs(10)), SettleResult::Ok);
     // Owner and count stay until someone takes it; idle is claim_timeout - delay.
@@ -268,7 +268,7 @@ fn release_without_delay_is_claimable_at_once_even_by_the_releaser() {
     let (stream, _clock) = stream();
     let a = stream.consumer("a").unwrap();
     stream.publish("job");
-    let message = a.fetch_now(1).remove(0);
+    let message = a.fetch_now(1).messages.remove(0);
     assert_eq!(
         a.release_now(&lease(&message), Duration::ZERO),
         SettleResult::Ok
@@ -285,7 +285,7 @@ fn release_delays_are_capped_at_the_claim_timeout() {
     let (stream, clock) = stream();
     let (a, b) = (stream.consumer("a").unwrap(), stream.consumer("b").unwrap());
     let id = stream.publish("job");
-    let message = a.fetch_now(1).remove(0);
+    let message = a.fetch_now(1).messages.remove(0);
     assert_eq!(
         a.release_now(&lease(&message), secs(3600)),
         SettleResult::Ok
@@ -305,7 +305,7 @@ fn dead_letter_records_reason_and_count_and_acks() {
     stream.publish("fine");
     a.fetch_now(1);
     clock.advance(TIMEOUT);
-    let message = b.fetch_now(1).remove(0);
+    let message = b.fetch_now(1).messages.remove(0);
     assert_eq!(
         (message.id.clone(), message.delivery_count),
         (id.clone(), 2)

@@ -114,29 +114,22 @@ fn a_due_time_ahead_on_the_wall_clock_is_a_delay_on_the_streams_clock() {
 fn next_due_tells_an_empty_fetch_when_to_look_again() {
     let (stream, clock) = stream();
     let worker = stream.consumer("w").unwrap();
-    assert_eq!(worker.next_due(), None, "no fetch yet");
-    worker.fetch_now(10);
-    assert_eq!(worker.next_due(), None, "nothing delayed");
+    assert_eq!(worker.fetch_now(10).next_due, None, "nothing delayed");
     stream.publish_with_now(after("b", secs(20))).unwrap();
     // Known from the next fetch on.
-    assert_eq!(worker.next_due(), None);
-    worker.fetch_now(10);
-    assert_eq!(worker.next_due(), Some(secs(20)));
-    // Measured from now on the stream's clock.
+    assert_eq!(worker.fetch_now(10).next_due, Some(secs(20)));
+    // Measured from the fetch on the stream's clock.
     clock.advance(secs(5));
-    assert_eq!(worker.next_due(), Some(secs(15)));
+    assert_eq!(worker.fetch_now(10).next_due, Some(secs(15)));
     // An earlier one: the next fetch learns it.
     stream.publish_with_now(after("a", secs(10))).unwrap();
-    assert!(worker.fetch_now(10).is_empty());
-    assert_eq!(worker.next_due(), Some(secs(10)));
+    let answer = worker.fetch_now(10);
+    assert!(answer.is_empty());
+    assert_eq!(answer.next_due, Some(secs(10)));
     clock.advance(secs(10));
-    assert_eq!(
-        worker.next_due(),
-        Some(Duration::ZERO),
-        "due, not fetched yet"
-    );
-    assert_eq!(payloads(&worker.fetch_now(10)), ["a"]);
-    assert_eq!(worker.next_due(), Some(secs(5)));
+    let answer = worker.fetch_now(10);
+    assert_eq!(payloads(&answer), ["a"], "due: the fetch promotes it");
+    assert_eq!(answer.next_due, Some(secs(5)));
     assert_eq!(
         stream.delayed_now(),
         DelayedSummary {
@@ -145,13 +138,13 @@ fn next_due_tells_an_empty_fetch_when_to_look_again() {
         }
     );
     clock.advance(secs(5));
-    assert_eq!(payloads(&worker.fetch_now(10)), ["b"]);
-    assert_eq!(worker.next_due(), None);
-    // Each consumer knows what its own last fetch saw.
+    let answer = worker.fetch_now(10);
+    assert_eq!(payloads(&answer), ["b"]);
+    assert_eq!(answer.next_due, None);
+    // Each consumer's answer says what its own fetch saw.
     let other = stream.consumer("o").unwrap();
     stream.publish_with_now(after("c", secs(1))).unwrap();
-    other.fetch_now(1);
-    assert_eq!((worker.next_due(), other.next_due()), (None, Some(secs(1))));
+    assert_eq!(other.fetch_now(1).next_due, Some(secs(1)));
 }
 
 #[test]

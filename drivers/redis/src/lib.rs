@@ -221,8 +221,9 @@
 //! the delayed set into the stream (`XADD`, trimmed like a publish) and removes them, in the
 //! same script, so each is promoted exactly once however many consumers race, and is then
 //! delivered like any new entry (delivery count 1). It answers how long until the next one is
-//! due (zero while more are due), which [`Backend::next_due`](leasehold_core::Backend::next_due)
-//! reports so the worker fetches again then, and, when it took nothing, the wake stream's last
+//! due (zero while more are due), which the fetch's answer carries
+//! ([`FetchAnswer::next_due`](leasehold_core::FetchAnswer::next_due)) so the worker fetches
+//! again then, and, when it took nothing, the wake stream's last
 //! id: the wait blocks on the wake stream too, so an idle consumer learns of a message
 //! delayed after it began waiting and due sooner than its wait (with the consuming wait, one
 //! consumer of the group learns it, and acknowledges the wake entry). The scriptless read pipelines

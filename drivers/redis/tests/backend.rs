@@ -84,7 +84,7 @@ async fn renew_keeps_a_lease_past_the_claim_timeout_and_reclaim_bumps_the_fence(
     let server = server();
     let (a, b) = (consumer(&server, "a").await, consumer(&server, "b").await);
     a.publish(Bytes::from_static(b"x")).await.unwrap();
-    let first = a.fetch(1, Duration::ZERO).await.unwrap().remove(0);
+    let first = a.fetch(1, Duration::ZERO).await.unwrap().messages.remove(0);
     for _ in 0..5 {
         tokio::time::sleep(CLAIM / 3).await;
         assert_eq!(
@@ -116,7 +116,7 @@ async fn no_steal_back_and_no_stale_ack_after_a_takeover() {
     let server = server();
     let (a, b) = (consumer(&server, "a").await, consumer(&server, "b").await);
     a.publish(Bytes::from_static(b"x")).await.unwrap();
-    let first = a.fetch(1, Duration::ZERO).await.unwrap().remove(0);
+    let first = a.fetch(1, Duration::ZERO).await.unwrap().messages.remove(0);
     // A raw XCLAIM by "b" (a renew with no owner check, the classic steal-back) takes it over.
     let _: redis::Value = redis::cmd("XCLAIM")
         .arg("jobs")
@@ -226,7 +226,7 @@ async fn a_batch_of_owned_foreign_stale_and_unknown_leases_is_answered_per_lease
         a.publish(Bytes::from_static(b"x")).await.unwrap();
     }
     let m = a.fetch(3, Duration::ZERO).await.unwrap();
-    let theirs = b.fetch(1, Duration::ZERO).await.unwrap().remove(0);
+    let theirs = b.fetch(1, Duration::ZERO).await.unwrap().messages.remove(0);
     let undelivered = stream_ids(&server).await[4].clone();
     // a takes m[1] again (as its own reclaim would): its delivery count, the fence, goes to 2.
     let _: redis::Value = redis::cmd("XCLAIM")
@@ -395,7 +395,7 @@ async fn release_with_delay_sets_the_idle_time_to_claim_timeout_minus_delay() {
     let a = RedisBackend::connect(config("a")).await.unwrap();
     let b = RedisBackend::connect(config("b")).await.unwrap();
     a.publish(Bytes::from_static(b"x")).await.unwrap();
-    let first = a.fetch(1, Duration::ZERO).await.unwrap().remove(0);
+    let first = a.fetch(1, Duration::ZERO).await.unwrap().messages.remove(0);
     assert_eq!(
         a.release(&lease(&first), Duration::from_secs(20))
             .await
@@ -426,7 +426,7 @@ async fn a_short_release_delay_passes_and_the_message_is_retaken() {
     let server = server();
     let (a, b) = (consumer(&server, "a").await, consumer(&server, "b").await);
     a.publish(Bytes::from_static(b"x")).await.unwrap();
-    let first = a.fetch(1, Duration::ZERO).await.unwrap().remove(0);
+    let first = a.fetch(1, Duration::ZERO).await.unwrap().messages.remove(0);
     let delay = Duration::from_millis(200);
     assert_eq!(
         a.release(&lease(&first), delay).await.unwrap(),
@@ -452,7 +452,7 @@ async fn dead_letters_keep_reason_count_and_payload() {
     let server = server();
     let a = consumer(&server, "a").await;
     a.publish(Bytes::from_static(b"poison")).await.unwrap();
-    let first = a.fetch(1, Duration::ZERO).await.unwrap().remove(0);
+    let first = a.fetch(1, Duration::ZERO).await.unwrap().messages.remove(0);
     let reason = DeadLetterReason::MaxDeliveries {
         deliveries: 1,
         last_error: "boom".into(),
@@ -501,12 +501,18 @@ async fn entries_without_the_payload_field_are_dead_lettered_not_delivered() {
             .unwrap()
     };
     assert_eq!(dead_letters().await, 1);
-    // The worker learns of it, to count it with its own dead letters; once.
-    let told = a.take_undeliverable();
+    // The worker learns of it from the fetch's answer, to count it with its own dead
+    // letters; once.
+    let told = &batch.undeliverable;
     assert_eq!(told.len(), 1, "{told:?}");
     assert_eq!(told[0].id.as_str(), stray);
     assert_eq!(told[0].reason, "entry has no field \"data\"");
-    assert!(a.take_undeliverable().is_empty());
+    assert!(a
+        .fetch(10, Duration::ZERO)
+        .await
+        .unwrap()
+        .undeliverable
+        .is_empty());
     // Later fetches read new entries without the fetch script (nothing is reclaimable): the
     // same holds there.
     let stray: String = redis::cmd("XADD")
@@ -525,7 +531,7 @@ async fn entries_without_the_payload_field_are_dead_lettered_not_delivered() {
         (Bytes::from_static(b"ok 2"), 1)
     );
     assert_eq!(dead_letters().await, 2);
-    let told = a.take_undeliverable();
+    let told = &batch.undeliverable;
     assert_eq!(told.len(), 1, "{told:?}");
     assert_eq!(told[0].id.as_str(), stray);
     assert_eq!(a.pending().await.unwrap(), 2, "the two good entries");
@@ -719,7 +725,7 @@ async fn a_vanished_group_is_recreated_and_its_leases_are_lost() {
     let server = server();
     let a = consumer(&server, "a").await;
     a.publish(Bytes::from_static(b"x")).await.unwrap();
-    let first = a.fetch(1, Duration::ZERO).await.unwrap().remove(0);
+    let first = a.fetch(1, Duration::ZERO).await.unwrap().messages.remove(0);
     let _: redis::Value = redis::cmd("XGROUP")
         .arg("DESTROY")
         .arg("jobs")

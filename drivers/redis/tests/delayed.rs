@@ -168,7 +168,7 @@ async fn a_plain_batch_appends_in_order() {
     let fetched = a.fetch(10, Duration::ZERO).await.unwrap();
     let got: Vec<&str> = fetched.iter().map(|m| m.id.as_str()).collect();
     assert_eq!(got, ids);
-    assert_eq!(a.next_due(), None, "nothing delayed");
+    assert_eq!(fetched.next_due, None, "nothing delayed");
 }
 
 #[tokio::test]
@@ -225,9 +225,10 @@ async fn a_delayed_message_is_fetched_once_it_is_due_and_not_before() {
     let published = publisher.publish(after("soon", delay)).await.unwrap();
     assert!(published.id.as_str().starts_with("delayed:"));
 
-    assert!(a.fetch(10, Duration::ZERO).await.unwrap().is_empty());
-    let next = a
-        .next_due()
+    let empty = a.fetch(10, Duration::ZERO).await.unwrap();
+    assert!(empty.is_empty());
+    let next = empty
+        .next_due
         .expect("a fetch that found nothing knows the due time");
     assert!(next <= delay, "{next:?}");
 
@@ -237,7 +238,8 @@ async fn a_delayed_message_is_fetched_once_it_is_due_and_not_before() {
     assert_eq!((got[0].delivery_count, got[0].fence.0), (1, 1));
     // Its stream id is the server's clock when it was promoted: not before it was due.
     assert!(stream_ms(&got[0]) >= before_publish + 2000);
-    assert_eq!(a.next_due(), None, "nothing else is delayed");
+    let after = a.fetch(10, Duration::ZERO).await.unwrap();
+    assert_eq!(after.next_due, None, "nothing else is delayed");
     assert_eq!(int(&server, &["ZCARD", DELAYED]), 0);
     assert_eq!(int(&server, &["XLEN", STREAM]), 1);
 }
@@ -262,12 +264,12 @@ async fn a_due_message_behind_a_backlog_is_promoted_by_the_next_fetch() {
     // The backlog is read first; the fetch sees the due message and says so.
     let got = a.fetch(1, Duration::ZERO).await.unwrap();
     assert_eq!(got[0].payload, Bytes::from_static(b"a"));
-    assert_eq!(a.next_due(), Some(Duration::ZERO));
+    assert_eq!(got.next_due, Some(Duration::ZERO));
     // The next fetch promotes it, behind the rest of the backlog.
     let got = a.fetch(10, Duration::ZERO).await.unwrap();
     let payloads: Vec<_> = got.iter().map(|m| m.payload.clone()).collect();
     assert_eq!(payloads, [&b"b"[..], &b"due"[..]]);
-    assert_eq!(a.next_due(), None);
+    assert_eq!(got.next_due, None);
 }
 
 #[tokio::test]
@@ -309,8 +311,9 @@ async fn an_idle_fetch_wakes_for_a_message_delayed_after_it_started_waiting() {
     // After a fetch that found nothing, the backend tells when the next one is due.
     let hour = Duration::from_secs(3600);
     publisher.publish(after("later", hour)).await.unwrap();
-    assert!(a.fetch(10, Duration::ZERO).await.unwrap().is_empty());
-    let next = a.next_due().unwrap();
+    let empty = a.fetch(10, Duration::ZERO).await.unwrap();
+    assert!(empty.is_empty());
+    let next = empty.next_due.unwrap();
     assert!(next <= hour && next > hour - DEADLINE, "{next:?}");
 }
 
@@ -382,11 +385,11 @@ async fn one_fetch_promotes_at_most_a_thousand_and_says_more_are_due() {
     let got = a.fetch(10, Duration::ZERO).await.unwrap();
     assert_eq!(got.len(), 10);
     assert_eq!(int(&server, &["XLEN", STREAM]), 1000);
-    assert_eq!(a.next_due(), Some(Duration::ZERO), "200 more are due");
+    assert_eq!(got.next_due, Some(Duration::ZERO), "200 more are due");
     assert_eq!(publisher.delayed().await.unwrap().len, 200);
     let rest = fetch_until(&a, 1190, Duration::ZERO).await;
     assert_eq!(rest.len(), 1190);
-    assert_eq!(a.next_due(), None);
+    assert_eq!(a.fetch(10, Duration::ZERO).await.unwrap().next_due, None);
 }
 
 #[tokio::test]

@@ -14,10 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use leasehold_core::{
-    Backend, BackendResult, Config, DeadLetterReason, Fetched, LeaseRef, MessageId, RenewResult,
-    SettleResult,
-};
+use leasehold_core::{Backend, BackendResult, Call, Config, FetchAnswer, Hooked, Hooks};
 use leasehold_redis::{RedisBackend, RedisConfig};
 use leasehold_redis_harness::{RedisServer, Reply};
 use leasehold_tokio::TokioRuntime;
@@ -44,81 +41,31 @@ struct Log {
     starts: Mutex<Vec<Instant>>,
     /// Fetches that delivered something: (began, answered, deliveries).
     fetches: Mutex<Vec<(Instant, Instant, usize)>>,
+    /// When the fetch in flight began (a worker has one at a time per stream).
+    began: Mutex<Option<Instant>>,
 }
 
-/// The worker's backend, timing its fetches.
-struct Timed {
-    inner: RedisBackend,
-    log: Arc<Log>,
-}
-
-impl Backend for Timed {
-    type Payload = Bytes;
-
-    fn claim_timeout(&self) -> Option<Duration> {
-        self.inner.claim_timeout()
+/// Times the worker's fetches.
+impl Hooks<Bytes> for Log {
+    async fn before(&self, call: Call<'_>) -> BackendResult<()> {
+        if let Call::Fetch { .. } = call {
+            *self.began.lock().unwrap() = Some(Instant::now());
+        }
+        Ok(())
     }
 
-    fn enqueued_at(&self, id: &MessageId) -> Option<std::time::SystemTime> {
-        self.inner.enqueued_at(id)
-    }
-
-    fn take_undeliverable(&self) -> Vec<leasehold_core::Undeliverable> {
-        self.inner.take_undeliverable()
-    }
-
-    fn next_due(&self) -> Option<Duration> {
-        self.inner.next_due()
-    }
-
-    fn set_fetching(&self, fetching: bool) {
-        self.inner.set_fetching(fetching);
-    }
-
-    async fn publish(&self, payload: Bytes) -> BackendResult<MessageId> {
-        self.inner.publish(payload).await
-    }
-
-    async fn fetch(&self, max: usize, wait: Duration) -> BackendResult<Vec<Fetched<Bytes>>> {
-        let began = Instant::now();
-        let fetched = self.inner.fetch(max, wait).await?;
+    async fn fetched(&self, answer: &mut BackendResult<FetchAnswer<Bytes>>) {
+        let began = self.began.lock().unwrap().take();
+        let (Some(began), Ok(fetched)) = (began, answer) else {
+            return;
+        };
         if !fetched.is_empty() {
             let answered = Instant::now();
-            self.log
-                .fetches
+            self.fetches
                 .lock()
                 .unwrap()
                 .push((began, answered, fetched.len()));
         }
-        Ok(fetched)
-    }
-
-    async fn renew(&self, leases: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
-        self.inner.renew(leases).await
-    }
-
-    async fn ack(&self, leases: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
-        self.inner.ack(leases).await
-    }
-
-    async fn release(&self, lease: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
-        self.inner.release(lease, delay).await
-    }
-
-    async fn dead_letter(
-        &self,
-        lease: &LeaseRef,
-        reason: &DeadLetterReason,
-    ) -> BackendResult<SettleResult> {
-        self.inner.dead_letter(lease, reason).await
-    }
-
-    async fn stream_len(&self) -> BackendResult<u64> {
-        self.inner.stream_len().await
-    }
-
-    async fn pending(&self) -> BackendResult<u64> {
-        self.inner.pending().await
     }
 }
 
@@ -191,10 +138,7 @@ async fn run_once(fault: Fault, run: usize) -> Figures {
             .config(Config::default().concurrency(4).claim_timeout(CLAIM))
             .stream(
                 STREAM,
-                Timed {
-                    inner: backend,
-                    log: log.clone(),
-                },
+                Hooked::new(backend, log.clone()),
                 move |_: Delivery<u64>| {
                     handler_log.starts.lock().unwrap().push(Instant::now());
                     count.fetch_add(1, Ordering::SeqCst);

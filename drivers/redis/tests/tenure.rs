@@ -53,7 +53,7 @@ async fn xpendings_per_renew_and_ack(check: FenceCheck) -> (u64, u64) {
     for i in 0..60 {
         a.publish(Bytes::from(format!("m{i}"))).await.unwrap();
     }
-    let mut batch = a.fetch(20, Duration::ZERO).await.unwrap();
+    let mut batch = a.fetch(20, Duration::ZERO).await.unwrap().messages;
     batch.extend(a.fetch(40, Duration::ZERO).await.unwrap());
     assert_eq!(batch.len(), 60);
     let held = leases(&batch);
@@ -134,12 +134,12 @@ async fn a_group_made_anew_vouches_for_nothing_from_before() {
     let server = server();
     let a = consumer(&server, "a", FenceCheck::Tenure).await;
     a.publish(Bytes::from_static(b"x")).await.unwrap();
-    let old = a.fetch(1, Duration::ZERO).await.unwrap().remove(0);
+    let old = a.fetch(1, Duration::ZERO).await.unwrap().messages.remove(0);
     // The group goes; a worker connecting makes it anew, from the stream's start, and is
     // delivered the same entry with the same delivery count (1) as a was.
     command(&server, &["XGROUP", "DESTROY", "jobs", "workers"]);
     let b = consumer(&server, "b", FenceCheck::Tenure).await;
-    let new = b.fetch(1, Duration::ZERO).await.unwrap().remove(0);
+    let new = b.fetch(1, Duration::ZERO).await.unwrap().messages.remove(0);
     assert_eq!((&new.id, new.fence), (&old.id, old.fence));
 
     // a's lease names its tenure from before: checked, and refused.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use leasehold_memory::{MemoryStream, StreamConfig};
 use leasehold_tokio::{Config, Delivery, Raw};
-use leasehold_worker_suite::support::{Probe, Seen};
+use leasehold_worker_suite::support::{probe, Seen};
 use tokio::sync::mpsc;
 
 #[test]
@@ -20,7 +20,7 @@ fn an_idle_worker_starts_the_handler_before_its_next_waiting_fetch() {
         .expect("a tokio runtime");
     runtime.block_on(async {
         let stream = MemoryStream::new(StreamConfig::default()).expect("valid stream config");
-        let (backend, taps) = Probe::new(&stream, "w1");
+        let (backend, taps) = probe(&stream, "w1");
         let (done, mut handled) = mpsc::unbounded_channel();
         let handler_taps = taps.clone();
         let worker = leasehold_tokio::worker()

@@ -10,11 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use leasehold_memory::{Bytes, Clock, MemoryBackend, MemoryQueue, StreamConfig};
-use leasehold_tokio::core::{
-    Backend, BackendResult, DeadLetterReason, Fetched, LeaseRef, Members, MembershipConfig,
-    MessageId, RenewResult, SettleResult, Shards,
-};
+use leasehold_memory::{Bytes, Clock, MemoryQueue, StreamConfig};
+use leasehold_tokio::core::{BackendResult, Call, Hooked, Hooks, MembershipConfig, Shards};
 use leasehold_tokio::{Config, Delivery, Outcome, ShardedProducer, Worker, WorkerError};
 
 /// The queue reads tokio's (virtual) clock, like the workers do.
@@ -66,83 +63,28 @@ impl Log {
     }
 }
 
-/// A memory consumer that can be frozen: every call then hangs, as if its process had stopped
-/// (no renew, no ack, no membership heartbeat, no fetch).
-struct Freezable {
-    inner: MemoryBackend,
+/// Hooks that can freeze a memory consumer: every call then hangs, as if its process had
+/// stopped (no renew, no ack, no membership heartbeat, no fetch).
+struct Freeze {
     frozen: Arc<AtomicBool>,
     /// Only the membership calls fail (transiently).
     members_fail: Arc<AtomicBool>,
 }
 
-impl Freezable {
-    async fn check(&self) {
+impl Hooks<Bytes> for Freeze {
+    async fn before(&self, call: Call<'_>) -> BackendResult<()> {
+        if matches!(call, Call::Publish | Call::StreamLen | Call::Pending) {
+            return Ok(());
+        }
         if self.frozen.load(Ordering::SeqCst) {
             std::future::pending::<()>().await;
         }
-    }
-}
-
-impl Backend for Freezable {
-    type Payload = Bytes;
-
-    fn claim_timeout(&self) -> Option<Duration> {
-        self.inner.claim_timeout()
-    }
-    async fn publish(&self, payload: Bytes) -> BackendResult<MessageId> {
-        self.inner.publish(payload).await
-    }
-    async fn fetch(&self, max: usize, wait: Duration) -> BackendResult<Vec<Fetched<Bytes>>> {
-        self.check().await;
-        self.inner.fetch(max, wait).await
-    }
-    async fn renew(&self, leases: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
-        self.check().await;
-        self.inner.renew(leases).await
-    }
-    async fn ack(&self, leases: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
-        self.check().await;
-        self.inner.ack(leases).await
-    }
-    async fn release(&self, lease: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
-        self.check().await;
-        self.inner.release(lease, delay).await
-    }
-    async fn dead_letter(
-        &self,
-        lease: &LeaseRef,
-        reason: &DeadLetterReason,
-    ) -> BackendResult<SettleResult> {
-        self.check().await;
-        self.inner.dead_letter(lease, reason).await
-    }
-    async fn stream_len(&self) -> BackendResult<u64> {
-        self.inner.stream_len().await
-    }
-    async fn pending(&self) -> BackendResult<u64> {
-        self.inner.pending().await
-    }
-}
-
-impl Members for Freezable {
-    fn member(&self) -> &str {
-        self.inner.member()
-    }
-    fn shard(&self) -> Option<(&str, u16)> {
-        self.inner.shard()
-    }
-    async fn heartbeat(&self, queue: &str, ttl: Duration) -> BackendResult<Vec<String>> {
-        self.check().await;
-        if self.members_fail.load(Ordering::SeqCst) {
+        if matches!(call, Call::Heartbeat(_)) && self.members_fail.load(Ordering::SeqCst) {
             return Err(leasehold_tokio::core::BackendError::transient(
                 "membership down",
             ));
         }
-        self.inner.heartbeat(queue, ttl).await
-    }
-    async fn leave(&self, queue: &str) -> BackendResult<()> {
-        self.check().await;
-        self.inner.leave(queue).await
+        Ok(())
     }
 }
 
@@ -169,10 +111,12 @@ fn start_with(
         .consumers(&format!("w{n}"))
         .unwrap()
         .into_iter()
-        .map(|inner| Freezable {
-            inner,
-            frozen: frozen.clone(),
-            members_fail: members_fail.clone(),
+        .map(|inner| {
+            let hooks = Freeze {
+                frozen: frozen.clone(),
+                members_fail: members_fail.clone(),
+            };
+            Hooked::new(inner, hooks)
         });
     let log = log.clone();
     let worker = leasehold_tokio::worker()

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use futures::channel::oneshot;
 use leasehold_core::{
-    AckId, BackendResult, Fetched, InvocationId, LeaseId, Outcome, RenewId, RenewResult,
+    AckId, BackendResult, FetchAnswer, InvocationId, LeaseId, Outcome, RenewId, RenewResult,
     SettleResult, StreamId,
 };
 
@@ -15,7 +15,7 @@ use crate::report::{ShutdownReport, Snapshot};
 /// to take it back (the effect's batch or lease) and the stream, to say where a failure was;
 /// calls whose time is measured carry the instant they were sent.
 pub(crate) enum Event<P> {
-    Fetched(StreamId, Instant, BackendResult<Vec<Fetched<P>>>),
+    Fetched(StreamId, Instant, BackendResult<FetchAnswer<P>>),
     Outcome(InvocationId, Outcome),
     Renewed(
         RenewId,

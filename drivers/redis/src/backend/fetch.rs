@@ -385,10 +385,7 @@ impl RedisBackend {
         self.undeliverable
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push(Undeliverable {
-                id: id.into(),
-                reason,
-            });
+            .push(Undeliverable::new(id.into(), reason));
     }
 
     /// Now and then, removes consumers of dead workers that hold nothing.

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use leasehold_core::{
-    Backend, BackendResult, DeadLetterReason, Fetched, LeaseRef, MessageId, RenewResult,
+    Backend, BackendResult, DeadLetterReason, FetchAnswer, LeaseRef, MessageId, RenewResult,
     SettleResult, Undeliverable,
 };
 use redis::{RedisError, Script, Value};
@@ -88,8 +88,8 @@ pub struct RedisBackend {
     /// What the last promotion of delayed messages learned.
     delayed: Mutex<DelayedState>,
     last_reap: Mutex<Option<Instant>>,
-    /// Entries without the payload field that fetches dead-lettered, until the worker takes
-    /// them (see `Backend::take_undeliverable`).
+    /// Entries without the payload field that the current fetch dead-lettered, until its
+    /// answer carries them (`FetchAnswer::undeliverable`).
     undeliverable: Mutex<Vec<Undeliverable>>,
     /// The retention's script arguments (see `Retention::args`).
     retention: [String; 3],
@@ -293,16 +293,6 @@ impl Backend for RedisBackend {
         (ms > 0).then(|| SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
     }
 
-    fn take_undeliverable(&self) -> Vec<Undeliverable> {
-        std::mem::take(&mut *self.undeliverable.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    /// As the last promotion or look at the delayed set found it, on the server's clock, less
-    /// the time since.
-    fn next_due(&self) -> Option<Duration> {
-        self.delayed_state().next_due(Instant::now())
-    }
-
     async fn publish(&self, payload: Bytes) -> BackendResult<MessageId> {
         let id: String = self
             .write(&self.config.target.xadd(&payload), None)
@@ -312,9 +302,16 @@ impl Backend for RedisBackend {
     }
 
     /// Waits for a server that went away rather than fail (see `conn::recover`), and holds
-    /// back deliveries answered too late to run (see `late`).
-    async fn fetch(&self, max: usize, wait: Duration) -> BackendResult<Vec<Fetched<Bytes>>> {
-        self.fetch_recovering(max, wait).await
+    /// back deliveries answered too late to run (see `late`). The next due time is as the last
+    /// promotion or look at the delayed set found it, on the server's clock, less the time
+    /// since.
+    async fn fetch(&self, max: usize, wait: Duration) -> BackendResult<FetchAnswer<Bytes>> {
+        let messages = self.fetch_recovering(max, wait).await?;
+        let undeliverable =
+            std::mem::take(&mut *self.undeliverable.lock().unwrap_or_else(|e| e.into_inner()));
+        Ok(FetchAnswer::new(messages)
+            .with_next_due(self.delayed_state().next_due(Instant::now()))
+            .with_undeliverable(undeliverable))
     }
 
     async fn renew(&self, leases: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {

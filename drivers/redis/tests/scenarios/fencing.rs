@@ -12,7 +12,7 @@ use leasehold_redis::RedisBackend;
 use leasehold_worker::{CancelReason, Delivery, Outcome};
 
 use super::support::{
-    builder, command, config, sleep, Env, Reasons, Runs, Spy, TestRt, CLAIM, GROUP, HEARTBEAT,
+    builder, command, config, sleep, spy, Env, Reasons, Runs, TestRt, CLAIM, GROUP, HEARTBEAT,
     STREAM,
 };
 
@@ -22,7 +22,7 @@ use super::support::{
 pub async fn takeover_is_not_stolen_back_and_cancels_the_handler<T: TestRt>(rt: T) {
     let env = Env::start(rt).await;
     let id = env.publish(1).await;
-    let (backend, spy) = Spy::new(env.backend("a").await);
+    let (backend, spy) = spy(env.backend("a").await);
     let (runs, reasons) = (Runs::default(), Reasons::default());
     let (recorder, observed) = (runs.clone(), reasons.clone());
     let worker = builder(env.runtime(), config())
@@ -112,7 +112,7 @@ pub async fn late_ack_after_takeover_leaves_the_new_owner_entry<T: TestRt>(rt: T
     let a = RedisBackend::connect(env.config("a").claim_timeout(A_CLAIM))
         .await
         .expect("connecting consumer a");
-    let (backend, spy) = Spy::new(a);
+    let (backend, spy) = spy(a);
     let runs = Runs::default();
     let cancelled_before_done = Arc::new(AtomicBool::new(false));
     let (recorder, runtime, server, rt, log, flag) = (

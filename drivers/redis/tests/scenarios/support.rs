@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use leasehold_core::{
-    Backend, BackendResult, DeadLetterReason, Fetched, LeaseRef, MessageId, RenewResult,
-    SettleResult, Stats,
+    Backend, BackendResult, Hooked, Hooks, LeaseRef, RenewResult, SettleResult, Stats,
 };
 use leasehold_redis::{RedisBackend, RedisConfig};
 use leasehold_redis_harness::{Builder, RedisServer, Reply};
@@ -464,10 +463,7 @@ impl Reasons {
 
 /// The Redis backend, with a record of what its renews and acks answered per message. Only
 /// observes: every call goes to the real backend unchanged.
-pub struct Spy {
-    inner: RedisBackend,
-    log: SpyLog,
-}
+pub type Spy = Hooked<RedisBackend, SpyLog>;
 
 /// What a [`Spy`] saw.
 #[derive(Debug, Clone, Default)]
@@ -497,83 +493,32 @@ impl SpyLog {
     }
 }
 
-impl Spy {
-    pub fn new(inner: RedisBackend) -> (Self, SpyLog) {
-        let log = SpyLog::default();
-        (
-            Self {
-                inner,
-                log: log.clone(),
-            },
-            log,
-        )
-    }
+/// The Redis backend `inner`, spied on, and what the spy sees.
+pub fn spy(inner: RedisBackend) -> (Spy, SpyLog) {
+    let log = SpyLog::default();
+    (Hooked::new(inner, log.clone()), log)
 }
 
-impl Backend for Spy {
-    type Payload = Bytes;
-
-    fn claim_timeout(&self) -> Option<Duration> {
-        self.inner.claim_timeout()
-    }
-
-    fn enqueued_at(&self, id: &MessageId) -> Option<std::time::SystemTime> {
-        self.inner.enqueued_at(id)
-    }
-
-    fn take_undeliverable(&self) -> Vec<leasehold_core::Undeliverable> {
-        self.inner.take_undeliverable()
-    }
-
-    async fn publish(&self, payload: Bytes) -> BackendResult<MessageId> {
-        self.inner.publish(payload).await
-    }
-
-    async fn fetch(&self, max: usize, wait: Duration) -> BackendResult<Vec<Fetched<Bytes>>> {
-        self.inner.fetch(max, wait).await
-    }
-
-    async fn renew(&self, leases: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
-        let results = self.inner.renew(leases).await?;
-        self.log.0.renews.lock().unwrap().extend(
+impl Hooks<Bytes> for SpyLog {
+    fn renewed(&self, leases: &[LeaseRef], answer: &BackendResult<Vec<RenewResult>>) {
+        let Ok(results) = answer else { return };
+        self.0.renews.lock().unwrap().extend(
             leases
                 .iter()
-                .zip(&results)
+                .zip(results)
                 .map(|(lease, result)| (lease.id.as_str().to_string(), *result)),
         );
-        self.log.0.renew_calls.fetch_add(1, Ordering::SeqCst);
-        Ok(results)
+        self.0.renew_calls.fetch_add(1, Ordering::SeqCst);
     }
 
-    async fn ack(&self, leases: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
-        let results = self.inner.ack(leases).await?;
-        self.log.0.acks.lock().unwrap().extend(
+    fn acked(&self, leases: &[LeaseRef], answer: &BackendResult<Vec<SettleResult>>) {
+        let Ok(results) = answer else { return };
+        self.0.acks.lock().unwrap().extend(
             leases
                 .iter()
-                .zip(&results)
+                .zip(results)
                 .map(|(lease, result)| (lease.id.as_str().to_string(), *result)),
         );
-        Ok(results)
-    }
-
-    async fn release(&self, lease: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
-        self.inner.release(lease, delay).await
-    }
-
-    async fn dead_letter(
-        &self,
-        lease: &LeaseRef,
-        reason: &DeadLetterReason,
-    ) -> BackendResult<SettleResult> {
-        self.inner.dead_letter(lease, reason).await
-    }
-
-    async fn stream_len(&self) -> BackendResult<u64> {
-        self.inner.stream_len().await
-    }
-
-    async fn pending(&self) -> BackendResult<u64> {
-        self.inner.pending().await
     }
 }
 

@@ -11,8 +11,8 @@ use futures::channel::oneshot;
 use futures::future::{select, Either};
 use futures::FutureExt;
 use leasehold_core::{
-    Backend, BackendError, BackendResult, CancelReason, DeadLetterReason, Effect, InvocationId,
-    LeaseRef, LossReason, Run, StreamId,
+    Backend, BackendError, BackendResult, CancelReason, DeadLetterReason, Effect, FetchAnswer,
+    InvocationId, LeaseRef, LossReason, Run, StreamId,
 };
 
 use crate::cancel::Cancellation;
@@ -248,7 +248,7 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
             Box::pin(async move {
                 match select(fetch, abandoned).await {
                     Either::Left((result, _)) => result,
-                    Either::Right(_) => Ok(Vec::new()),
+                    Either::Right(_) => Ok(FetchAnswer::default()),
                 }
             }),
             move |result| Event::Fetched(stream, sent, result),

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use leasehold_core::{Backend, RenewResult, SettleResult};
+use leasehold_core::{Backend, FetchAnswer, RenewResult, SettleResult};
 
 use crate::event::Event;
 use crate::meters::{seconds, Op};
@@ -20,14 +20,19 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
                     .fetch_rtt
                     .record(seconds(now.saturating_duration_since(sent)));
                 match result {
-                    Ok(messages) => {
+                    Ok(answer) => {
+                        let FetchAnswer {
+                            messages,
+                            next_due,
+                            undeliverable,
+                            ..
+                        } = answer;
                         meters.deliveries.increment(messages.len() as u64);
                         self.engine.handle_fetched(now, stream, messages);
-                        let backend = &self.streams[usize::from(stream.0)].backend;
-                        if let Some(due) = backend.next_due() {
+                        if let Some(due) = next_due {
                             self.engine.handle_due(now, stream, Some(now + due));
                         }
-                        self.undeliverable(stream);
+                        self.undeliverable(stream, &undeliverable);
                     }
                     Err(error) => {
                         let kind = self.failed(now, stream, Op::Fetch, &error);

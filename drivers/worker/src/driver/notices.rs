@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use leasehold_core::{Backend, BackendError, ErrorKind, StreamId};
+use leasehold_core::{Backend, BackendError, ErrorKind, StreamId, Undeliverable};
 
 use crate::health::Health;
 use crate::meters::{Dead, Op};
@@ -117,13 +117,12 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
     }
 
     /// Counts and logs what the backend of `stream` dead-lettered by itself while fetching.
-    pub(super) fn undeliverable(&mut self, stream: StreamId) {
+    pub(super) fn undeliverable(&mut self, stream: StreamId, dead: &[Undeliverable]) {
         let s = &self.streams[usize::from(stream.0)];
-        let dead = s.backend.take_undeliverable();
         if dead.is_empty() {
             return;
         }
-        for entry in &dead {
+        for entry in dead {
             s.meters.dead_lettered(Dead::Undeliverable);
             tracing::warn!(
                 stream = %s.name,
