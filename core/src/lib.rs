@@ -112,6 +112,52 @@
 //!
 //! Real drivers (tokio, smol) execute effects concurrently: fetches, renews and handlers run as
 //! separate tasks and report back through the same `handle_*` methods.
+//!
+//! The story above never fails. [`examples/every_effect.rs`][every_effect] drives the engine
+//! through all twelve effects the same way, on explicit instants: a handler error (`Failed`,
+//! then `Release`), a message failing its last allowed delivery (`DeadLetter`), a renew
+//! answered `Lost` while the handler runs (`Lost`, then `Cancel`), a confirmed lease
+//! (`LeaseValid`), a fatal fetch error (`Halt`), fetches that wait, and shutdown with one
+//! waiting (`Drained`). A test runs it and fails if any effect is not reached.
+//!
+//! [every_effect]: https://docs.rs/crate/leasehold-core/latest/source/examples/every_effect.rs
+//!
+//! ## Shutdown with a fetch outstanding
+//!
+//! After [`handle_shutdown`](LeaseEngine::handle_shutdown) the engine asks for no more fetches,
+//! but [`Effect::Drained`] is held back while a fetch it asked for earlier is unanswered, past
+//! the shutdown deadline and with no lease held. A driver that stops waiting for a fetch (drops
+//! the backend call) must still answer it: with
+//! [`handle_fetched`](LeaseEngine::handle_fetched) and what the call got (nothing, when it was
+//! dropped: a dropped fetch takes nothing, by the [`Backend::fetch`] contract), or with
+//! [`handle_fetch_failed`](LeaseEngine::handle_fetch_failed) and [`ErrorKind::Transient`] (a
+//! fatal kind would also report the stream halted). Messages that arrive during shutdown are
+//! released at once, never run; ones that arrive after their lease's local validity are let go
+//! as expired, and lapse on the backend after the claim timeout.
+//!
+//! ## Cancelling work that cannot be dropped
+//!
+//! [`Effect::Cancel`] asks an invocation to stop. The engine never ends an invocation by
+//! itself: it counts as running, its slot taken (and `Drained` waiting for it), until its
+//! outcome is reported with [`handle_outcome`](LeaseEngine::handle_outcome). The worker drops a
+//! cancelled handler's future after [`cancel_grace`](Settings::cancel_grace). An executor that
+//! cannot drop work (a thread pool, a blocking handler) signals the handler cooperatively (a
+//! flag or channel it checks) and reports the outcome when the handler ends, however late;
+//! reporting early would free a slot whose thread is still busy. The grace is what it has:
+//! after a local expiry the lease may lapse on the backend `expiry_margin` later, and the
+//! config keeps `cancel_grace` below that, so a handler that stops within the grace stops before
+//! a peer can take its message; one that runs on may run beside the peer's, so its side effects
+//! should be fenced (see [`Fence`]). What the outcome comes to depends on the cancel's
+//! [`CancelReason`]:
+//!
+//! - `LeaseLost`: discarded; another consumer holds the message.
+//! - `LeaseExpired`: a `Done` reported within `cancel_grace` of the expiry (and within
+//!   `max_processing_time`) is acked late, fenced, so the backend refuses it if the message was
+//!   taken over meanwhile ([`Stats::acked_after_expiry`]); anything else, or a later `Done`, is
+//!   discarded, and the message runs again after the claim timeout.
+//! - `MaxProcessingTime`: a failed attempt, whatever the outcome (released with backoff, or
+//!   dead-lettered on its last delivery).
+//! - `Shutdown`: released at once (delay 0), whatever the outcome.
 #![forbid(unsafe_code)]
 
 pub mod backend;

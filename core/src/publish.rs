@@ -22,8 +22,11 @@ pub const MAX_DELAY: Duration = MAX_DURATION;
 pub enum Due {
     /// This long after the publish, on the store's clock (Redis: the server's).
     After(Duration),
-    /// At this wall-clock time, compared with the store's clock (Redis: the server's); a time
-    /// in the past means at once.
+    /// At this wall-clock time on the store's clock (Redis: the server's); a time in the past
+    /// means at once, like a message without a due time. On virtual time (a simulator, a test)
+    /// the store and its publisher take "now" from the virtual clock, as [`Outgoing::check`]
+    /// does, so `t` means `t` on that clock: the host's `SystemTime::now()` would put it on
+    /// the host's clock instead.
     At(SystemTime),
 }
 
@@ -61,7 +64,8 @@ impl<P> Outgoing<P> {
     /// Whether a publisher may take it: a delay (or a due time from `now`) of at most
     /// [`MAX_DELAY`], and a non-empty deduplication key with a time to live of 1 ms ..=
     /// [`MAX_DELAY`]. `now` is the publisher's wall clock (`SystemTime::now()`, or a virtual
-    /// one): the core reads no clock of its own.
+    /// one: the same "now" the store turns a [`Due::At`] into a delay from): the core reads no
+    /// clock of its own.
     ///
     /// # Errors
     ///

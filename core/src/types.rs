@@ -54,16 +54,20 @@ impl From<u64> for MessageId {
     }
 }
 
-/// A fencing token: the backend's proof that a delivery is still the current one.
+/// A fencing token: which delivery of a message an operation acts for.
 ///
-/// Every takeover of a message yields a new, larger fence, so an operation carrying an old
-/// fence is refused. Handlers may pass it to downstream systems that can reject stale writers.
+/// The engine never compares or orders fences: it carries each delivery's fence from the fetch
+/// to that delivery's renews, acks, releases and dead-letters, and the backend refuses (`Lost`)
+/// any of them whose fence is not the current delivery's. So any token works that changes at
+/// every takeover and never repeats for the same message: a counter, the delivery count (the
+/// Redis and in-memory backends': each takeover increments it, a renew does not), a random
+/// 64-bit token. The derived order means nothing to the engine.
 ///
 /// The fence and the [delivery count](Fetched::delivery_count) are two things: the count says
 /// how often a message was delivered (it decides when a failing message is dead-lettered), the
-/// fence only has to change at every takeover. The Redis and in-memory backends use the
-/// delivery count as the fence (each takeover increments it, a renew does not), so there the
-/// two are equal; another backend may use any token that grows with each takeover.
+/// fence tells its deliveries apart. Handlers may pass the fence to a downstream system that
+/// refuses stale writers; one that keeps the highest fence it saw needs fences that grow with
+/// each takeover, as the Redis and in-memory backends' do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Fence(pub u64);
 

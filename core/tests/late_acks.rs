@@ -179,8 +179,8 @@ fn a_late_ack_refused_by_the_backend_is_a_takeover() {
 }
 
 /// The message is delivered again (to this consumer, but maybe after another consumer took it
-/// over in between: a fence only has to grow with each takeover) before the late ack went out
-/// again: the late ack is given up as taken over, and the new delivery runs.
+/// over in between: the engine never orders fences, so it cannot tell) before the late ack went
+/// out again: the late ack is given up as taken over, and the new delivery runs.
 #[test]
 fn a_redelivery_of_a_late_acks_message_is_a_takeover() {
     let t0 = Instant::now();

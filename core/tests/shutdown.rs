@@ -163,3 +163,35 @@ fn pending_during_shutdown_is_released_at_once() {
     e.handle_released(t0 + ms(40), a, SettleResult::Ok);
     assert_eq!(drain(&mut e), vec![Seen::Drained]);
 }
+
+/// `Drained` waits for an outstanding fetch, however long it would wait: a driver that stops
+/// waiting answers it, as failed or with what it got (deliveries are handed back first).
+#[test]
+fn drained_waits_for_the_outstanding_fetch_to_be_answered() {
+    let t0 = Instant::now();
+    for answer in ["failed", "empty", "a delivery"] {
+        let mut e = engine(&config(), t0);
+        assert_eq!(drain(&mut e), vec![fetch(1, ms(1000))]);
+        e.handle_shutdown(t0 + ms(10), t0 + ms(1010));
+        assert_eq!(drain(&mut e), vec![], "{answer}");
+        // Nothing is held, and the deadline passes: still no `Drained` while it is unanswered.
+        e.handle_timeout(t0 + ms(1500));
+        assert_eq!(drain(&mut e), vec![], "{answer}");
+        assert!(!e.is_drained(), "{answer}");
+        // Answered within the lease's validity, so a delivery is handed back, not let lapse.
+        let now = t0 + ms(2000);
+        match answer {
+            "failed" => e.handle_fetch_failed(now, S0),
+            "empty" => e.handle_fetched(now, S0, vec![]),
+            _ => {
+                e.handle_fetched(now, S0, vec![msg(1)]);
+                let fx = drain(&mut e);
+                let [(lease, Duration::ZERO)] = releases(&fx)[..] else {
+                    panic!("{fx:?}")
+                };
+                e.handle_released(now, lease, SettleResult::Ok);
+            }
+        }
+        assert_eq!(drain(&mut e), vec![Seen::Drained], "{answer}");
+    }
+}

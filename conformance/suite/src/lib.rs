@@ -49,6 +49,12 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+/// The backend guide's code blocks, compiled and run as doc tests so they cannot drift from the
+/// API. Only in doc tests: the guide is outside this crate's folder, so it is not packaged.
+#[cfg(doctest)]
+#[doc = include_str!("../../GUIDE.md")]
+pub struct GuideExamples;
+
 #[cfg(feature = "commands")]
 pub mod commands;
 

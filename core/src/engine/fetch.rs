@@ -90,8 +90,8 @@ impl<P: Clone> LeaseEngine<P> {
                     continue;
                 }
                 // Delivered again since its ack went late: taken over, maybe by another
-                // consumer first (a fence only has to grow with each takeover, so nothing here
-                // tells), so its result is discarded and the message runs again.
+                // consumer first (fences are carried, never ordered, so nothing here tells),
+                // so its result is discarded and the message runs again.
                 self.late_superseded(id);
             }
             let take = budget > 0 && self.shutdown.is_none();
