@@ -493,10 +493,7 @@ mod tests {
             length,
             groups,
             dead_letters: length / 10,
-            delayed: DelayedSummary {
-                len: 1,
-                next_due: Some(Duration::from_secs(length)),
-            },
+            delayed: DelayedSummary::new(1, Some(Duration::from_secs(length))),
         }
     }
 

@@ -33,6 +33,7 @@ pub enum Due {
 /// Deduplication: while a message published with `key` is within `ttl` of its publish, another
 /// publish with the same key enqueues nothing and answers the first message's id.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Dedupe {
     /// The key, unique per piece of work (an order id, a request id).
     pub key: String,
@@ -40,8 +41,19 @@ pub struct Dedupe {
     pub ttl: Duration,
 }
 
+impl Dedupe {
+    /// Deduplicate by `key` for `ttl` after the first publish.
+    pub fn new(key: impl Into<String>, ttl: Duration) -> Self {
+        Self {
+            key: key.into(),
+            ttl,
+        }
+    }
+}
+
 /// One message to publish, as a [`Publisher`] receives it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Outgoing<P> {
     /// The payload, encoded.
     pub payload: P,
@@ -59,6 +71,20 @@ impl<P> Outgoing<P> {
             due: None,
             dedupe: None,
         }
+    }
+
+    /// The same message, due then (`None`: at once).
+    #[must_use]
+    pub fn with_due(mut self, due: impl Into<Option<Due>>) -> Self {
+        self.due = due.into();
+        self
+    }
+
+    /// The same message, deduplicated by this key (`None`: not deduplicated).
+    #[must_use]
+    pub fn with_dedupe(mut self, dedupe: impl Into<Option<Dedupe>>) -> Self {
+        self.dedupe = dedupe.into();
+        self
     }
 
     /// Whether a publisher may take it: a delay (or a due time from `now`) of at most
@@ -112,6 +138,7 @@ pub enum PublishRejected {
 
 /// What a publish did.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Published {
     /// The message's id: its stream id, or for a delayed message the id of its delayed entry
     /// (it gets a stream id when it is due). For a duplicate, the first message's id.
@@ -120,14 +147,29 @@ pub struct Published {
     pub duplicate: bool,
 }
 
+impl Published {
+    /// A publish of message `id`; `duplicate` if it enqueued nothing.
+    pub fn new(id: MessageId, duplicate: bool) -> Self {
+        Self { id, duplicate }
+    }
+}
+
 /// The delayed messages of a stream, not due yet (or due and not promoted yet).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DelayedSummary {
     /// How many there are.
     pub len: u64,
     /// How long until the next one is due (zero if one is due already); `None` if there is
     /// none.
     pub next_due: Option<Duration>,
+}
+
+impl DelayedSummary {
+    /// `len` delayed messages, the next due after `next_due`.
+    pub fn new(len: u64, next_due: Option<Duration>) -> Self {
+        Self { len, next_due }
+    }
 }
 
 /// Appends messages to one stream (Redis Streams, in-memory, your own). Needs no consumer.

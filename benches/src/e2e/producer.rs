@@ -1112,10 +1112,8 @@ impl Bench<'_> {
                 let n = left.min(SETUP_CHUNK);
                 let published = if delayed {
                     let batch = (0..n)
-                        .map(|_| Outgoing {
-                            payload: Bytes::from_static(PAYLOAD),
-                            due: Some(Due::After(delay)),
-                            dedupe: None,
+                        .map(|_| {
+                            Outgoing::new(Bytes::from_static(PAYLOAD)).with_due(Due::After(delay))
                         })
                         .collect();
                     let published = producer.publisher().publish_batch(batch).await;

@@ -1041,9 +1041,7 @@ fn publish_plan(cfg: &SimConfig, rng: &mut Rng, i: usize) -> PublishPlan {
 
 /// Message `i` as its plan publishes it.
 fn outgoing(i: usize, plan: &PublishPlan) -> Outgoing<Bytes> {
-    Outgoing {
-        payload: payload(i),
-        due: plan.due,
-        dedupe: plan.key.clone().map(|key| Dedupe { key, ttl: KEY_TTL }),
-    }
+    Outgoing::new(payload(i))
+        .with_due(plan.due)
+        .with_dedupe(plan.key.clone().map(|key| Dedupe::new(key, KEY_TTL)))
 }

@@ -460,10 +460,7 @@ impl SimStore for ModelStore {
             .filter(|_| self.flaw != Some(Flaw::DedupeIgnored));
         if let Some(dedupe) = &dedupe {
             if let Some((id, _)) = self.keys.get(&dedupe.key) {
-                return Published {
-                    id: id.clone(),
-                    duplicate: true,
-                };
+                return Published::new(id.clone(), true);
             }
         }
         let due = match message.due {
@@ -488,10 +485,7 @@ impl SimStore for ModelStore {
             self.key_expiry.insert((expires, dedupe.key.clone()));
             self.keys.insert(dedupe.key, (id.clone(), expires));
         }
-        Published {
-            id,
-            duplicate: false,
-        }
+        Published::new(id, false)
     }
 
     fn fetch(&mut self, now: Instant, consumer: ConsumerId, max: usize) -> Vec<Fetched<Bytes>> {

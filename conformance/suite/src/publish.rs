@@ -30,14 +30,9 @@ fn outgoing<F: PublisherFactory>(
     due: Option<Due>,
     dedupe: Option<(&str, Duration)>,
 ) -> Outgoing<<F::Backend as Backend>::Payload> {
-    Outgoing {
-        payload: bytes.to_vec().into(),
-        due,
-        dedupe: dedupe.map(|(key, ttl)| leasehold_core::Dedupe {
-            key: key.to_owned(),
-            ttl,
-        }),
-    }
+    Outgoing::new(bytes.to_vec().into())
+        .with_due(due)
+        .with_dedupe(dedupe.map(|(key, ttl)| leasehold_core::Dedupe::new(key.to_owned(), ttl)))
 }
 
 async fn send<P: Publisher>(p: &P, batch: Vec<Outgoing<P::Payload>>) -> Vec<Published> {

@@ -107,10 +107,10 @@
 //! let clock = ManualClock::new();
 //! let stream = MemoryStream::with_clock(StreamConfig::new(Duration::from_secs(30)), clock.clone())?;
 //! let worker = stream.consumer("worker-1")?;
-//! let remind = || Outgoing {
-//!     payload: "remind order 7".into(),
-//!     due: Some(Due::After(Duration::from_secs(60))),
-//!     dedupe: Some(Dedupe { key: "remind-7".into(), ttl: Duration::from_secs(3600) }),
+//! let remind = || {
+//!     Outgoing::new("remind order 7".into())
+//!         .with_due(Due::After(Duration::from_secs(60)))
+//!         .with_dedupe(Dedupe::new("remind-7", Duration::from_secs(3600)))
 //! };
 //! let first = stream.publish_with_now(remind())?;
 //! assert_eq!(first.id.as_str(), "delayed:1");

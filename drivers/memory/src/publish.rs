@@ -78,12 +78,10 @@ impl MemoryStream {
     pub fn delayed_now(&self) -> DelayedSummary {
         let now = self.now();
         let store = self.store();
-        DelayedSummary {
-            len: store.delayed_len() as u64,
-            next_due: store
-                .next_due()
-                .map(|due| due.saturating_duration_since(now)),
-        }
+        let next_due = store
+            .next_due()
+            .map(|due| due.saturating_duration_since(now));
+        DelayedSummary::new(store.delayed_len() as u64, next_due)
     }
 
     /// How many delayed messages wait outside the stream.

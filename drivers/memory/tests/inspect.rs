@@ -355,11 +355,10 @@ fn bad_input_is_a_clear_error_and_changes_nothing() {
     dead_letter(&a, a.fetch_now(1)[0].id.as_str(), 1, &rejected("bad"));
     assert_eq!(ids(&a.fetch_now(1)), ["0-2"]); // pending; 0-3 waits undelivered
     let delayed = stream
-        .publish_with_now(leasehold_core::Outgoing {
-            payload: "later".into(),
-            due: Some(leasehold_core::Due::After(secs(60))),
-            dedupe: None,
-        })
+        .publish_with_now(
+            leasehold_core::Outgoing::new("later".into())
+                .with_due(leasehold_core::Due::After(secs(60))),
+        )
         .unwrap();
     let mut inspector = MemoryInspector::new();
     inspector.add("jobs", &stream);

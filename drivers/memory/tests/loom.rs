@@ -213,10 +213,8 @@ fn a_due_message_is_promoted_and_delivered_once_to_racing_fetches() {
         let clock = ManualClock::new();
         let stream = MemoryStream::with_clock(StreamConfig::new(TIMEOUT), clock.clone()).unwrap();
         let (a, b) = (stream.consumer("a").unwrap(), stream.consumer("b").unwrap());
-        let delayed = Outgoing {
-            due: Some(Due::After(Duration::from_secs(1))),
-            ..Outgoing::new(Bytes::from("later"))
-        };
+        let delayed =
+            Outgoing::new(Bytes::from("later")).with_due(Due::After(Duration::from_secs(1)));
         stream.publish_with_now(delayed).unwrap();
 
         let tick = thread::spawn(move || clock.advance(Duration::from_secs(1)));
@@ -242,12 +240,9 @@ fn racing_publishes_with_one_key_enqueue_one_message() {
     loom::model(|| {
         let stream =
             MemoryStream::with_clock(StreamConfig::new(TIMEOUT), ManualClock::new()).unwrap();
-        let keyed = || Outgoing {
-            dedupe: Some(Dedupe {
-                key: "order-7".into(),
-                ttl: Duration::from_secs(60),
-            }),
-            ..Outgoing::new(Bytes::from("charge"))
+        let keyed = || {
+            Outgoing::new(Bytes::from("charge"))
+                .with_dedupe(Dedupe::new("order-7", Duration::from_secs(60)))
         };
         let other = {
             let stream = stream.clone();

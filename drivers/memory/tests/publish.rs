@@ -19,25 +19,16 @@ fn at_once(payload: &str) -> Outgoing<Bytes> {
 }
 
 fn after(payload: &str, delay: Duration) -> Outgoing<Bytes> {
-    Outgoing {
-        due: Some(Due::After(delay)),
-        ..at_once(payload)
-    }
+    at_once(payload).with_due(Due::After(delay))
 }
 
 fn keyed(mut message: Outgoing<Bytes>, key: &str, ttl: Duration) -> Outgoing<Bytes> {
-    message.dedupe = Some(Dedupe {
-        key: key.into(),
-        ttl,
-    });
+    message.dedupe = Some(Dedupe::new(key, ttl));
     message
 }
 
 fn fresh(id: &str) -> Published {
-    Published {
-        id: id.into(),
-        duplicate: false,
-    }
+    Published::new(id.into(), false)
 }
 
 fn payloads(batch: &[leasehold_core::Fetched<Bytes>]) -> Vec<String> {
@@ -80,10 +71,7 @@ fn a_delayed_message_is_not_fetched_before_it_is_due() {
 fn a_due_time_in_the_past_or_now_is_at_once() {
     let (stream, _clock) = stream();
     let worker = stream.consumer("w").unwrap();
-    let past = Outgoing {
-        due: Some(Due::At(SystemTime::now() - secs(3600))),
-        ..at_once("overdue")
-    };
+    let past = at_once("overdue").with_due(Due::At(SystemTime::now() - secs(3600)));
     let published = stream
         .publish_batch_now(vec![past, after("now", Duration::ZERO)])
         .unwrap();
@@ -96,10 +84,7 @@ fn a_due_time_in_the_past_or_now_is_at_once() {
 fn a_due_time_ahead_on_the_wall_clock_is_a_delay_on_the_streams_clock() {
     let (stream, clock) = stream();
     let worker = stream.consumer("w").unwrap();
-    let at = Outgoing {
-        due: Some(Due::At(SystemTime::now() + secs(3600))),
-        ..at_once("in an hour")
-    };
+    let at = at_once("in an hour").with_due(Due::At(SystemTime::now() + secs(3600)));
     assert_eq!(stream.publish_with_now(at).unwrap(), fresh("delayed:1"));
     let next = stream.delayed_now().next_due.unwrap();
     // An hour from the publish, give or take the instants the conversion read.
@@ -130,13 +115,7 @@ fn next_due_tells_an_empty_fetch_when_to_look_again() {
     let answer = worker.fetch_now(10);
     assert_eq!(payloads(&answer), ["a"], "due: the fetch promotes it");
     assert_eq!(answer.next_due, Some(secs(5)));
-    assert_eq!(
-        stream.delayed_now(),
-        DelayedSummary {
-            len: 1,
-            next_due: Some(secs(5))
-        }
-    );
+    assert_eq!(stream.delayed_now(), DelayedSummary::new(1, Some(secs(5))));
     clock.advance(secs(5));
     let answer = worker.fetch_now(10);
     assert_eq!(payloads(&answer), ["b"]);
@@ -198,13 +177,7 @@ fn a_key_within_its_ttl_answers_the_first_id_and_enqueues_nothing() {
     clock.advance(ttl - Duration::from_nanos(1));
     let last = stream.publish_with_now(charge()).unwrap();
     for repeat in again.iter().chain([&last]) {
-        assert_eq!(
-            repeat,
-            &Published {
-                id: first.id.clone(),
-                duplicate: true
-            }
-        );
+        assert_eq!(repeat, &Published::new(first.id.clone(), true));
     }
     // Another key is another message; so is the same payload without a key.
     let other = stream
@@ -306,19 +279,13 @@ fn the_publisher_trait_publishes_and_summarizes() {
         );
         assert_eq!(
             stream.delayed().await.unwrap(),
-            DelayedSummary {
-                len: 2,
-                next_due: Some(secs(1))
-            }
+            DelayedSummary::new(2, Some(secs(1)))
         );
         clock.advance(secs(3));
         // Due, and no fetch moved them yet.
         assert_eq!(
             stream.delayed().await.unwrap(),
-            DelayedSummary {
-                len: 2,
-                next_due: Some(Duration::ZERO)
-            }
+            DelayedSummary::new(2, Some(Duration::ZERO))
         );
     });
 }

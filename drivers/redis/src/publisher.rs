@@ -157,10 +157,7 @@ impl RedisPublisher {
             .map_err(|e| error("publish", e))?;
         Ok(ids
             .into_iter()
-            .map(|id| Published {
-                id: id.into(),
-                duplicate: false,
-            })
+            .map(|id| Published::new(id.into(), false))
             .collect())
     }
 
@@ -261,10 +258,7 @@ fn parse_published(reply: Value) -> Option<Vec<Published>> {
         let Value::Int(duplicate) = flat.next()? else {
             return None;
         };
-        out.push(Published {
-            id: MessageId::from(id),
-            duplicate: duplicate == 1,
-        });
+        out.push(Published::new(MessageId::from(id), duplicate == 1));
     }
     Some(out)
 }
@@ -280,10 +274,10 @@ pub(crate) async fn delayed_summary(
         .invoke_async(con)
         .await
         .map_err(|e| error("delayed", e))?;
-    Ok(DelayedSummary {
+    Ok(DelayedSummary::new(
         len,
-        next_due: u64::try_from(due).ok().map(Duration::from_millis),
-    })
+        u64::try_from(due).ok().map(Duration::from_millis),
+    ))
 }
 
 #[cfg(test)]

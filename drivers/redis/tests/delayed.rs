@@ -42,20 +42,11 @@ fn plain(payload: &str) -> Outgoing<Bytes> {
 }
 
 fn after(payload: &str, delay: Duration) -> Outgoing<Bytes> {
-    Outgoing {
-        due: Some(Due::After(delay)),
-        ..plain(payload)
-    }
+    plain(payload).with_due(Due::After(delay))
 }
 
 fn deduped(message: Outgoing<Bytes>, key: &str, ttl: Duration) -> Outgoing<Bytes> {
-    Outgoing {
-        dedupe: Some(Dedupe {
-            key: key.into(),
-            ttl,
-        }),
-        ..message
-    }
+    message.with_dedupe(Dedupe::new(key, ttl))
 }
 
 fn int(server: &RedisServer, args: &[&str]) -> i64 {
@@ -108,10 +99,7 @@ async fn fetch_until(backend: &RedisBackend, n: usize, wait: Duration) -> Vec<Fe
 /// Messages `m0`, `m1`, ... all due at `at`.
 fn all_due_at(n: usize, at: SystemTime) -> Vec<Outgoing<Bytes>> {
     (0..n)
-        .map(|i| Outgoing {
-            due: Some(Due::At(at)),
-            ..plain(&format!("m{i}"))
-        })
+        .map(|i| plain(&format!("m{i}")).with_due(Due::At(at)))
         .collect()
 }
 
@@ -182,10 +170,7 @@ async fn a_batch_with_options_publishes_each_message_its_way_in_order() {
         after("later", hour),
         deduped(plain("once"), "k", hour),
         deduped(plain("once again"), "k", hour),
-        Outgoing {
-            due: Some(Due::At(past)),
-            ..plain("overdue")
-        },
+        plain("overdue").with_due(Due::At(past)),
         after("zero delay", Duration::ZERO),
     ];
     let published = publisher.publish_batch(batch).await.unwrap();
@@ -205,13 +190,7 @@ async fn a_batch_with_options_publishes_each_message_its_way_in_order() {
 
     // One at a time, too.
     let one = publisher.publish(after("later too", hour)).await.unwrap();
-    assert_eq!(
-        one,
-        Published {
-            id: "delayed:2".into(),
-            duplicate: false
-        }
-    );
+    assert_eq!(one, Published::new("delayed:2".into(), false));
     assert_eq!(publisher.delayed().await.unwrap().len, 2);
 }
 
@@ -514,12 +493,9 @@ async fn a_delay_over_a_year_or_an_empty_key_is_refused_with_nothing_sent() {
         vec![plain("ok"), after("too late", too_long)],
         vec![
             plain("ok"),
-            Outgoing {
-                due: Some(Due::At(
-                    SystemTime::now() + too_long + Duration::from_secs(60),
-                )),
-                ..plain("too late")
-            },
+            plain("too late").with_due(Due::At(
+                SystemTime::now() + too_long + Duration::from_secs(60),
+            )),
         ],
         vec![deduped(plain("no key"), "", Duration::from_secs(1))],
         vec![deduped(plain("no ttl"), "k", Duration::ZERO)],

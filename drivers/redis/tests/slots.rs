@@ -160,14 +160,9 @@ async fn every_script_runs(server: &RedisServer, stream: &str) {
     let publisher = RedisPublisher::connect(PublisherConfig::new(server.url(), stream))
         .await
         .expect("connect publisher");
-    let later = Outgoing {
-        due: Some(Due::After(Duration::from_secs(3600))),
-        dedupe: Some(Dedupe {
-            key: "once".into(),
-            ttl: Duration::from_secs(60),
-        }),
-        ..Outgoing::new(Bytes::from_static(b"later"))
-    };
+    let later = Outgoing::new(Bytes::from_static(b"later"))
+        .with_due(Due::After(Duration::from_secs(3600)))
+        .with_dedupe(Dedupe::new("once", Duration::from_secs(60)));
     let now = Outgoing::new(Bytes::from_static(b"now"));
     publisher
         .publish_batch(vec![later, now])

@@ -123,11 +123,9 @@ where
         message: &M,
         options: PublishOptions,
     ) -> Result<Published, PublishError> {
-        let outgoing = Outgoing {
-            payload: self.encode(message)?,
-            due: options.due,
-            dedupe: options.dedupe,
-        };
+        let outgoing = Outgoing::new(self.encode(message)?)
+            .with_due(options.due)
+            .with_dedupe(options.dedupe);
         outgoing.check(SystemTime::now())?;
         Ok(self.send(vec![outgoing]).await?.remove(0))
     }
@@ -220,10 +218,7 @@ impl PublishOptions {
     /// one: choose the key from the work's identity (an order id), not from the attempt. The
     /// ttl is 1 ms to a year.
     pub fn dedupe(mut self, key: impl Into<String>, ttl: Duration) -> Self {
-        self.dedupe = Some(Dedupe {
-            key: key.into(),
-            ttl,
-        });
+        self.dedupe = Some(Dedupe::new(key, ttl));
         self
     }
 }

@@ -234,10 +234,7 @@ where
     /// If a store fails.
     pub async fn delayed(&self) -> Result<DelayedSummary, PublishError> {
         let all = futures::future::join_all(self.producers.iter().map(Producer::delayed)).await;
-        let mut sum = DelayedSummary {
-            len: 0,
-            next_due: None,
-        };
+        let mut sum = DelayedSummary::new(0, None);
         for summary in all {
             let summary = summary?;
             sum.len += summary.len;

@@ -45,12 +45,11 @@ impl Store {
                 consumers,
             }],
             dead_letters: self.dead.len() as u64,
-            delayed: DelayedSummary {
-                len: self.delayed_len() as u64,
-                next_due: self
-                    .next_due()
+            delayed: DelayedSummary::new(
+                self.delayed_len() as u64,
+                self.next_due()
                     .map(|due| due.saturating_duration_since(now)),
-            },
+            ),
         }
     }
 

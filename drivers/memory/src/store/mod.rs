@@ -212,10 +212,7 @@ impl Store {
         self.dedupe.prune(now);
         if let Some((key, _)) = &message.dedupe {
             if let Some(id) = self.dedupe.get(key) {
-                return Published {
-                    id: id.clone(),
-                    duplicate: true,
-                };
+                return Published::new(id.clone(), true);
             }
         }
         let id = match message.due {
@@ -225,10 +222,7 @@ impl Store {
         if let Some((key, expires)) = message.dedupe {
             self.dedupe.insert(&key, id.clone(), expires);
         }
-        Published {
-            id,
-            duplicate: false,
-        }
+        Published::new(id, false)
     }
 
     /// Moves every delayed message due at `now` into the stream, in due order (publish order
