@@ -237,6 +237,8 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
+#[cfg(feature = "commands")]
+mod commands;
 mod config;
 mod conn;
 mod error;
@@ -250,6 +252,9 @@ mod sharded;
 mod slot;
 
 pub use backend::RedisBackend;
+#[cfg(feature = "commands")]
+#[cfg_attr(docsrs, doc(cfg(feature = "commands")))]
+pub use commands::{RedisCommandStore, RedisStoreConfig};
 pub use config::{FenceCheck, PublisherConfig, RedisConfig};
 pub use conn::{check_credentials, client, Connection, Servers};
 pub use error::{classify, error as backend_error, ConnectError, RedisConfigError};
