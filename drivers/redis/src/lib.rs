@@ -75,7 +75,7 @@
 //!
 //! Redis Cluster runs a script only if all its keys are in one hash slot, and hashes a key by
 //! its *hash tag* — the bytes between its first `{` and the first `}` after that, when there is
-//! at least one — or, without one, the whole key ([`key_slot`] computes it as `CLUSTER KEYSLOT`
+//! at least one — or, without one, the whole key (this crate computes it as `CLUSTER KEYSLOT`
 //! does: CRC16-XMODEM mod 16384). So the prefix of a stream's other keys is:
 //!
 //! - the stream's name when it has a hash tag: `{app}:orders` → `{app}:orders:dead`, … (a
@@ -87,8 +87,8 @@
 //!   in its slot (`{a}b}:dead` would hash by `a`). Such a stream is
 //!   [`RedisConfigError::UntaggableStream`]: name it with a tag, or without `}`.
 //!
-//! [`RedisBackend::connect`] and [`RedisPublisher::connect`] check every key with [`key_slot`]
-//! before sending anything, and refuse one in another slot — a
+//! [`RedisBackend::connect`] and [`RedisPublisher::connect`] check every key's slot before
+//! sending anything, and refuse one in another slot — a
 //! [`RedisConfig::dead_letter_stream`] such as `orders-dead` for `orders` — with
 //! [`RedisConfigError::CrossSlot`], naming both keys and slots ([`RedisConfig::validate`]
 //! checks without connecting). The first two rules are the keys earlier versions derived, so
@@ -100,7 +100,7 @@
 //! With the `cluster` feature, [`Servers::cluster`] names a cluster by the URLs of some of its
 //! nodes (one that answers is enough), for `RedisConfig::new`, `PublisherConfig::new` and
 //! `RedisInspector::connect`, which take any [`Servers`] (a URL is one server). The
-//! connections are then redis-rs's async cluster connections behind the same [`Connection`]
+//! connections are then redis-rs's async cluster connections behind the same connection
 //! type: every command, pipeline and script is routed to the master serving its first key's
 //! slot — all of one stream's keys share it (above), so a stream lives on one master — and the
 //! client follows `MOVED` and `ASK` (refreshing its slot map) and retries `TRYAGAIN` a few
@@ -256,11 +256,10 @@ pub use backend::RedisBackend;
 #[cfg_attr(docsrs, doc(cfg(feature = "commands")))]
 pub use commands::{RedisCommandStore, RedisStoreConfig};
 pub use config::{FenceCheck, PublisherConfig, RedisConfig};
-pub use conn::{check_credentials, client, Connection, Servers};
-pub use error::{classify, error as backend_error, ConnectError, RedisConfigError};
+pub use conn::Servers;
+pub use error::{ConnectError, RedisConfigError};
 pub use inspect::RedisInspector;
 pub use publisher::RedisPublisher;
-pub use replicas::{evalsha_cmd, WaitReplicas};
+pub use replicas::WaitReplicas;
 pub use retention::Retention;
 pub use sharded::members_key;
-pub use slot::{hash_tag, key_slot, SLOTS};

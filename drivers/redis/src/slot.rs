@@ -2,12 +2,12 @@
 //! of the key's hash tag, or of the whole key when it has none, modulo 16384.
 
 /// The number of hash slots of a Redis Cluster.
-pub const SLOTS: u16 = 16384;
+const SLOTS: u16 = 16384;
 
 /// The part of `key` Redis Cluster hashes when it is not the whole key: the bytes between the
 /// first `{` and the first `}` after it, if there are any. `None` when there is no `{`, no `}`
 /// after it, or nothing between the two (`a{}b` is hashed whole).
-pub fn hash_tag(key: &[u8]) -> Option<&[u8]> {
+pub(crate) fn hash_tag(key: &[u8]) -> Option<&[u8]> {
     let open = key.iter().position(|&b| b == b'{')?;
     let rest = &key[open + 1..];
     let close = rest.iter().position(|&b| b == b'}')?;
@@ -16,7 +16,7 @@ pub fn hash_tag(key: &[u8]) -> Option<&[u8]> {
 
 /// The hash slot of `key` (0 ..= 16383), as `CLUSTER KEYSLOT` answers it: keys in one slot
 /// live on one node, and one script or transaction may only touch keys of one slot.
-pub fn key_slot(key: &[u8]) -> u16 {
+pub(crate) fn key_slot(key: &[u8]) -> u16 {
     crc16_xmodem(hash_tag(key).unwrap_or(key)) % SLOTS
 }
 
