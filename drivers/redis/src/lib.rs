@@ -232,6 +232,17 @@
 //! natively (a read inside a script pays for Lua tables twice). The wait for the due time is
 //! ended by a local timer: Redis times a `BLOCK` out only `hz` times a second.
 //!
+//! ## The command queue's store (feature `commands`)
+//!
+//! `RedisCommandStore` is `leasehold-commands`' `CommandStore` on Redis, here with everything
+//! else that speaks Redis (`leasehold-commands` itself knows none): `RedisStoreConfig::new`
+//! takes a URL or any [`Servers`], like the constructors above. Each command is a state hash,
+//! each status a sorted set of ids, beside the queue's stream, all under the queue's hash tag
+//! (`leasehold:{q}:…`, one tag per shard of a sharded queue), so every state write is one
+//! script (`lua/commands/`) that also moves the command between the status indexes; its
+//! workers consume the stream with [`RedisBackend`]s, and cancels go out over pub/sub.
+//! `leasehold::commands` re-exports it when the `redis` and `commands` features are on.
+//!
 //! [`Outgoing::check`]: leasehold_core::Outgoing::check
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
