@@ -33,9 +33,7 @@ use std::time::{Duration, Instant};
 use clap::{value_parser, Parser};
 use indicatif::ProgressBar;
 use leasehold_core::{Config, Outgoing, Publisher, Shards};
-use leasehold_redis::{
-    key_slot, PublisherConfig, RedisBackend, RedisConfig, RedisPublisher, Servers,
-};
+use leasehold_redis::{PublisherConfig, RedisBackend, RedisConfig, RedisPublisher, Servers};
 use leasehold_redis_harness::{RedisCluster, RedisServer};
 use leasehold_tokio::{Delivery, Raw, TokioRuntime, WorkerBuilder};
 use serde_json::{json, Value as Json};
@@ -363,13 +361,24 @@ impl Topology {
     fn master_of(&self, key: &str) -> Result<usize, BenchError> {
         let owner = self
             .cluster
-            .owner(key_slot(key.as_bytes()))
+            .owner(self.key_slot(key)?)
             .map_err(|e| BenchError::Redis(format!("slot owner: {e}")))?;
         self.cluster
             .masters()
             .iter()
             .position(|m| m.port() == owner.port())
             .ok_or_else(|| BenchError::Redis("a slot served by no master".into()))
+    }
+
+    /// `key`'s hash slot, as the cluster computes it.
+    fn key_slot(&self, key: &str) -> Result<u16, BenchError> {
+        let reply = self.cluster.masters()[0]
+            .command(["CLUSTER", "KEYSLOT", key])
+            .map_err(|e| BenchError::Redis(format!("CLUSTER KEYSLOT: {e}")))?;
+        reply
+            .as_int()
+            .and_then(|slot| u16::try_from(slot).ok())
+            .ok_or_else(|| BenchError::Redis(format!("CLUSTER KEYSLOT {key:?}: {reply:?}")))
     }
 
     /// A fresh queue name (prefix `base`) whose `shards` land evenly on the masters (as evenly

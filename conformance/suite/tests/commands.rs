@@ -5,11 +5,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use leasehold_commands::{
-    CancelFeed, CommandState, CommandStore, MemoryCommandStore, RedisCommandStore,
-    RedisStoreConfig, StoreError, Submit,
+    CancelFeed, CommandState, CommandStore, MemoryCommandStore, StoreError, Submit,
 };
 use leasehold_conformance::commands::CommandStoreFactory;
 use leasehold_memory::{MemoryBackend, MemoryStream, StreamConfig};
+use leasehold_redis::{RedisCommandStore, RedisStoreConfig};
 use leasehold_redis_harness::RedisServer;
 
 const CLAIM: Duration = Duration::from_secs(1);

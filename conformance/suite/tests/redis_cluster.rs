@@ -14,7 +14,7 @@ use leasehold_conformance::{backend_suite, BackendFactory, DeadLetterInfo, Group
 use leasehold_core::Stats;
 use leasehold_core::{Backend, ErrorKind, Outgoing, Publisher};
 use leasehold_redis::{
-    key_slot, PublisherConfig, RedisBackend, RedisConfig, RedisInspector, RedisPublisher, Servers,
+    PublisherConfig, RedisBackend, RedisConfig, RedisInspector, RedisPublisher, Servers,
 };
 use leasehold_redis_harness::{RedisCluster, RedisServer, Reply};
 use leasehold_tokio::{Config, Delivery, RetryPolicy, Worker, WorkerBuilder};
@@ -39,10 +39,26 @@ fn stream_on(cluster: &RedisCluster, master: usize, prefix: &str) -> String {
         .expect("some name hashes to every master")
 }
 
+/// `key`'s hash slot, as the cluster computes it (`CLUSTER KEYSLOT` on a running node).
+fn key_slot(cluster: &RedisCluster, key: &str) -> u16 {
+    let node = cluster
+        .nodes()
+        .iter()
+        .find(|node| node.is_running())
+        .expect("a running node");
+    let reply = node
+        .command(["CLUSTER", "KEYSLOT", key])
+        .expect("CLUSTER KEYSLOT");
+    let slot = reply
+        .as_int()
+        .unwrap_or_else(|| panic!("CLUSTER KEYSLOT {key:?}: {reply:?}"));
+    u16::try_from(slot).expect("a slot")
+}
+
 /// The master serving `key`'s slot.
 fn owner<'a>(cluster: &'a RedisCluster, key: &str) -> &'a RedisServer {
     cluster
-        .owner(key_slot(key.as_bytes()))
+        .owner(key_slot(cluster, key))
         .expect("the slot is served")
 }
 
@@ -287,7 +303,7 @@ async fn a_live_stream_follows_its_slot_to_another_master() {
     const N: u64 = 600;
     let cluster = start_cluster();
     let stream = stream_on(&cluster, 1, "moving");
-    let slot = key_slot(stream.as_bytes());
+    let slot = key_slot(&cluster, &stream);
     let publisher = RedisPublisher::connect(PublisherConfig::new(
         Servers::cluster(entry_nodes(&cluster)),
         &stream,

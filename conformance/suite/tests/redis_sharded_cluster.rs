@@ -14,7 +14,7 @@ use bytes::Bytes;
 use leasehold_conformance::{backend_suite, BackendFactory, DeadLetterInfo};
 use leasehold_core::{MembershipConfig, Shards};
 use leasehold_redis::{
-    key_slot, members_key, PublisherConfig, RedisBackend, RedisConfig, RedisPublisher, Servers,
+    members_key, PublisherConfig, RedisBackend, RedisConfig, RedisPublisher, Servers,
 };
 use leasehold_redis_harness::{RedisCluster, RedisServer};
 use leasehold_tokio::{Config, Delivery, Outcome, PublishOptions, ShardedProducer, Worker};
@@ -29,9 +29,25 @@ fn start_cluster() -> RedisCluster {
     RedisCluster::start(3).unwrap_or_else(|e| panic!("these tests need a Redis Cluster: {e}"))
 }
 
+/// `key`'s hash slot, as the cluster computes it (`CLUSTER KEYSLOT` on a running node).
+fn key_slot(cluster: &RedisCluster, key: &str) -> u16 {
+    let node = cluster
+        .nodes()
+        .iter()
+        .find(|node| node.is_running())
+        .expect("a running node");
+    let reply = node
+        .command(["CLUSTER", "KEYSLOT", key])
+        .expect("CLUSTER KEYSLOT");
+    let slot = reply
+        .as_int()
+        .unwrap_or_else(|| panic!("CLUSTER KEYSLOT {key:?}: {reply:?}"));
+    u16::try_from(slot).expect("a slot")
+}
+
 fn owner<'a>(cluster: &'a RedisCluster, key: &str) -> &'a RedisServer {
     cluster
-        .owner(key_slot(key.as_bytes()))
+        .owner(key_slot(cluster, key))
         .expect("the slot is served")
 }
 
@@ -236,7 +252,7 @@ async fn a_live_shard_follows_its_slot_to_another_master() {
     const N: u64 = 600;
     let cluster = start_cluster();
     let shards = Shards::new("moving", 4).unwrap();
-    let slot = key_slot(shards.stream(0).as_bytes());
+    let slot = key_slot(&cluster, &shards.stream(0));
     let source = owner(&cluster, &shards.stream(0)).port();
     let target = cluster
         .masters()

@@ -34,8 +34,9 @@
 //!   and retry stay one atomic script. A worker consumes every shard on one budget; listings
 //!   and counts cover all shards. One shard is the unsharded layout, key for key.
 //!
-//! Stores: `MemoryCommandStore` (in process, feature `memory`) and `RedisCommandStore` (feature
-//! `redis`), both on by default; a store of your own implements [`CommandStore`].
+//! Stores: `MemoryCommandStore` (in process, feature `memory`, on by default) here, and
+//! `RedisCommandStore` in `leasehold-redis` (its feature `commands`), which holds everything
+//! that speaks Redis; a store of your own implements [`CommandStore`].
 //!
 //! ```
 //! use std::time::Duration;
@@ -183,8 +184,6 @@ mod handler;
 mod memory;
 pub mod meters;
 mod queue;
-#[cfg(feature = "redis")]
-mod redis;
 mod signal;
 mod state;
 mod store;
@@ -197,14 +196,13 @@ pub use handler::{CommandContext, CommandHandler, HandlerError, Step, StopReason
 #[cfg(feature = "memory")]
 pub use memory::MemoryCommandStore;
 pub use queue::{CommandQueue, QueueError, Submitted};
-#[cfg(feature = "redis")]
-pub use redis::{RedisCommandStore, RedisStoreConfig};
 pub use state::{
     Attempt, AttemptOutcome, Command, CommandError, CommandState, Status, StatusError,
     MAX_ATTEMPTS_KEPT,
 };
 pub use store::{
-    CancelFeed, CommandStore, Cursor, CursorError, Listing, Page, StatusCounts, StoreError, Submit,
+    merge_listings, CancelFeed, CommandStore, Cursor, CursorError, Listing, Page, StatusCounts,
+    StoreError, Submit,
 };
 pub use worker::{CommandWorker, CommandWorkerBuilder, CommandWorkerError};
 

@@ -278,11 +278,6 @@ impl CommandState {
             attempt.error = error;
         }
     }
-
-    #[cfg(feature = "redis")]
-    pub(crate) fn to_json(&self) -> String {
-        serde_json::to_string(self).expect("a CommandState always serializes")
-    }
 }
 
 /// A command's error, and whether it is the reason it failed or an earlier attempt's.
@@ -450,7 +445,8 @@ mod tests {
         state.begin_attempt(state.created_at);
         state.end_attempt(AttemptOutcome::Failed, Some("no".into()));
         state.retries = 1;
-        let back: CommandState = serde_json::from_str(&state.to_json()).unwrap();
+        let back: CommandState =
+            serde_json::from_str(&serde_json::to_string(&state).unwrap()).unwrap();
         assert_eq!(back, state);
         assert_eq!(state.next().version, 2);
     }

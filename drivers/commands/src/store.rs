@@ -301,7 +301,9 @@ pub trait CommandStore: Send + Sync + 'static {
 /// `page`. Every shard's page starts after the same cursor, so the first `limit` of the merge
 /// are among the pages; but a shard whose page ended early (it has more) only covers the
 /// listing up to its `next`, so the merge stops there too, and continues from there.
-pub(crate) fn merge_listings(listings: Vec<Listing>, page: &Page) -> Listing {
+///
+/// For a sharded store's [`list`](CommandStore::list): ask every shard for `page`, then merge.
+pub fn merge_listings(listings: Vec<Listing>, page: &Page) -> Listing {
     let limit = page.effective_limit();
     // The furthest point every shard's page covers: the least `next` of those with more.
     let covered = listings.iter().filter_map(|l| l.next.clone()).min();

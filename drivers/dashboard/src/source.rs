@@ -47,9 +47,8 @@ mod redis {
     use std::collections::BTreeMap;
     use std::sync::{Arc, Mutex};
 
-    use leasehold_commands::{RedisCommandStore, RedisStoreConfig};
     use leasehold_core::{InspectError, Shards};
-    use leasehold_redis::{ConnectError, RedisInspector};
+    use leasehold_redis::{ConnectError, RedisCommandStore, RedisInspector, RedisStoreConfig};
     use leasehold_tokio::TokioRuntime;
 
     use super::{Catalog, Queue, Source};

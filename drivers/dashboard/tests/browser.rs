@@ -13,14 +13,16 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use leasehold_commands::{
-    Command, CommandContext, CommandHandler, CommandQueue, HandlerError, RedisCommandStore,
-    RedisStoreConfig, Status, Step,
+    Command, CommandContext, CommandHandler, CommandQueue, HandlerError, Status, Step,
 };
 use leasehold_core::{
     Backend, Config, DeadLetterReason, Due, Inspector, LeaseRef, MessageId, Outgoing, Publisher,
 };
 use leasehold_dashboard::{Dashboard, Options, RedisSource};
-use leasehold_redis::{PublisherConfig, RedisBackend, RedisConfig, RedisInspector, RedisPublisher};
+use leasehold_redis::{
+    PublisherConfig, RedisBackend, RedisCommandStore, RedisConfig, RedisInspector, RedisPublisher,
+    RedisStoreConfig,
+};
 use leasehold_redis_harness::RedisServer;
 use leasehold_tokio::TokioRuntime;
 use serde_json::{json, Value};

@@ -56,7 +56,7 @@
 //! | [`smol::worker`] | `smol` | a worker builder on smol |
 //! | [`memory`] | `memory` (default) | the in-process backend, with the lease semantics of Redis Streams |
 //! | [`redis`] | `redis` | the Redis Streams backend |
-//! | [`commands`] | `commands` | the command queue: submit, track and cancel long-running commands |
+//! | [`commands`] | `commands` | the command queue: submit, track and cancel long-running commands (its Redis store with `redis` too) |
 //! | `tls` | `tls` | `rediss://` URLs |
 //! | `Servers::cluster` | `cluster` | Redis Cluster |
 //! | `Servers::sentinel` | `sentinel` | Redis Sentinel: the master found through the sentinels, followed through a failover |
@@ -135,9 +135,13 @@ pub mod redis {
 }
 
 /// The command queue: commands that start quickly and finish later, followed to completion.
+/// With `redis` too, its Redis store (`RedisCommandStore`, `RedisStoreConfig`) is here beside
+/// the in-process one.
 #[cfg(feature = "commands")]
 pub mod commands {
     pub use leasehold_commands::*;
+    #[cfg(feature = "redis")]
+    pub use leasehold_redis::{RedisCommandStore, RedisStoreConfig};
 }
 
 /// The web dashboard: streams, lease health, dead letters and command queues, live, with

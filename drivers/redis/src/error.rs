@@ -1,5 +1,5 @@
 //! Which Redis errors are worth retrying: the one place that decides, for the backend, the
-//! command store, and anything else built on this crate.
+//! publisher, the inspector and the command store.
 //!
 //! | class | errors | why |
 //! |---|---|---|
@@ -43,7 +43,7 @@ const TRANSIENT_CODES: &[&str] = &[
 ];
 
 /// Whether retrying `e` can help.
-pub fn classify(e: &RedisError) -> ErrorKind {
+pub(crate) fn classify(e: &RedisError) -> ErrorKind {
     let connection =
         e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal();
     // The sentinels name no master that is up (it is down, the failover is under way).
@@ -60,7 +60,7 @@ pub fn classify(e: &RedisError) -> ErrorKind {
 }
 
 /// A Redis error as a [`BackendError`] of its class, with `what` failed as context.
-pub fn error(what: &str, e: RedisError) -> BackendError {
+pub(crate) fn error(what: &str, e: RedisError) -> BackendError {
     let message = format!("{what}: {e}");
     match classify(&e) {
         ErrorKind::Transient => BackendError::transient(message).with_source(e),

@@ -111,6 +111,33 @@ pub(crate) fn tenure_key(stream: &str, group: &str) -> Result<String, RedisConfi
     in_stream_slot(stream, "tenure hash", key)
 }
 
+/// A command queue's keys (feature `commands`), per shard: `tag` is the shard's hash tag, `{q}`
+/// for an unsharded queue `q` and `{q:i}` for shard `i` of several. Every key of a shard
+/// carries its tag, so the store's scripts touch one slot (see `commands`' module docs).
+#[cfg(feature = "commands")]
+pub(crate) fn command_stream_key(tag: &str) -> String {
+    format!("leasehold:{tag}:stream")
+}
+
+/// The hash holding command `id`'s state (with `id` empty: the prefix of them all).
+#[cfg(feature = "commands")]
+pub(crate) fn command_state_key(tag: &str, id: &str) -> String {
+    format!("leasehold:{tag}:state:{id}")
+}
+
+/// The index of the commands in `status` (a sorted set of ids).
+#[cfg(feature = "commands")]
+pub(crate) fn command_status_key(tag: &str, status: leasehold_commands::Status) -> String {
+    format!("leasehold:{tag}:status:{status}")
+}
+
+/// The pub/sub channel a queue's cancels are announced on: one for all shards, as a `PUBLISH`
+/// reaches every node of a cluster.
+#[cfg(feature = "commands")]
+pub(crate) fn command_cancels_channel(queue: &str) -> String {
+    format!("leasehold:{{{queue}}}:cancels")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

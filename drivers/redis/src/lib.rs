@@ -75,7 +75,7 @@
 //!
 //! Redis Cluster runs a script only if all its keys are in one hash slot, and hashes a key by
 //! its *hash tag* — the bytes between its first `{` and the first `}` after that, when there is
-//! at least one — or, without one, the whole key ([`key_slot`] computes it as `CLUSTER KEYSLOT`
+//! at least one — or, without one, the whole key (this crate computes it as `CLUSTER KEYSLOT`
 //! does: CRC16-XMODEM mod 16384). So the prefix of a stream's other keys is:
 //!
 //! - the stream's name when it has a hash tag: `{app}:orders` → `{app}:orders:dead`, … (a
@@ -87,8 +87,8 @@
 //!   in its slot (`{a}b}:dead` would hash by `a`). Such a stream is
 //!   [`RedisConfigError::UntaggableStream`]: name it with a tag, or without `}`.
 //!
-//! [`RedisBackend::connect`] and [`RedisPublisher::connect`] check every key with [`key_slot`]
-//! before sending anything, and refuse one in another slot — a
+//! [`RedisBackend::connect`] and [`RedisPublisher::connect`] check every key's slot before
+//! sending anything, and refuse one in another slot — a
 //! [`RedisConfig::dead_letter_stream`] such as `orders-dead` for `orders` — with
 //! [`RedisConfigError::CrossSlot`], naming both keys and slots ([`RedisConfig::validate`]
 //! checks without connecting). The first two rules are the keys earlier versions derived, so
@@ -100,7 +100,7 @@
 //! With the `cluster` feature, [`Servers::cluster`] names a cluster by the URLs of some of its
 //! nodes (one that answers is enough), for `RedisConfig::new`, `PublisherConfig::new` and
 //! `RedisInspector::connect`, which take any [`Servers`] (a URL is one server). The
-//! connections are then redis-rs's async cluster connections behind the same [`Connection`]
+//! connections are then redis-rs's async cluster connections behind the same connection
 //! type: every command, pipeline and script is routed to the master serving its first key's
 //! slot — all of one stream's keys share it (above), so a stream lives on one master — and the
 //! client follows `MOVED` and `ASK` (refreshing its slot map) and retries `TRYAGAIN` a few
@@ -233,11 +233,24 @@
 //! natively (a read inside a script pays for Lua tables twice). The wait for the due time is
 //! ended by a local timer: Redis times a `BLOCK` out only `hz` times a second.
 //!
+//! ## The command queue's store (feature `commands`)
+//!
+//! `RedisCommandStore` is `leasehold-commands`' `CommandStore` on Redis, here with everything
+//! else that speaks Redis (`leasehold-commands` itself knows none): `RedisStoreConfig::new`
+//! takes a URL or any [`Servers`], like the constructors above. Each command is a state hash,
+//! each status a sorted set of ids, beside the queue's stream, all under the queue's hash tag
+//! (`leasehold:{q}:…`, one tag per shard of a sharded queue), so every state write is one
+//! script (`lua/commands/`) that also moves the command between the status indexes; its
+//! workers consume the stream with [`RedisBackend`]s, and cancels go out over pub/sub.
+//! `leasehold::commands` re-exports it when the `redis` and `commands` features are on.
+//!
 //! [`Outgoing::check`]: leasehold_core::Outgoing::check
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
+#[cfg(feature = "commands")]
+mod commands;
 mod config;
 mod conn;
 mod error;
@@ -251,12 +264,14 @@ mod sharded;
 mod slot;
 
 pub use backend::RedisBackend;
+#[cfg(feature = "commands")]
+#[cfg_attr(docsrs, doc(cfg(feature = "commands")))]
+pub use commands::{RedisCommandStore, RedisStoreConfig};
 pub use config::{FenceCheck, PublisherConfig, RedisConfig};
-pub use conn::{check_credentials, client, Connection, Servers};
-pub use error::{classify, error as backend_error, ConnectError, RedisConfigError};
+pub use conn::Servers;
+pub use error::{ConnectError, RedisConfigError};
 pub use inspect::RedisInspector;
 pub use publisher::RedisPublisher;
-pub use replicas::{evalsha_cmd, WaitReplicas};
+pub use replicas::WaitReplicas;
 pub use retention::Retention;
 pub use sharded::members_key;
-pub use slot::{hash_tag, key_slot, SLOTS};

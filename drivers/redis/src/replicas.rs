@@ -98,7 +98,7 @@ impl WaitReplicas {
 }
 
 /// An `EVALSHA` of `script` over `keys`; append the script's arguments to it.
-pub fn evalsha_cmd<K: redis::ToRedisArgs>(script: &Script, keys: &[K]) -> Cmd {
+pub(crate) fn evalsha_cmd<K: redis::ToRedisArgs>(script: &Script, keys: &[K]) -> Cmd {
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
     cmd
@@ -115,7 +115,7 @@ impl Connection {
     ///
     /// The write's error, or a transient `NOREPLICAS` error when fewer replicas than asked for
     /// acknowledged it in time (the write has happened on the master all the same).
-    pub async fn write<T: FromRedisValue>(
+    pub(crate) async fn write<T: FromRedisValue>(
         &self,
         cmd: &Cmd,
         key: &[u8],
@@ -138,7 +138,7 @@ impl Connection {
     /// `NOSCRIPT`: such a write runs nothing, yet with `wait_replicas` its `WAIT` in the same
     /// pipeline still blocks, on Redis 7.0 until the replica's next once-a-second
     /// acknowledgement. Every connecting type calls it once, at connect.
-    pub async fn load_scripts(&self, scripts: &[(&str, &Script)]) -> BackendResult<()> {
+    pub(crate) async fn load_scripts(&self, scripts: &[(&str, &Script)]) -> BackendResult<()> {
         for (name, script) in scripts {
             script
                 .load_async(&mut self.clone())

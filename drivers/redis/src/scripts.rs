@@ -1,6 +1,6 @@
-//! Every Lua script of the backend, publisher and inspector, in one place beside `lua/`: each
-//! is shared helpers followed by its own file, loaded once per connection (`Connection::load_scripts`)
-//! and sent by hash.
+//! Every Lua script of the backend, publisher, inspector and command store, in one place beside
+//! `lua/`: each is shared helpers followed by its own file, loaded once per connection
+//! (`Connection::load_scripts`) and sent by hash.
 
 use std::sync::LazyLock;
 
@@ -46,3 +46,14 @@ pub(crate) static DEAD_LETTER: LazyLock<Script> =
     script!("lua/ids.lua", "lua/retention.lua", "lua/dead_letter.lua");
 pub(crate) static REAP: LazyLock<Script> = script!("lua/reap_consumers.lua");
 pub(crate) static CREATE_GROUP: LazyLock<Script> = script!("lua/create_group.lua");
+
+/// The command store's (feature `commands`, `lua/commands/`): every state write moves the
+/// command between the status indexes in the same script, so they share `index.lua`.
+#[cfg(feature = "commands")]
+pub(crate) static COMMAND_SUBMIT: LazyLock<Script> =
+    script!("lua/commands/index.lua", "lua/commands/submit.lua");
+#[cfg(feature = "commands")]
+pub(crate) static COMMAND_CAS: LazyLock<Script> =
+    script!("lua/commands/index.lua", "lua/commands/cas.lua");
+#[cfg(feature = "commands")]
+pub(crate) static COMMAND_LIST: LazyLock<Script> = script!("lua/commands/list.lua");

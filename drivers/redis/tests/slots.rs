@@ -1,6 +1,7 @@
-//! Redis Cluster hash slots against a real, cluster-enabled `redis-server`: [`key_slot`]
-//! answers what `CLUSTER KEYSLOT` answers, and every script of a stream runs on a cluster node
-//! (which refuses, with `CROSSSLOT`, a script whose keys are in different slots).
+//! Redis Cluster hash slots against a real, cluster-enabled `redis-server`: every script of a
+//! stream runs on a cluster node (which refuses, with `CROSSSLOT`, a script whose keys are in
+//! different slots). That the crate computes slots as `CLUSTER KEYSLOT` does is checked by its
+//! own unit tests (`src/slot.rs`), against such a server too.
 
 use std::time::{Duration, Instant};
 
@@ -9,8 +10,7 @@ use leasehold_core::{
     Backend, DeadLetterReason, Dedupe, Due, Fetched, LeaseRef, Outgoing, Publisher, SettleResult,
 };
 use leasehold_redis::{
-    hash_tag, key_slot, ConnectError, PublisherConfig, RedisBackend, RedisConfig, RedisConfigError,
-    RedisPublisher,
+    ConnectError, PublisherConfig, RedisBackend, RedisConfig, RedisConfigError, RedisPublisher,
 };
 use leasehold_redis_harness::{RedisServer, Reply};
 
@@ -54,102 +54,6 @@ fn server_slot(server: &RedisServer, key: &[u8]) -> u16 {
     u16::try_from(slot).unwrap()
 }
 
-/// Names rich in what the hash-tag rule looks at: braces in every arrangement, empty and nested
-/// tags, non-ASCII and non-UTF-8 bytes. Deterministic (xorshift from a fixed state).
-fn names() -> Vec<Vec<u8>> {
-    let mut names: Vec<Vec<u8>> = [
-        "",
-        "{",
-        "}",
-        "{}",
-        "}{",
-        "{{}}",
-        "{a}",
-        "a}b",
-        "odd{}name",
-        "{a}b}",
-        "a{b",
-        "x}{a}",
-        "foo{}{bar}",
-        "foo{{bar}}zap",
-        "foo{bar}{zap}",
-        "{user1000}.following",
-        "orders",
-        "{app}:orders",
-        "é{ü}",
-        "\u{1F600}",
-        "{\u{1F600}}",
-    ]
-    .iter()
-    .map(|s| s.as_bytes().to_vec())
-    .collect();
-    let pieces: [&[u8]; 12] = [
-        b"{",
-        b"}",
-        b"{}",
-        b"a",
-        b"b",
-        b":",
-        b"orders",
-        "é".as_bytes(),
-        b"\xff",
-        b"\x00",
-        b" ",
-        b"\xc3",
-    ];
-    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut next = || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
-    let mut random = |max: u64| -> Vec<u8> {
-        let len = next() % (max + 1);
-        (0..len)
-            .flat_map(|_| {
-                pieces[(next() % pieces.len() as u64) as usize]
-                    .iter()
-                    .copied()
-            })
-            .collect()
-    };
-    for _ in 0..200 {
-        names.push(random(8));
-        // Often a tag: prefix `{` content `}` suffix, each part random (the content may be
-        // empty or hold braces itself).
-        let mut name = random(3);
-        name.push(b'{');
-        name.extend(random(3));
-        name.push(b'}');
-        name.extend(random(3));
-        names.push(name);
-    }
-    names
-}
-
-#[test]
-fn key_slot_agrees_with_cluster_keyslot() {
-    let server = cluster_node();
-    let names = names();
-    let mut tagged = 0;
-    for name in &names {
-        assert_eq!(
-            key_slot(name),
-            server_slot(&server, name),
-            "{:?}",
-            String::from_utf8_lossy(name)
-        );
-        tagged += usize::from(hash_tag(name).is_some());
-    }
-    // The generated names cover both rules.
-    assert!(
-        tagged > 100 && names.len() - tagged > 100,
-        "{tagged} of {}",
-        names.len()
-    );
-}
-
 fn lease(message: &Fetched<Bytes>) -> LeaseRef {
     LeaseRef::new(message.id.clone(), message.fence)
 }
@@ -187,8 +91,8 @@ async fn every_script_runs(server: &RedisServer, stream: &str) {
     let dead = server.command(["XLEN", backend.dead_letter_key()]).unwrap();
     assert_eq!(dead, Reply::Integer(1), "{stream}");
     assert_eq!(
-        key_slot(backend.dead_letter_key().as_bytes()),
-        key_slot(stream.as_bytes()),
+        server_slot(server, backend.dead_letter_key().as_bytes()),
+        server_slot(server, stream.as_bytes()),
         "{stream}"
     );
     let delayed = server.command(["ZCARD", publisher.delayed_key()]).unwrap();

@@ -1,7 +1,10 @@
-//! The command-queue scenarios, written once and run on the memory store and on Redis
-//! (`tests/memory.rs`, `tests/redis.rs`). Real time, short intervals: every wait is bounded by
+//! The command-queue scenarios, written once and run on every store: the memory store here
+//! (`tests/memory.rs`), and the Redis store in leasehold-redis, whose `tests/commands_*.rs`
+//! include this module by path. Real time, short intervals: every wait is bounded by
 //! `PATIENCE`, and reaching it means the behaviour is missing, not that the machine is slow.
 #![allow(dead_code)]
+
+pub mod on_smol;
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -22,13 +22,13 @@ use sentinel::Follower;
 
 mod servers;
 
-pub use servers::{check_credentials, client, Servers};
+pub use servers::Servers;
 
 /// A connection to one server or to a Redis Cluster (see [`Servers::connect`]): cheap to clone
 /// (clones share it), and a [`ConnectionLike`], so redis-rs commands, pipelines and scripts run
-/// on it as they are. Only for the stores built on this crate.
+/// on it as they are.
 #[derive(Clone)]
-pub struct Connection(Link);
+pub(crate) struct Connection(Link);
 
 #[derive(Clone)]
 enum Link {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use leasehold_core::{BackendResult, ErrorKind};
+use leasehold_core::ErrorKind;
 use redis::aio::ConnectionManagerConfig;
 use redis::{AsyncConnectionConfig, RedisResult};
 
@@ -27,32 +27,8 @@ const RECONNECT_RETRIES: usize = 16;
 
 /// A client for `url`; a URL that does not parse is a configuration error (whose text never
 /// repeats the URL: it may hold a password).
-pub fn client(url: &str) -> Result<redis::Client, RedisConfigError> {
+fn client(url: &str) -> Result<redis::Client, RedisConfigError> {
     redis::Client::open(url).map_err(|e| RedisConfigError::Url(e.to_string()))
-}
-
-/// Opens one plain connection to `client`'s server: a wrong password, an unknown user or a
-/// bad TLS setup is a fatal error here, at once, where a connection manager would retry it for
-/// seconds. A transient failure (the server not up yet) passes: the manager's retries handle it.
-pub async fn check_credentials(client: &redis::Client, timeout: Duration) -> BackendResult<()> {
-    let probe = client
-        .get_multiplexed_async_connection_with_config(
-            &AsyncConnectionConfig::new()
-                .set_connection_timeout(Some(timeout))
-                .set_response_timeout(Some(timeout)),
-        )
-        .await;
-    match probe {
-        Err(e) => {
-            let e = error("connect", e);
-            if e.kind() == ErrorKind::Fatal {
-                Err(e)
-            } else {
-                Ok(())
-            }
-        }
-        Ok(_) => Ok(()),
-    }
 }
 
 /// Where Redis runs: one server, (with the `cluster` feature) a Redis Cluster known by some of
@@ -228,7 +204,7 @@ impl Servers {
     /// # Errors
     ///
     /// A URL that does not parse, or the first fatal error.
-    pub async fn check_credentials(&self, timeout: Duration) -> Result<(), ConnectError> {
+    pub(crate) async fn check_credentials(&self, timeout: Duration) -> Result<(), ConnectError> {
         for url in self.urls() {
             let client = client(url)?;
             let probe = client
@@ -278,7 +254,7 @@ impl Servers {
     /// # Errors
     ///
     /// A URL that does not parse, or no server reached within `timeout`.
-    pub async fn connect(
+    pub(crate) async fn connect(
         &self,
         timeout: Duration,
         response_timeout: Option<Duration>,
@@ -384,7 +360,8 @@ impl Servers {
     /// # Errors
     ///
     /// A URL that does not parse, or no server reached.
-    pub async fn pubsub(&self) -> BackendResult<redis::aio::PubSub> {
+    #[cfg(feature = "commands")]
+    pub(crate) async fn pubsub(&self) -> leasehold_core::BackendResult<redis::aio::PubSub> {
         #[cfg(feature = "sentinel")]
         if let Where::Sentinel(spec) = &self.0 {
             let client = spec

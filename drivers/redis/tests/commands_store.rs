@@ -1,11 +1,14 @@
 //! The command-queue scenarios on Redis (tokio). Each test starts its own `redis-server` on a
 //! free port and fails, never skips, if it cannot.
 
+// The command queue's scenarios are leasehold-commands' own, written once for every store:
+// included from there, run here on the Redis store.
+#[path = "../../commands/tests/common/mod.rs"]
 mod common;
 
 use common::Fixture;
-use leasehold_commands::{RedisCommandStore, RedisStoreConfig};
 use leasehold_core::ErrorKind;
+use leasehold_redis::{RedisCommandStore, RedisStoreConfig};
 use leasehold_redis_harness::RedisServer;
 
 const QUEUE: &str = "cmds";
@@ -54,7 +57,7 @@ scenarios!(fixture());
 mod sharded {
     use super::common::{self, Fixture, ShardedFixture};
     use crate::scenarios;
-    use leasehold_commands::{RedisCommandStore, RedisStoreConfig};
+    use leasehold_redis::{RedisCommandStore, RedisStoreConfig};
     use leasehold_redis_harness::RedisServer;
 
     const SHARDS: u32 = 3;
@@ -192,7 +195,7 @@ mod sharded {
 /// 1 000 RUNNING commands on one replica, on real time: each is checked again and again, never
 /// before `status_interval` has passed since its last check. How even the cadence is (gaps,
 /// checks per interval, bunching) is printed, not asserted: on a loaded machine checks come
-/// late, which is no fault. `tests/cadence.rs` asserts the cadence exactly on paused time.
+/// late, which is no fault. leasehold-commands' `tests/cadence.rs` asserts the cadence exactly on paused time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_running_commands_are_checked_about_once_per_interval() {
     use std::collections::HashMap;

@@ -2,12 +2,30 @@
 //! store is given one master only, and the queue's keys (one hash tag) live on another
 //! master, so every call is routed there and `MOVED` would show if it were not.
 
+// The command queue's scenarios are leasehold-commands' own, written once for every store:
+// included from there, run here on the Redis store.
+#[path = "../../commands/tests/common/mod.rs"]
 mod common;
 
 use common::Fixture;
-use leasehold_commands::{RedisCommandStore, RedisStoreConfig};
-use leasehold_redis::{key_slot, Servers};
+use leasehold_redis::{RedisCommandStore, RedisStoreConfig, Servers};
 use leasehold_redis_harness::{RedisCluster, RedisServer};
+
+/// `key`'s hash slot, as the cluster computes it (`CLUSTER KEYSLOT` on a running node).
+fn key_slot(cluster: &RedisCluster, key: &str) -> u16 {
+    let node = cluster
+        .nodes()
+        .iter()
+        .find(|node| node.is_running())
+        .expect("a running node");
+    let reply = node
+        .command(["CLUSTER", "KEYSLOT", key])
+        .expect("CLUSTER KEYSLOT");
+    let slot = reply
+        .as_int()
+        .unwrap_or_else(|| panic!("CLUSTER KEYSLOT {key:?}: {reply:?}"));
+    u16::try_from(slot).expect("a slot")
+}
 
 /// A queue named so that its keys' slot is served by the cluster's second master.
 struct Cluster {
@@ -22,7 +40,7 @@ impl Cluster {
 
     fn owner(&self) -> &RedisServer {
         self.cluster
-            .owner(key_slot(self.stream().as_bytes()))
+            .owner(key_slot(&self.cluster, &self.stream()))
             .expect("the slot is served")
     }
 }
@@ -56,7 +74,7 @@ fn fixture() -> Cluster {
     let queue = (0..)
         .map(|i| format!("cmds{i}"))
         .find(|queue| {
-            let slot = key_slot(format!("leasehold:{{{queue}}}:stream").as_bytes());
+            let slot = key_slot(&cluster, &format!("leasehold:{{{queue}}}:stream"));
             cluster.owner(slot).expect("the slot is served").port() == second
         })
         .expect("some name hashes to the second master");
@@ -80,10 +98,10 @@ mod sharded {
     use std::collections::BTreeSet;
 
     use super::common::{self, Fixture, ShardedFixture};
+    use super::key_slot;
     use crate::scenarios;
-    use leasehold_commands::{RedisCommandStore, RedisStoreConfig};
     use leasehold_core::Shards;
-    use leasehold_redis::{key_slot, Servers};
+    use leasehold_redis::{RedisCommandStore, RedisStoreConfig, Servers};
     use leasehold_redis_harness::{RedisCluster, RedisServer};
 
     const SHARDS: u32 = 6;
@@ -100,7 +118,7 @@ mod sharded {
 
         fn owner(&self, shard: u16) -> &RedisServer {
             self.cluster
-                .owner(key_slot(self.stream(shard).as_bytes()))
+                .owner(key_slot(&self.cluster, &self.stream(shard)))
                 .expect("the slot is served")
         }
 
@@ -158,7 +176,7 @@ mod sharded {
                 let owners: BTreeSet<u16> = shards
                     .streams()
                     .map(|tag| {
-                        let slot = key_slot(format!("leasehold:{tag}:stream").as_bytes());
+                        let slot = key_slot(&cluster, &format!("leasehold:{tag}:stream"));
                         cluster.owner(slot).expect("the slot is served").port()
                     })
                     .collect();

@@ -4,16 +4,17 @@
 //! it is lost; what an acknowledged submit during it can lose is counted and printed). Fails, never skips, without
 //! `redis-server` (`apt-get install redis-server`).
 
+// The command queue's scenarios are leasehold-commands' own, written once for every store:
+// included from there, run here on the Redis store.
+#[path = "../../commands/tests/common/mod.rs"]
 mod common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{builder, queue, Calls, Double, Fixture, PATIENCE};
-use leasehold_commands::{
-    Command, CommandStore, QueueError, RedisCommandStore, RedisStoreConfig, Status,
-};
-use leasehold_redis::Servers;
+use leasehold_commands::{Command, CommandStore, QueueError, Status};
+use leasehold_redis::{RedisCommandStore, RedisStoreConfig, Servers};
 use leasehold_redis_harness::RedisSentinel;
 
 const QUEUE: &str = "cmds";
