@@ -259,7 +259,7 @@ pub(crate) struct Chunk {
     pub batch: RenewId,
     pub stream: StreamId,
     pub leases: Vec<LeaseId>,
-    pub refs: Vec<LeaseRef>,
+    pub lease_refs: Vec<LeaseRef>,
     pub answered: bool,
 }
 

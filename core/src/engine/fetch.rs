@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use super::{Extra, LeaseEngine, Outstanding, Pacing};
 use crate::backend::ErrorKind;
 use crate::backend::LeaseRef;
-use crate::effect::{Effect, Run};
+use crate::effect::{Effect, Invocation};
 use crate::lease::{Lease, State};
 use crate::timers::{ticks, Tick};
 use crate::types::{Fetched, InvocationId, LeaseId, LossReason, StreamId};
@@ -336,13 +336,13 @@ impl<P: Clone> LeaseEngine<P> {
     #[inline]
     pub(super) fn run_effect(&self, id: LeaseId) -> Effect<P> {
         let lease = self.leases.get(id).expect("held");
-        Effect::Run(Run {
-            invocation: InvocationId {
+        Effect::Run(Invocation {
+            id: InvocationId {
                 lease: id,
                 attempt: lease.attempt,
             },
             stream: lease.stream,
-            lease: lease.lease_ref(),
+            lease_ref: lease.lease_ref(),
             delivery_count: lease.delivery_count,
             attempt: lease.attempt,
             valid_until: self.instant(self.confirmation_deadline(lease.epoch)),

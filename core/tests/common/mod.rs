@@ -156,7 +156,7 @@ impl std::ops::DerefMut for TestEngine {
 }
 
 /// An effect as the tests compare it: what it names, without what it carries for the backend
-/// (refs, payload, the stream of a renew or ack) and without the notices `LeaseValid`,
+/// (lease refs, payload, the stream of a renew or ack) and without the notices `LeaseValid`,
 /// `Failed` and `Lost` (see [`drain_all`] for every effect as it is).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Seen {
@@ -202,9 +202,9 @@ impl Seen {
                 max: *max,
                 wait: *wait,
             },
-            Effect::Run(run) => Seen::Run {
-                invocation: run.invocation,
-                lease: run.invocation.lease(),
+            Effect::Run(invocation) => Seen::Run {
+                invocation: invocation.id,
+                lease: invocation.id.lease(),
             },
             Effect::Cancel { invocation, reason } => Seen::Cancel {
                 invocation: *invocation,
@@ -509,16 +509,15 @@ impl Sim {
         while let Some(effect) = self.engine.poll_effect() {
             match &effect {
                 Effect::Fetch { stream, max, .. } => self.fetches.push((*stream, *max)),
-                Effect::Run(run) => {
-                    let invocation = &run.invocation;
-                    let key = (run.stream, run.lease.id.clone());
+                Effect::Run(invocation) => {
+                    let key = (invocation.stream, invocation.lease_ref.id.clone());
                     if self.runs.iter().any(|(_, k)| *k == key) {
                         self.violations.push(format!(
                             "step {} ({input}): second concurrent Run of {key:?}",
                             self.step
                         ));
                     }
-                    self.runs.push((*invocation, key));
+                    self.runs.push((invocation.id, key));
                     if self.runs.len() > self.concurrency {
                         self.violations.push(format!(
                             "step {} ({input}): {} runs outstanding > concurrency {}",

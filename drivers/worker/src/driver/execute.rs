@@ -12,7 +12,7 @@ use futures::future::{select, Either};
 use futures::FutureExt;
 use leasehold_core::{
     Backend, BackendError, BackendResult, CancelReason, DeadLetterReason, Effect, InvocationId,
-    LeaseRef, LossReason, Run, StreamId,
+    LeaseRef, LossReason, StreamId,
 };
 
 use crate::cancel::Cancellation;
@@ -43,12 +43,14 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
                     batch,
                     stream,
                     leases,
-                    refs,
+                    lease_refs,
                 } => {
                     let backend = self.backend(stream);
                     let sent = self.now();
                     self.call(
-                        async move { answer_each("renew", &refs, backend.renew(&refs).await) },
+                        async move {
+                            answer_each("renew", &lease_refs, backend.renew(&lease_refs).await)
+                        },
                         move |result| Event::Renewed(batch, stream, sent, leases, result),
                     );
                 }
@@ -56,11 +58,11 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
                     batch,
                     stream,
                     leases,
-                    refs,
+                    lease_refs,
                 } => {
                     let backend = self.backend(stream);
                     self.call(
-                        async move { answer_each("ack", &refs, backend.ack(&refs).await) },
+                        async move { answer_each("ack", &lease_refs, backend.ack(&lease_refs).await) },
                         move |result| Event::Acked(batch, stream, leases, result),
                     );
                 }
@@ -255,20 +257,20 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
         );
     }
 
-    fn run_handler(&mut self, run: Run<B::Payload>) {
+    fn run_handler(&mut self, run: leasehold_core::Invocation<B::Payload>) {
         let cancellation = Cancellation::new();
         cancellation.set_valid_until(self.base, Some(run.valid_until));
         let stream = &self.streams[usize::from(run.stream.0)];
         // Its handler task records the pickup delay, off the driver.
         let enqueued = (run.attempt == 1)
-            .then(|| stream.backend.enqueued_at(&run.lease.id))
+            .then(|| stream.backend.enqueued_at(&run.lease_ref.id))
             .flatten();
         let handed = Invocation {
-            id: run.invocation,
-            message_id: run.lease.id,
+            id: run.id,
+            message_id: run.lease_ref.id,
             delivery_count: run.delivery_count,
             attempt: run.attempt,
-            fence: run.lease.fence,
+            fence: run.lease_ref.fence,
             cancellation: cancellation.clone(),
             started: self.now(),
             enqueued,
@@ -277,7 +279,7 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
             cancellation,
             stream: run.stream,
         };
-        self.invocations.insert(run.invocation, running);
+        self.invocations.insert(run.id, running);
         self.handed_over = true;
         let wake = self.streams[usize::from(run.stream.0)]
             .dispatch
