@@ -9,7 +9,7 @@
 //! a free, often on another thread. Spawning was most of the driver's time per message, and the
 //! driver is the serial part of a worker.
 //!
-//! Why the queue wakes idle tasks as a chain (see [`crate::jobs`]), one at a time, each woken
+//! Why the queue wakes idle tasks as a chain (see [`crate::queue`]), one at a time, each woken
 //! task waking the next before it runs its invocation: waking a task per queued invocation put
 //! a fetch's worth of tasks on every thread of the runtime, and each of their outcomes reached
 //! the driver as a wake from another thread. With the chain, handlers that finish at once run
@@ -35,8 +35,8 @@ use crate::codec::Decode;
 use crate::delivery::{Delivery, IntoOutcome, StreamScope};
 use crate::event::Event;
 use crate::inbox::Inbox;
-use crate::jobs::{JobQueue, Taker};
 use crate::meters::{Ended, HandlerMeters};
+use crate::queue::{InvocationQueue, Taker};
 use crate::runtime::Runtime;
 
 /// What every handler task of a worker needs besides its stream's handler.
@@ -108,7 +108,7 @@ where
             codec,
             handler,
             types: PhantomData,
-            jobs: Arc::new(JobQueue::new()),
+            queue: Arc::new(InvocationQueue::new()),
             tasks: AtomicUsize::new(0),
             busy: AtomicUsize::new(0),
         })
@@ -116,7 +116,7 @@ where
 }
 
 /// An invocation waiting in a stream's queue.
-type Job<P> = (P, Handed);
+type Queued<P> = (P, Handed);
 
 /// A stream's typed handler, its pool of tasks and everything they share, in one allocation.
 ///
@@ -132,7 +132,7 @@ struct Typed<R, P, M, C, H, F> {
     handler: H,
     types: PhantomData<fn() -> (M, F)>,
     /// The invocations handed over and not yet taken; each task started holds it too.
-    jobs: Arc<JobQueue<Job<P>>>,
+    queue: Arc<InvocationQueue<Queued<P>>>,
     /// Tasks started. Only the driver changes it.
     tasks: AtomicUsize,
     /// Invocations handed over that no task has finished yet. Never more than `tasks`, so every
@@ -175,10 +175,10 @@ where
         let busy = self.busy.fetch_add(1, Ordering::AcqRel) + 1;
         if busy > self.tasks.load(Ordering::Relaxed) {
             self.tasks.fetch_add(1, Ordering::Relaxed);
-            let task = Self::serve(self.me.clone(), Taker::new(&self.jobs));
+            let task = Self::serve(self.me.clone(), Taker::new(&self.queue));
             self.env.rt.spawn_unboxed(task);
         }
-        self.jobs.push_unwoken((payload, handed))
+        self.queue.push_unwoken((payload, handed))
     }
 }
 
@@ -186,7 +186,7 @@ impl<R, P, M, C, H, F> Drop for Typed<R, P, M, C, H, F> {
     /// The driver is gone: the idle tasks are woken and end (a task that still takes a queued
     /// invocation drops it, as nobody waits for its outcome).
     fn drop(&mut self) {
-        self.jobs.close();
+        self.queue.close();
     }
 }
 
@@ -255,8 +255,8 @@ where
 
     /// A task of the stream's pool: runs the invocations it takes from the queue, one at a
     /// time, until the queue closes.
-    async fn serve(stream: Weak<Self>, mut jobs: Taker<Job<P>>) {
-        while let Some((payload, handed)) = jobs.take().await {
+    async fn serve(stream: Weak<Self>, mut queue: Taker<Queued<P>>) {
+        while let Some((payload, handed)) = queue.take().await {
             // Gone only with its driver: nobody is waiting for the outcome.
             let Some(this) = stream.upgrade() else {
                 return;

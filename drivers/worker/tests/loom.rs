@@ -6,9 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use leasehold_core::{
-    Config, Effect, Fence, Fetched, Invocation, LeaseEngine, Outcome, StreamId, Tenure,
-};
+use leasehold_core::{Config, Effect, Fence, Fetched, Invocation, LeaseEngine, Outcome, StreamId};
 use leasehold_worker::{CancelReason, Cancellation};
 use loom::sync::{Arc, Mutex};
 use loom::thread;

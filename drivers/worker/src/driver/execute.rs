@@ -62,7 +62,9 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
                 } => {
                     let backend = self.backend(stream);
                     self.call(
-                        async move { answer_each("ack", &lease_refs, backend.ack(&lease_refs).await) },
+                        async move {
+                            answer_each("ack", &lease_refs, backend.ack(&lease_refs).await)
+                        },
                         move |result| Event::Acked(batch, stream, leases, result),
                     );
                 }
