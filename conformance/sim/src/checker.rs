@@ -50,7 +50,7 @@ impl PublishPlan {
     }
 }
 
-/// The payload of message `m`: how a delivery of a delayed message, whose stream id the
+/// The payload of message `m`: how a delivery of a delayed message, whose entry id the
 /// publish could not tell, is known.
 pub(crate) fn payload(m: usize) -> Bytes {
     Bytes::from(format!("message {m}"))
@@ -66,7 +66,7 @@ fn payload_index(payload: &[u8]) -> Option<usize> {
 
 /// One message, as the checker follows it.
 pub(crate) struct Msg {
-    /// Its stream id (empty until it is known: a delayed message gets one when it is due).
+    /// Its entry id (empty until it is known: a delayed message gets one when it is due).
     pub(crate) id: MessageId,
     pub(crate) behaviour: Behaviour,
     pub(crate) plan: PublishPlan,
@@ -681,7 +681,7 @@ impl Shared {
     // ----- the store --------------------------------------------------------------------------
 
     /// The message a fetch delivered. A delayed message's first delivery is the first time its
-    /// stream id is seen: it is known by its payload then, and must not be in the stream under
+    /// entry id is seen: it is known by its payload then, and must not be in the stream under
     /// another id already (a deduplicated publish enqueued it twice).
     pub(crate) fn fetched_index(&mut self, fetched: &Fetched<Bytes>) -> usize {
         if let Some(&m) = self.by_id.get(&fetched.id) {

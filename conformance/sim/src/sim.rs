@@ -549,7 +549,7 @@ impl Sim {
         if delayed {
             s.report.delayed += 1;
         } else {
-            // A delayed message's stream id is known at its first delivery.
+            // A delayed message's entry id is known at its first delivery.
             s.by_id.insert(published.id.clone(), i);
             s.msgs[i].id = published.id.clone();
         }

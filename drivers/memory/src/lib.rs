@@ -40,7 +40,7 @@
 //!   stream's clock; `Due::At(t)` becomes the delay from the system's wall clock to `t` at the
 //!   publish (a time in the past: at once, like a message without due time). Every fetch first
 //!   moves the messages due by then into the stream, in due order (publish order among equal
-//!   due times), each with the next stream id like a publish: from then on they are new
+//!   due times), each with the next entry id like a publish: from then on they are new
 //!   entries like any other, and a first delivery has delivery count 1. After each fetch,
 //!   [`MemoryBackend`]'s [`next_due`](leasehold_core::Backend::next_due) says how long until
 //!   the next one is due, so the worker fetches again then.

@@ -232,7 +232,7 @@ impl Store {
     }
 
     /// Moves every delayed message due at `now` into the stream, in due order (publish order
-    /// among those due at the same instant), with stream ids as publishes get them.
+    /// among those due at the same instant), with entry ids as publishes get them.
     pub(crate) fn promote(&mut self, now: Instant) {
         while let Some(payload) = self.delayed.take_due(now) {
             self.publish(now, payload);

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use leasehold_core::{BackendError, BackendResult, LeaseRef, SettleResult, Tenure};
 use redis::Script;
 
-use super::reply::StreamId;
+use super::reply::EntryId;
 use super::{RedisBackend, SCRIPT_BATCH};
 use crate::error::{error, is_nogroup};
 use crate::replicas::evalsha_cmd;
@@ -15,7 +15,7 @@ use crate::scripts::DEAD_LETTER;
 impl RedisBackend {
     /// Runs a fenced per-id script over `leases` in batches of ids sorted ascending, each with
     /// its id span (the script's one ranged `XPENDING`); a vanished group means every lease is
-    /// lost, and so is a lease whose id is no stream id.
+    /// lost, and so is a lease whose id is no entry id.
     ///
     /// The fences go as runs (fence, how many leases in a row have it), the ids one argument
     /// each, then the script's own `tail`; the script answers with the consumer's tenure, its
@@ -33,10 +33,10 @@ impl RedisBackend {
         let mut results = vec![false; leases.len()];
         // Only ids as Redis writes them (the script compares them as strings): any other
         // spelling names no entry, so that lease is not held.
-        let mut order: Vec<(StreamId, usize)> = leases
+        let mut order: Vec<(EntryId, usize)> = leases
             .iter()
             .enumerate()
-            .filter_map(|(i, lease)| Some((StreamId::parse_canonical(lease.id.as_str())?, i)))
+            .filter_map(|(i, lease)| Some((EntryId::parse_canonical(lease.id.as_str())?, i)))
             .collect();
         order.sort_unstable();
         for chunk in order.chunks(SCRIPT_BATCH) {

@@ -41,7 +41,7 @@ mod reply;
 mod wait;
 
 use fetch::DelayedState;
-use reply::{as_u64, StreamId};
+use reply::{as_u64, EntryId};
 pub(crate) use wait::Blocking;
 
 /// Most ids per script call, and most delayed messages one fetch promotes: keeps each script
@@ -289,7 +289,7 @@ impl Backend for RedisBackend {
     /// An entry id `ms-seq` starts with the Redis server's clock at the append, in
     /// milliseconds since the Unix epoch.
     fn enqueued_at(&self, id: &MessageId) -> Option<SystemTime> {
-        let StreamId(ms, _) = StreamId::parse(id.as_str())?;
+        let EntryId(ms, _) = EntryId::parse(id.as_str())?;
         (ms > 0).then(|| SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
     }
 
