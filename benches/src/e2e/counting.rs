@@ -65,14 +65,14 @@ impl<B: Backend<Payload = Bytes>> Backend for Counting<B> {
         Ok(fetched)
     }
 
-    async fn renew(&self, leases: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
+    async fn renew(&self, lease_refs: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
         self.acked.calls.renews.fetch_add(1, Ordering::Relaxed);
-        self.inner.renew(leases).await
+        self.inner.renew(lease_refs).await
     }
 
-    async fn ack(&self, leases: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
+    async fn ack(&self, lease_refs: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
         self.acked.calls.acks.fetch_add(1, Ordering::Relaxed);
-        let results = self.inner.ack(leases).await?;
+        let results = self.inner.ack(lease_refs).await?;
         let ok = results.iter().filter(|r| **r == SettleResult::Ok).count();
         let counter = &self.acked;
         let before = counter.acked.fetch_add(ok, Ordering::AcqRel);
@@ -82,16 +82,16 @@ impl<B: Backend<Payload = Bytes>> Backend for Counting<B> {
         Ok(results)
     }
 
-    async fn release(&self, lease: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
-        self.inner.release(lease, delay).await
+    async fn release(&self, lease_ref: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
+        self.inner.release(lease_ref, delay).await
     }
 
     async fn dead_letter(
         &self,
-        lease: &LeaseRef,
+        lease_ref: &LeaseRef,
         reason: &DeadLetterReason,
     ) -> BackendResult<SettleResult> {
-        self.inner.dead_letter(lease, reason).await
+        self.inner.dead_letter(lease_ref, reason).await
     }
 
     async fn stream_len(&self) -> BackendResult<u64> {

@@ -358,8 +358,9 @@ impl Shared {
         self.by_id[id]
     }
 
-    pub(crate) fn msg_fences(&self, refs: &[LeaseRef]) -> Box<[(u32, u64)]> {
-        refs.iter()
+    pub(crate) fn msg_fences(&self, lease_refs: &[LeaseRef]) -> Box<[(u32, u64)]> {
+        lease_refs
+            .iter()
             .map(|l| (self.message_index(&l.id) as u32, l.fence.0))
             .collect()
     }
@@ -638,10 +639,10 @@ impl Shared {
     /// invocation that was neither cancelled nor taken over, under that lease or an older one
     /// of the same consumer with no other consumer's delivery between (its own fetch took the
     /// message back while the ack was on its way: nobody else ran it).
-    pub(crate) fn check_ack(&mut self, replica: usize, leases: &[LeaseRef]) {
-        for lease in leases {
-            let msg = self.message_index(&lease.id);
-            let fence = lease.fence.0;
+    pub(crate) fn check_ack(&mut self, replica: usize, lease_refs: &[LeaseRef]) {
+        for lease_ref in lease_refs {
+            let msg = self.message_index(&lease_ref.id);
+            let fence = lease_ref.fence.0;
             let last = self.runs.iter().rev().find(|run| {
                 run.replica == replica
                     && run.msg == msg
@@ -751,10 +752,10 @@ impl Shared {
         call: u32,
         op: OpKind,
         consumer: ConsumerId,
-        refs: &[LeaseRef],
+        lease_refs: &[LeaseRef],
         results: &[SettleResult],
     ) {
-        let logged = refs
+        let logged = lease_refs
             .iter()
             .zip(results)
             .map(|(l, res)| (self.message_index(&l.id) as u32, l.fence.0, *res))
@@ -765,7 +766,7 @@ impl Shared {
             op,
             results: logged,
         });
-        for (lease, result) in refs.iter().zip(results) {
+        for (lease_ref, result) in lease_refs.iter().zip(results) {
             if *result != SettleResult::Ok {
                 continue;
             }
@@ -779,15 +780,15 @@ impl Shared {
                 };
                 *tally += 1;
             }
-            let msg = self.message_index(&lease.id);
+            let msg = self.message_index(&lease_ref.id);
             let m = &self.msgs[msg];
             let owner = m.owner;
-            if m.removed.is_some() || owner != Some((consumer, lease.fence.0)) {
+            if m.removed.is_some() || owner != Some((consumer, lease_ref.fence.0)) {
                 let detail = format!(
                     "the store accepted {op} of m{msg} by c{} with fence {}, but the current \
                      delivery is {} ({})",
                     consumer.0,
-                    lease.fence.0,
+                    lease_ref.fence.0,
                     owner.map_or("none".into(), |(o, f)| format!("c{} fence {f}", o.0)),
                     if m.removed.is_some() {
                         "already removed"

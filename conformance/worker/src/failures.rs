@@ -175,10 +175,10 @@ pub async fn lost_lease_cancels_the_handler_and_drops_its_result<T: TestRuntime>
     let stolen = thief.fetch_now(1);
     assert_eq!(stolen.len(), 1, "the lapsed message is reclaimable");
     assert_eq!((&stolen[0].id, stolen[0].delivery_count), (&id, 2));
-    let lease = LeaseRef::new(id.clone(), stolen[0].fence);
+    let lease_ref = LeaseRef::new(id.clone(), stolen[0].fence);
     // The thief keeps its lease alive while the worker's next heartbeat learns of the loss.
     let keep = || {
-        let kept = thief.renew_now(std::slice::from_ref(&lease));
+        let kept = thief.renew_now(std::slice::from_ref(&lease_ref));
         assert_eq!(
             kept,
             [leasehold_worker::core::RenewResult::Kept],
@@ -205,7 +205,7 @@ pub async fn lost_lease_cancels_the_handler_and_drops_its_result<T: TestRuntime>
     let info = stream.pending_info(&id).expect("still pending");
     assert_eq!((info.owner.as_str(), info.delivery_count), ("thief", 2));
     assert_eq!(
-        thief.ack_now(&[lease]),
+        thief.ack_now(&[lease_ref]),
         [leasehold_worker::core::SettleResult::Ok]
     );
     assert!(stream.is_empty());

@@ -560,36 +560,36 @@ impl Backend for Probe {
         }
     }
 
-    async fn renew(&self, leases: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
+    async fn renew(&self, lease_refs: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
         self.taps.0.renew_calls.fetch_add(1, Ordering::SeqCst);
         if self.taps.0.fail_renews.load(Ordering::SeqCst) {
             return Err(BackendError::transient(
                 "renew failed (injected by the test)",
             ));
         }
-        self.inner.renew(leases).await
+        self.inner.renew(lease_refs).await
     }
 
-    async fn ack(&self, leases: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
+    async fn ack(&self, lease_refs: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
         self.taps
             .0
             .acks
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .extend_from_slice(leases);
-        self.inner.ack(leases).await
+            .extend_from_slice(lease_refs);
+        self.inner.ack(lease_refs).await
     }
 
-    async fn release(&self, lease: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
-        self.inner.release(lease, delay).await
+    async fn release(&self, lease_ref: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
+        self.inner.release(lease_ref, delay).await
     }
 
     async fn dead_letter(
         &self,
-        lease: &LeaseRef,
+        lease_ref: &LeaseRef,
         reason: &DeadLetterReason,
     ) -> BackendResult<SettleResult> {
-        self.inner.dead_letter(lease, reason).await
+        self.inner.dead_letter(lease_ref, reason).await
     }
 
     async fn stream_len(&self) -> BackendResult<u64> {

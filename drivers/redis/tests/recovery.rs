@@ -93,24 +93,24 @@ impl Backend for Timed {
         Ok(fetched)
     }
 
-    async fn renew(&self, leases: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
-        self.inner.renew(leases).await
+    async fn renew(&self, lease_refs: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
+        self.inner.renew(lease_refs).await
     }
 
-    async fn ack(&self, leases: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
-        self.inner.ack(leases).await
+    async fn ack(&self, lease_refs: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
+        self.inner.ack(lease_refs).await
     }
 
-    async fn release(&self, lease: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
-        self.inner.release(lease, delay).await
+    async fn release(&self, lease_ref: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
+        self.inner.release(lease_ref, delay).await
     }
 
     async fn dead_letter(
         &self,
-        lease: &LeaseRef,
+        lease_ref: &LeaseRef,
         reason: &DeadLetterReason,
     ) -> BackendResult<SettleResult> {
-        self.inner.dead_letter(lease, reason).await
+        self.inner.dead_letter(lease_ref, reason).await
     }
 
     async fn stream_len(&self) -> BackendResult<u64> {

@@ -96,25 +96,25 @@ impl Backend for Freezable {
         self.check().await;
         self.inner.fetch(max, wait).await
     }
-    async fn renew(&self, leases: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
+    async fn renew(&self, lease_refs: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
         self.check().await;
-        self.inner.renew(leases).await
+        self.inner.renew(lease_refs).await
     }
-    async fn ack(&self, leases: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
+    async fn ack(&self, lease_refs: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
         self.check().await;
-        self.inner.ack(leases).await
+        self.inner.ack(lease_refs).await
     }
-    async fn release(&self, lease: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
+    async fn release(&self, lease_ref: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
         self.check().await;
-        self.inner.release(lease, delay).await
+        self.inner.release(lease_ref, delay).await
     }
     async fn dead_letter(
         &self,
-        lease: &LeaseRef,
+        lease_ref: &LeaseRef,
         reason: &DeadLetterReason,
     ) -> BackendResult<SettleResult> {
         self.check().await;
-        self.inner.dead_letter(lease, reason).await
+        self.inner.dead_letter(lease_ref, reason).await
     }
     async fn stream_len(&self) -> BackendResult<u64> {
         self.inner.stream_len().await

@@ -317,8 +317,10 @@ impl Backend for RedisBackend {
         self.fetch_recovering(max, wait).await
     }
 
-    async fn renew(&self, leases: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
-        let kept = self.fenced(&RENEW, "renew", leases, &["JUSTID"]).await?;
+    async fn renew(&self, lease_refs: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
+        let kept = self
+            .fenced(&RENEW, "renew", lease_refs, &["JUSTID"])
+            .await?;
         Ok(kept
             .into_iter()
             .map(|kept| {
@@ -331,8 +333,10 @@ impl Backend for RedisBackend {
             .collect())
     }
 
-    async fn ack(&self, leases: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
-        let acked = self.fenced(&ACK, "ack", leases, &self.retention()).await?;
+    async fn ack(&self, lease_refs: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
+        let acked = self
+            .fenced(&ACK, "ack", lease_refs, &self.retention())
+            .await?;
         Ok(acked
             .into_iter()
             .map(|acked| {
@@ -347,15 +351,15 @@ impl Backend for RedisBackend {
 
     /// Delays are capped at the claim timeout: the entry's idle time is set to
     /// `claim_timeout - delay`, so any consumer's fetch reclaims it once `delay` passed.
-    async fn release(&self, lease: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
+    async fn release(&self, lease_ref: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
         let idle = self.config.claim_timeout.saturating_sub(delay);
         let mut cmd = evalsha_cmd(&RELEASE, &[&self.config.target.stream, &self.tenure_key]);
         cmd.arg(&self.config.group)
             .arg(&self.consumer)
-            .arg(lease.id.as_str())
-            .arg(lease.fence.0)
+            .arg(lease_ref.id.as_str())
+            .arg(lease_ref.fence.0)
             .arg(millis(idle))
-            .arg(self.vouching([lease.tenure]).0);
+            .arg(self.vouching([lease_ref.tenure]).0);
         match self.write::<i64>(&cmd, Some(&RELEASE)).await {
             Ok(1) => Ok(SettleResult::Ok),
             Ok(_) => Ok(SettleResult::Lost),
@@ -366,10 +370,10 @@ impl Backend for RedisBackend {
 
     async fn dead_letter(
         &self,
-        lease: &LeaseRef,
+        lease_ref: &LeaseRef,
         reason: &DeadLetterReason,
     ) -> BackendResult<SettleResult> {
-        self.dead_letter_as(lease, &reason.to_string()).await
+        self.dead_letter_as(lease_ref, &reason.to_string()).await
     }
 
     async fn stream_len(&self) -> BackendResult<u64> {

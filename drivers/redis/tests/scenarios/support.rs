@@ -533,39 +533,39 @@ impl Backend for Spy {
         self.inner.fetch(max, wait).await
     }
 
-    async fn renew(&self, leases: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
-        let results = self.inner.renew(leases).await?;
+    async fn renew(&self, lease_refs: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
+        let results = self.inner.renew(lease_refs).await?;
         self.log.0.renews.lock().unwrap().extend(
-            leases
+            lease_refs
                 .iter()
                 .zip(&results)
-                .map(|(lease, result)| (lease.id.as_str().to_string(), *result)),
+                .map(|(lease_ref, result)| (lease_ref.id.as_str().to_string(), *result)),
         );
         self.log.0.renew_calls.fetch_add(1, Ordering::SeqCst);
         Ok(results)
     }
 
-    async fn ack(&self, leases: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
-        let results = self.inner.ack(leases).await?;
+    async fn ack(&self, lease_refs: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
+        let results = self.inner.ack(lease_refs).await?;
         self.log.0.acks.lock().unwrap().extend(
-            leases
+            lease_refs
                 .iter()
                 .zip(&results)
-                .map(|(lease, result)| (lease.id.as_str().to_string(), *result)),
+                .map(|(lease_ref, result)| (lease_ref.id.as_str().to_string(), *result)),
         );
         Ok(results)
     }
 
-    async fn release(&self, lease: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
-        self.inner.release(lease, delay).await
+    async fn release(&self, lease_ref: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
+        self.inner.release(lease_ref, delay).await
     }
 
     async fn dead_letter(
         &self,
-        lease: &LeaseRef,
+        lease_ref: &LeaseRef,
         reason: &DeadLetterReason,
     ) -> BackendResult<SettleResult> {
-        self.inner.dead_letter(lease, reason).await
+        self.inner.dead_letter(lease_ref, reason).await
     }
 
     async fn stream_len(&self) -> BackendResult<u64> {
