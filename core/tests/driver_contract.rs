@@ -39,10 +39,10 @@ fn effects_carry_what_their_execution_needs() {
     assert_eq!(invocation.valid_until, t0 + secs(3) - ms(300));
     let (invocation, lease) = (invocation.id, invocation.id.lease());
 
-    // A re-run carries its attempt (once the fetches that took the free slots are answered).
+    // A re-invocation carries its attempt (once the fetches that took the free slots are answered).
     // Stream 1's full answer made its next fetch non-blocking; its empty answer lets the one
     // after block, but no longer than the re-poll is due (t0 + 420 ms), whose answer at the end
-    // of that wait frees the slot the re-run takes.
+    // of that wait frees the slot the re-invocation takes.
     e.handle_outcome(t0 + ms(20), invocation, Outcome::Pending);
     assert_eq!(
         fetches(&drain(&mut e)),
@@ -53,17 +53,17 @@ fn effects_carry_what_their_execution_needs() {
     assert_eq!(fetches(&drain(&mut e)), vec![(s1, 1, ms(390))]);
     e.handle_fetched(t0 + ms(420), s1, vec![]);
     let fx = drain_all(&mut e);
-    let rerun = fx
+    let again = fx
         .iter()
         .find_map(|f| match f {
             Effect::Run(invocation) => Some(invocation.clone()),
             _ => None,
         })
-        .expect("the re-run");
-    assert_eq!((rerun.attempt, rerun.id.lease()), (2, lease));
+        .expect("the re-invocation");
+    assert_eq!((again.attempt, again.id.lease()), (2, lease));
 
     // A rejected message's dead letter and a retried one's release name stream and reference.
-    e.handle_outcome(t0 + ms(430), rerun.id, Outcome::reject("bad"));
+    e.handle_outcome(t0 + ms(430), again.id, Outcome::reject("bad"));
     let fx = drain_all(&mut e);
     assert!(
         fx.iter().any(|f| matches!(f,

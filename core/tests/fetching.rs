@@ -161,7 +161,7 @@ fn a_fetch_blocks_no_longer_than_its_deliveries_lease_allows() {
         wait <= heartbeat && t0 + wait < invocation.valid_until,
         "the wait ({wait:?}) must fit inside the lease, within a heartbeat ({heartbeat:?})"
     );
-    // Its heartbeat is due as it arrives: the renew goes out with the run.
+    // Its heartbeat is due as it arrives: the renew goes out with the invocation.
     assert!(
         fx.iter().any(|f| matches!(f, Effect::Renew { .. })),
         "{fx:?}"

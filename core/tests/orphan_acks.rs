@@ -317,14 +317,14 @@ fn a_redelivery_while_the_orphan_winds_down_voids_its_done() {
     e.handle_outcome(now + ms(20), inv, Outcome::Done);
     let fx = drain_all(&mut e);
     assert!(acked(&fx).is_empty(), "{fx:?}");
-    let reruns: Vec<u64> = fx
+    let reinvocations: Vec<u64> = fx
         .iter()
         .filter_map(|f| match f {
             Effect::Run(invocation) => Some(invocation.lease_ref.fence.0),
             _ => None,
         })
         .collect();
-    assert_eq!(reruns, vec![2], "{fx:?}");
+    assert_eq!(reinvocations, vec![2], "{fx:?}");
     assert_eq!(e.late_acks(), 0);
     assert!(e.lease(a).is_none());
 }

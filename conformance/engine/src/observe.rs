@@ -383,7 +383,7 @@ impl Model {
                 format!("invocation id {inv:?} used twice"),
             );
         }
-        self.runs.insert(inv, tag);
+        self.unreported.insert(inv, tag);
     }
 
     fn on_cancel(&mut self, inv: InvocationId, reason: CancelReason, out: &mut Problems) {

@@ -578,16 +578,21 @@ impl SimBackend {
     /// after a cancellation for a lost lease (taken over), as the leases they ran under (each
     /// taken once).
     fn discarded_dones(&self, s: &crate::checker::Shared) -> Vec<LeaseRef> {
-        s.runs
+        s.invocations
             .iter()
-            .filter(|run| {
-                run.replica == self.replica
-                    && run.consumer == self.consumer
-                    && matches!(run.outcome, Some((Outcome::Done, true)))
-                    && run.cancellation.reason() == Some(CancelReason::LeaseLost)
-                    && s.msgs[run.msg].removed.is_none()
+            .filter(|invocation| {
+                invocation.replica == self.replica
+                    && invocation.consumer == self.consumer
+                    && matches!(invocation.outcome, Some((Outcome::Done, true)))
+                    && invocation.cancellation.reason() == Some(CancelReason::LeaseLost)
+                    && s.msgs[invocation.msg].removed.is_none()
             })
-            .map(|run| LeaseRef::new(s.msgs[run.msg].id.clone(), leasehold_core::Fence(run.fence)))
+            .map(|invocation| {
+                LeaseRef::new(
+                    s.msgs[invocation.msg].id.clone(),
+                    leasehold_core::Fence(invocation.fence),
+                )
+            })
             .take(1)
             .collect()
     }

@@ -238,7 +238,7 @@ pub(crate) struct Shared {
     pub(crate) rng: Rng,
     pub(crate) msgs: Vec<Msg>,
     pub(crate) by_id: HashMap<MessageId, usize>,
-    pub(crate) runs: Vec<InvocationRecord>,
+    pub(crate) invocations: Vec<InvocationRecord>,
     pub(crate) replicas: Vec<ReplicaView>,
     pub(crate) faults_active: bool,
     /// Whether shutdown has begun (every replica was asked to stop).
@@ -372,7 +372,7 @@ impl Shared {
     /// a paused runner was taken over, or a starter whose clock stalls acts on a lease it
     /// cannot know has lapsed. That invocation is superseded, and must be cancelled once its
     /// replica wakes.
-    pub(crate) fn start_run(
+    pub(crate) fn start_invocation(
         &mut self,
         replica: usize,
         id: &MessageId,
@@ -399,11 +399,9 @@ impl Shared {
                 format!("r{replica} runs m{msg} after its worker's shutdown report"),
             );
         }
-        if let Some(other) = self
-            .runs
-            .iter()
-            .find(|run| run.msg == msg && run.replica == replica && !run.ended)
-        {
+        if let Some(other) = self.invocations.iter().find(|invocation| {
+            invocation.msg == msg && invocation.replica == replica && !invocation.ended
+        }) {
             let cancelled = other.cancellation.reason();
             self.fail(
                 Check::SingleRunner,
@@ -417,15 +415,15 @@ impl Shared {
         let mut starter_superseded = false;
         let frozen = |view: &ReplicaView| view.frozen || view.waking;
         let starter_frozen = frozen(&self.replicas[replica]);
-        let others: Vec<usize> = (0..self.runs.len())
-            .filter(|&i| self.runs[i].msg == msg && self.runs[i].is_live())
+        let others: Vec<usize> = (0..self.invocations.len())
+            .filter(|&i| self.invocations[i].msg == msg && self.invocations[i].is_live())
             .collect();
         for &i in &others {
-            let other = self.runs[i].replica;
-            let older_is_other = self.runs[i].fence < fence;
+            let other = self.invocations[i].replica;
+            let older_is_other = self.invocations[i].fence < fence;
             if older_is_other && frozen(&self.replicas[other]) {
                 overlaps_frozen = true;
-                self.runs[i].superseded = true;
+                self.invocations[i].superseded = true;
             } else if !older_is_other && starter_frozen {
                 overlaps_frozen = true;
                 starter_superseded = true;
@@ -446,10 +444,10 @@ impl Shared {
         m.invocations += 1;
         let n = m.invocations;
         if n > 1 {
-            self.report.reruns += 1;
+            self.report.reinvocations += 1;
         }
-        self.report.runs += 1;
-        self.runs.push(InvocationRecord {
+        self.report.invocations += 1;
+        self.invocations.push(InvocationRecord {
             msg,
             replica,
             consumer,
@@ -468,22 +466,22 @@ impl Shared {
             n,
             overlaps_paused: overlaps_frozen,
         });
-        (self.runs.len() - 1, n)
+        (self.invocations.len() - 1, n)
     }
 
-    /// The handler of `run` saw its cancellation.
-    pub(crate) fn cancel_seen(&mut self, run: usize, reason: CancelReason) {
-        let rec = &mut self.runs[run];
+    /// The handler of `invocation` saw its cancellation.
+    pub(crate) fn cancel_seen(&mut self, invocation: usize, reason: CancelReason) {
+        let rec = &mut self.invocations[invocation];
         rec.cancel_seen = Some(reason);
         let (r, m) = (rec.replica as u16, rec.msg as u32);
-        self.timed_out(run);
+        self.timed_out(invocation);
         self.log(Event::Cancelled { r, m, reason });
     }
 
     /// An invocation cancelled for running past `max_processing_time` is a failed attempt,
     /// whatever it returns: its message may be dead-lettered for it.
-    fn timed_out(&mut self, run: usize) {
-        let rec = &self.runs[run];
+    fn timed_out(&mut self, invocation: usize) {
+        let rec = &self.invocations[invocation];
         if rec.cancellation.reason() == Some(CancelReason::MaxProcessingTime) {
             let (msg, consumer) = (rec.msg, rec.consumer);
             if !self.msgs[msg].failed_by.contains(&consumer) {
@@ -492,13 +490,14 @@ impl Shared {
         }
     }
 
-    /// The handler of `run` returned `outcome`, `overran` if it did so `max_processing_time` or
-    /// more after it started, by its replica's clock. Such a result reaches the engine at or
-    /// after the invocation's deadline, which the engine passes first: the invocation is
-    /// cancelled for its time limit, a failed attempt, even if the cancellation could not reach
-    /// the handler before it returned (a clock stall that ends after both were due).
-    pub(crate) fn returned(&mut self, run: usize, outcome: &Outcome, overran: bool) {
-        let rec = &mut self.runs[run];
+    /// The handler of `invocation` returned `outcome`, `overran` if it did so
+    /// `max_processing_time` or more after it started, by its replica's clock. Such a result
+    /// reaches the engine at or after the invocation's deadline, which the engine passes first:
+    /// the invocation is cancelled for its time limit, a failed attempt, even if the
+    /// cancellation could not reach the handler before it returned (a clock stall that ends
+    /// after both were due).
+    pub(crate) fn returned(&mut self, invocation: usize, outcome: &Outcome, overran: bool) {
+        let rec = &mut self.invocations[invocation];
         let cancelled = rec.cancellation.is_cancelled() || overran;
         let expired = rec.cancellation.reason() == Some(CancelReason::LeaseExpired);
         rec.done_stands = matches!(outcome, Outcome::Done) && !overran && (!cancelled || expired);
@@ -508,12 +507,12 @@ impl Shared {
                 self.msgs[msg].failed_by.push(consumer);
             }
         }
-        let rec = &mut self.runs[run];
+        let rec = &mut self.invocations[invocation];
         rec.outcome = Some((outcome.clone(), cancelled));
         rec.ended = true;
         let (msg, consumer, r) = (rec.msg, rec.consumer, rec.replica);
-        self.timed_out(run);
-        let stands = self.runs[run].done_stands;
+        self.timed_out(invocation);
+        let stands = self.invocations[invocation].done_stands;
         let m = &mut self.msgs[msg];
         match outcome {
             Outcome::Done if stands => m.done_by.push(consumer),
@@ -532,41 +531,41 @@ impl Shared {
         });
     }
 
-    /// The driver dropped the handler of `run` (it did not stop within the cancel grace).
-    pub(crate) fn dropped(&mut self, run: usize) {
-        let rec = &mut self.runs[run];
+    /// The driver dropped the handler of `invocation` (it did not stop within the cancel grace).
+    pub(crate) fn dropped(&mut self, invocation: usize) {
+        let rec = &mut self.invocations[invocation];
         if !rec.ended {
             rec.ended = true;
             let (r, m) = (rec.replica as u16, rec.msg as u32);
-            self.timed_out(run);
+            self.timed_out(invocation);
             self.log(Event::Dropped { r, m });
         }
     }
 
     /// A replica crashed: its invocations end with it.
     pub(crate) fn crashed(&mut self, replica: usize) {
-        for run in self.runs.iter_mut().filter(|r| r.replica == replica) {
-            run.ended = true;
+        for invocation in self.invocations.iter_mut().filter(|r| r.replica == replica) {
+            invocation.ended = true;
         }
     }
 
-    /// No two live runs of one message on replicas that are not frozen.
+    /// No two live invocations of one message on replicas that are not frozen.
     pub(crate) fn check_single_runner(&mut self) {
         let mut live: HashMap<usize, usize> = HashMap::new();
         let mut clash = None;
-        for (i, run) in self.runs.iter().enumerate() {
-            let view = &self.replicas[run.replica];
-            if !run.is_live() || view.frozen || view.waking {
+        for (i, invocation) in self.invocations.iter().enumerate() {
+            let view = &self.replicas[invocation.replica];
+            if !invocation.is_live() || view.frozen || view.waking {
                 continue;
             }
-            if let Some(&j) = live.get(&run.msg) {
+            if let Some(&j) = live.get(&invocation.msg) {
                 clash = Some((j, i));
                 break;
             }
-            live.insert(run.msg, i);
+            live.insert(invocation.msg, i);
         }
         if let Some((a, b)) = clash {
-            let (ra, rb) = (&self.runs[a], &self.runs[b]);
+            let (ra, rb) = (&self.invocations[a], &self.invocations[b]);
             let how = if ra.superseded || rb.superseded {
                 " (one took it over while the other was paused or stalled; when that one woke, \
                  its invocation was not cancelled)"
@@ -620,10 +619,12 @@ impl Shared {
     pub(crate) fn check_woke(&mut self, replica: usize) {
         self.replicas[replica].waking = false;
         let stale = self
-            .runs
+            .invocations
             .iter()
-            .find(|run| run.replica == replica && run.superseded && run.is_live())
-            .map(|run| run.msg);
+            .find(|invocation| {
+                invocation.replica == replica && invocation.superseded && invocation.is_live()
+            })
+            .map(|invocation| invocation.msg);
         if let Some(msg) = stale {
             self.fail(
                 Check::SingleRunner,
@@ -643,30 +644,31 @@ impl Shared {
         for lease_ref in lease_refs {
             let msg = self.message_index(&lease_ref.id);
             let fence = lease_ref.fence.0;
-            let last = self.runs.iter().rev().find(|run| {
-                run.replica == replica
-                    && run.msg == msg
-                    && run.fence <= fence
+            let last = self.invocations.iter().rev().find(|invocation| {
+                invocation.replica == replica
+                    && invocation.msg == msg
+                    && invocation.fence <= fence
                     && self.msgs[msg]
                         .deliveries
                         .iter()
-                        .filter(|(_, f)| (run.fence..=fence).contains(f))
-                        .all(|&(c, _)| c == run.consumer)
+                        .filter(|(_, f)| (invocation.fence..=fence).contains(f))
+                        .all(|&(c, _)| c == invocation.consumer)
             });
-            let ok = last.is_some_and(|run| run.done_stands && !run.superseded);
+            let ok =
+                last.is_some_and(|invocation| invocation.done_stands && !invocation.superseded);
             if !ok {
                 let what = match last {
                     None => format!("m{msg} (fence {fence}), which never ran there"),
-                    Some(run) if run.superseded => format!(
+                    Some(invocation) if invocation.superseded => format!(
                         "m{msg}, whose invocation another replica took over while r{replica} \
                          was paused or stalled"
                     ),
-                    Some(run) => match &run.outcome {
+                    Some(invocation) => match &invocation.outcome {
                         None => format!("m{msg} while its handler still runs"),
                         Some((outcome, true)) => format!(
                             "m{msg}, whose {outcome:?} came after its cancellation ({:?}, or \
                              past its time limit)",
-                            run.cancellation.reason()
+                            invocation.cancellation.reason()
                         ),
                         Some((outcome, false)) => format!("m{msg} after {outcome:?}"),
                     },

@@ -547,9 +547,9 @@ pub struct SeedReport {
     /// Repeated publishes the store answered as duplicates (enqueuing nothing).
     pub duplicates: usize,
     /// Handler invocations.
-    pub runs: u64,
+    pub invocations: u64,
     /// Invocations beyond each message's first (retries, re-polls, takeovers).
-    pub reruns: u64,
+    pub reinvocations: u64,
     /// Replica crashes.
     pub crashes: u64,
     /// Restarts after a crash.
@@ -659,8 +659,8 @@ impl Summary {
         t.dead_lettered += report.dead_lettered;
         t.delayed += report.delayed;
         t.duplicates += report.duplicates;
-        t.runs += report.runs;
-        t.reruns += report.reruns;
+        t.invocations += report.invocations;
+        t.reinvocations += report.reinvocations;
         t.crashes += report.crashes;
         t.restarts += report.restarts;
         t.pauses += report.pauses;
