@@ -228,7 +228,7 @@ pub struct Stats {
     pub overflow: u64,
     /// Handler invocations started.
     pub invocations: u64,
-    /// Invocations that returned `Pending` and were scheduled for a re-run.
+    /// Invocations that returned `Pending` and were scheduled to be invoked again.
     pub pending: u64,
     /// Failed attempts (retry, error, panic, max processing time).
     pub failures: u64,

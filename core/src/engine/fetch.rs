@@ -122,7 +122,7 @@ impl<P: Clone> LeaseEngine<P> {
                 None if self.running >= self.cfg.concurrency => {
                     self.create_ready(hash, stream, message, epoch);
                 }
-                // The common case: created running, its first run starts now.
+                // The common case: created running, its first invocation starts now.
                 None => {
                     let state = State::Running { cancelled: None };
                     let id = self.create(hash, stream, message, epoch, state);
@@ -197,7 +197,7 @@ impl<P: Clone> LeaseEngine<P> {
         }
         let batch = self.cfg.fetch_batch_size;
         let now = self.now;
-        // Leave room for waiting re-runs: a fetch may block no longer than the next one is due.
+        // Leave room for waiting re-invocations: a fetch may block no longer than the next is due.
         let until_repoll: Option<Tick> = (self.repolls.live > 0)
             .then(|| self.repolls.front())
             .flatten()

@@ -1,5 +1,5 @@
-//! Runs and how they end: outcomes, acks, releases and dead letters (and their results), leases
-//! lost or expired (orphaned invocations), and shutdown.
+//! Invocations and how they end: outcomes, acks, releases and dead letters (and their results),
+//! leases lost or expired (orphaned invocations), and shutdown.
 
 use std::time::{Duration, Instant};
 

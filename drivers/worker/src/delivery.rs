@@ -73,8 +73,8 @@ impl<M> Delivery<M> {
         self.handed.invocation.delivery_count
     }
 
-    /// Invocations of this delivery so far in this worker, this one included (re-runs after
-    /// `Outcome::Pending` count up).
+    /// Invocations of this delivery so far in this worker, this one included (each
+    /// re-invocation after `Outcome::Pending` counts up).
     pub fn attempt(&self) -> u32 {
         self.handed.invocation.attempt
     }
