@@ -156,9 +156,8 @@ pub enum Effect<P> {
     Drained,
 }
 
-/// One handler invocation to start, with everything the handler is given. The driver keeps
-/// it (without its payload, see [`into_parts`](Self::into_parts)) for the invocation's life:
-/// one value, not a copy of its fields per layer.
+/// One handler invocation to start, with everything the handler is given. A driver carries it
+/// whole to the handler, its payload split off with [`into_parts`](Self::into_parts).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Invocation<P> {
     /// Identifies it, to report its outcome.

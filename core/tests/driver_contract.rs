@@ -74,6 +74,34 @@ fn effects_carry_what_their_execution_needs() {
     );
 }
 
+/// `into_parts` hands the payload over and keeps every other fact of the invocation as it was.
+#[test]
+fn an_invocation_splits_into_its_facts_and_its_payload() {
+    let t0 = Instant::now();
+    let mut e = engine(&config(), t0);
+    drain(&mut e);
+    e.handle_fetched(t0 + ms(10), S0, vec![delivery(7, 2, 5)]);
+    let fx = drain_all(&mut e);
+    let Some(Effect::Run(invocation)) = fx.first() else {
+        panic!("a Run first: {fx:?}")
+    };
+    let (facts, payload) = invocation.clone().into_parts();
+    assert_eq!(payload, invocation.payload);
+    assert_eq!(
+        (
+            facts.id,
+            facts.stream,
+            &facts.lease_ref,
+            facts.delivery_count
+        ),
+        (invocation.id, invocation.stream, &invocation.lease_ref, 2)
+    );
+    assert_eq!(
+        (facts.attempt, facts.valid_until),
+        (invocation.attempt, invocation.valid_until)
+    );
+}
+
 /// One `Renew` per stream per round (chunked by `renew_batch_size` within a stream), each with
 /// the references of its leases in order; a failed chunk touches only its own stream's leases.
 #[test]
