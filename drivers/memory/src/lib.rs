@@ -84,11 +84,11 @@
 //!     assert_eq!((&message.id, message.delivery_count), (&id, 1));
 //!
 //!     // The heartbeat: renew keeps the lease however long the handler runs.
-//!     let lease = LeaseRef::from(message);
-//!     assert_eq!(worker.renew(&[lease.clone()]).await?, [RenewResult::Kept]);
+//!     let lease_ref = LeaseRef::from(message);
+//!     assert_eq!(worker.renew(&[lease_ref.clone()]).await?, [RenewResult::Kept]);
 //!
 //!     // Done: ack removes the message.
-//!     assert_eq!(worker.ack(&[lease]).await?, [SettleResult::Ok]);
+//!     assert_eq!(worker.ack(&[lease_ref]).await?, [SettleResult::Ok]);
 //!     assert_eq!(worker.stream_len().await?, 0);
 //!     Ok(())
 //! })
