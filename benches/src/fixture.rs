@@ -119,11 +119,11 @@ impl<P: Clone + std::fmt::Debug> Driver<P> {
                     driver.engine.handle_fetched(driver.now, stream, delivery);
                 }
                 Effect::Fetch { stream, .. } => driver.fetch = Some(stream),
-                Effect::Run(run) => {
+                Effect::Run(invocation) => {
                     driver.tick();
                     driver
                         .engine
-                        .handle_outcome(driver.now, run.invocation, Outcome::Pending);
+                        .handle_outcome(driver.now, invocation.id, Outcome::Pending);
                 }
                 other => panic!("unexpected effect while filling: {other:?}"),
             }
@@ -150,7 +150,7 @@ impl<P: Clone + std::fmt::Debug> Driver<P> {
         }
         while let Some(effect) = driver.engine.poll_effect() {
             match effect {
-                Effect::Run(run) => driver.running.push(run.invocation),
+                Effect::Run(invocation) => driver.running.push(invocation.id),
                 other => panic!("unexpected effect while filling: {other:?}"),
             }
         }
@@ -203,10 +203,10 @@ impl<P: Clone + std::fmt::Debug> Driver<P> {
         self.engine.handle_fetched(self.now, stream, delivery);
         while let Some(effect) = self.engine.poll_effect() {
             match effect {
-                Effect::Run(run) => {
+                Effect::Run(invocation) => {
                     self.tick();
                     self.engine
-                        .handle_outcome(self.now, run.invocation, Outcome::Done);
+                        .handle_outcome(self.now, invocation.id, Outcome::Done);
                 }
                 Effect::Ack { batch, leases, .. } => {
                     self.tick();

@@ -182,8 +182,8 @@ struct Handler {
     cancelled: bool,
 }
 
-/// How long each job's handler runs, and what it comes to.
-fn job(payload: &str) -> (Duration, Outcome) {
+/// How long the handler runs on each payload, and what it comes to.
+fn handle(payload: &str) -> (Duration, Outcome) {
     let s = Duration::from_secs;
     match payload {
         "flaky" => (
@@ -247,11 +247,11 @@ fn story() -> (Vec<(Duration, &'static str)>, Store) {
                         engine.handle_fetched(now, stream, messages);
                     }
                 }
-                Effect::Run(run) => {
-                    let (took, _) = job(run.payload);
+                Effect::Run(invocation) => {
+                    let (took, _) = handle(invocation.payload);
                     handlers.push(Handler {
-                        invocation: run.invocation,
-                        payload: run.payload,
+                        invocation: invocation.id,
+                        payload: invocation.payload,
                         ends: now + took,
                         cancelled: false,
                     });
@@ -267,19 +267,19 @@ fn story() -> (Vec<(Duration, &'static str)>, Store) {
                 Effect::Renew {
                     batch,
                     leases,
-                    refs,
+                    lease_refs,
                     ..
                 } => {
-                    let results = refs.iter().map(|lease| store.renew(lease));
+                    let results = lease_refs.iter().map(|lease_ref| store.renew(lease_ref));
                     engine.handle_renewed(now, batch, leases.into_iter().zip(results));
                 }
                 Effect::Ack {
                     batch,
                     leases,
-                    refs,
+                    lease_refs,
                     ..
                 } => {
-                    let results = refs.iter().map(|lease| store.ack(lease));
+                    let results = lease_refs.iter().map(|lease_ref| store.ack(lease_ref));
                     engine.handle_acked(now, batch, leases.into_iter().zip(results));
                 }
                 Effect::Release {
@@ -340,7 +340,7 @@ fn story() -> (Vec<(Duration, &'static str)>, Store) {
                 true => Outcome::Failed {
                     error: "cancelled".into(),
                 },
-                false => job(handler.payload).1,
+                false => handle(handler.payload).1,
             };
             engine.handle_outcome(now, handler.invocation, outcome);
         }

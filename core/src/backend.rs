@@ -300,7 +300,7 @@ pub trait Backend: Send + Sync + 'static {
     /// per lease, in order. A lease held by someone else is `Lost` and is not moved.
     fn renew(
         &self,
-        leases: &[LeaseRef],
+        lease_refs: &[LeaseRef],
     ) -> impl Future<Output = BackendResult<Vec<RenewResult>>> + Send;
 
     /// Acknowledges each message this consumer holds with that fence (it leaves the group's
@@ -308,14 +308,14 @@ pub trait Backend: Send + Sync + 'static {
     /// per lease, in order (`Ok` or `Lost`). Another consumer's delivery is never removed.
     fn ack(
         &self,
-        leases: &[LeaseRef],
+        lease_refs: &[LeaseRef],
     ) -> impl Future<Output = BackendResult<Vec<SettleResult>>> + Send;
 
     /// Gives the lease back; any consumer may take the message once `delay` has passed.
     /// A backend may cap `delay` (Redis: at the claim timeout) and documents it.
     fn release(
         &self,
-        lease: &LeaseRef,
+        lease_ref: &LeaseRef,
         delay: Duration,
     ) -> impl Future<Output = BackendResult<SettleResult>> + Send;
 
@@ -323,7 +323,7 @@ pub trait Backend: Send + Sync + 'static {
     /// acknowledges it, atomically.
     fn dead_letter(
         &self,
-        lease: &LeaseRef,
+        lease_ref: &LeaseRef,
         reason: &DeadLetterReason,
     ) -> impl Future<Output = BackendResult<SettleResult>> + Send;
 

@@ -11,12 +11,12 @@ use crate::types::{
 /// [`LeaseEngine::poll_effect`](crate::LeaseEngine::poll_effect).
 ///
 /// Each effect carries everything its execution needs: the stream to call, the backend's
-/// [`LeaseRef`]s (message id and fence), the payload of a run. A driver never looks a lease up
-/// and never regroups: it makes the call the effect names and reports the call's result through
-/// the matching `handle_*` method, or its failure (with the [`ErrorKind`](crate::ErrorKind))
-/// through the matching `handle_*_failed`. Every effect except `Cancel`, `LeaseValid`, the
-/// notices `Failed` and `Lost`, `Halt` and `Drained` expects exactly one such report; a driver that gives up on a call (a timeout)
-/// reports it as failed.
+/// [`LeaseRef`]s (message id and fence), the payload of an invocation. A driver never looks a
+/// lease up and never regroups: it makes the call the effect names and reports the call's result
+/// through the matching `handle_*` method, or its failure (with the
+/// [`ErrorKind`](crate::ErrorKind)) through the matching `handle_*_failed`. Every effect except
+/// `Cancel`, `LeaseValid`, the notices `Failed` and `Lost`, `Halt` and `Drained` expects exactly
+/// one such report; a driver that gives up on a call (a timeout) reports it as failed.
 ///
 /// Exhaustive on purpose: a driver must execute every effect, so a new one should fail its
 /// build rather than be skipped by a wildcard arm.
@@ -40,7 +40,7 @@ pub enum Effect<P> {
     },
     /// Start a handler invocation. Answer with
     /// [`handle_outcome`](crate::LeaseEngine::handle_outcome), also when it was cancelled.
-    Run(Run<P>),
+    Run(Invocation<P>),
     /// Signal the invocation to stop; drop it if it does not finish within
     /// [`cancel_grace`](crate::Settings::cancel_grace). Its outcome must still be reported, so
     /// its slot is freed, and is discarded, except a `Done` after
@@ -70,10 +70,10 @@ pub enum Effect<P> {
         batch: RenewId,
         /// The stream whose backend to call.
         stream: StreamId,
-        /// The leases, in the order of `refs`.
+        /// The leases, in the order of `lease_refs`.
         leases: Vec<LeaseId>,
         /// What the backend needs for each lease.
-        refs: Vec<LeaseRef>,
+        lease_refs: Vec<LeaseRef>,
     },
     /// Acknowledge these finished leases of `stream` in one owner-checked, fenced call. At most
     /// one is in flight per stream: acks that come due meanwhile wait for its answer and go out
@@ -84,10 +84,10 @@ pub enum Effect<P> {
         batch: AckId,
         /// The stream whose backend to call.
         stream: StreamId,
-        /// The leases, in the order of `refs`.
+        /// The leases, in the order of `lease_refs`.
         leases: Vec<LeaseId>,
         /// What the backend needs for each lease.
-        refs: Vec<LeaseRef>,
+        lease_refs: Vec<LeaseRef>,
     },
     /// Give the lease back; others may take it once `delay` has passed (zero: at once).
     /// Answer with [`handle_released`](crate::LeaseEngine::handle_released).
@@ -156,15 +156,16 @@ pub enum Effect<P> {
     Drained,
 }
 
-/// One handler invocation to start, with everything the handler is given.
+/// One handler invocation to start, with everything the handler is given. A driver carries it
+/// whole to the handler, its payload split off with [`into_parts`](Self::into_parts).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Run<P> {
-    /// The invocation, to report its outcome.
-    pub invocation: InvocationId,
+pub struct Invocation<P> {
+    /// Identifies it, to report its outcome.
+    pub id: InvocationId,
     /// The stream the message came from.
     pub stream: StreamId,
     /// The message's id and the fence of the delivery it runs under.
-    pub lease: LeaseRef,
+    pub lease_ref: LeaseRef,
     /// How often the backend has delivered the message.
     pub delivery_count: u32,
     /// Which invocation of this delivery it is (1 for the first).
@@ -173,6 +174,32 @@ pub struct Run<P> {
     pub valid_until: Instant,
     /// The message's payload.
     pub payload: P,
+}
+
+impl<P> Invocation<P> {
+    /// Splits off the payload, which goes to the handler, from what the driver keeps while the
+    /// invocation runs: the rest moves on as one value instead of being copied field by field.
+    pub fn into_parts(self) -> (Invocation<()>, P) {
+        let Self {
+            id,
+            stream,
+            lease_ref,
+            delivery_count,
+            attempt,
+            valid_until,
+            payload,
+        } = self;
+        let invocation = Invocation {
+            id,
+            stream,
+            lease_ref,
+            delivery_count,
+            attempt,
+            valid_until,
+            payload: (),
+        };
+        (invocation, payload)
+    }
 }
 
 /// What one stream occupies right now, from [`LeaseEngine::load`](crate::LeaseEngine::load).
@@ -200,7 +227,7 @@ pub struct Stats {
     pub overflow: u64,
     /// Handler invocations started.
     pub invocations: u64,
-    /// Invocations that returned `Pending` and were scheduled for a re-run.
+    /// Invocations that returned `Pending` and were scheduled to be invoked again.
     pub pending: u64,
     /// Failed attempts (retry, error, panic, max processing time).
     pub failures: u64,

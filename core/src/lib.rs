@@ -73,21 +73,21 @@
 //!                     .map(|(id, payload)| Fetched::new(id.into(), payload, 1, Fence(1)));
 //!                 engine.handle_fetched(now, stream, batch.collect());
 //!             }
-//!             Effect::Run(run) => {
+//!             Effect::Run(invocation) => {
 //!                 // The handler. "job 3" is not finished on its first invocation.
-//!                 let outcome = if run.payload == "job 3" && run.attempt == 1 {
+//!                 let outcome = if invocation.payload == "job 3" && invocation.attempt == 1 {
 //!                     Outcome::Pending
 //!                 } else {
 //!                     Outcome::Done
 //!                 };
-//!                 engine.handle_outcome(now, run.invocation, outcome);
+//!                 engine.handle_outcome(now, invocation.id, outcome);
 //!             }
 //!             Effect::Renew { batch, leases, .. } => {
 //!                 let kept = leases.into_iter().map(|id| (id, RenewResult::Kept));
 //!                 engine.handle_renewed(now, batch, kept);
 //!             }
-//!             Effect::Ack { batch, leases, refs, .. } => {
-//!                 acked.extend(refs.iter().map(|lease| lease.id.to_string()));
+//!             Effect::Ack { batch, leases, lease_refs, .. } => {
+//!                 acked.extend(lease_refs.iter().map(|lease_ref| lease_ref.id.to_string()));
 //!                 engine.handle_acked(now, batch, leases.into_iter().map(|id| (id, SettleResult::Ok)));
 //!                 if acked.len() == 5 {
 //!                     // All done: shut down; running handlers would get the grace period.
@@ -180,7 +180,7 @@ pub use config::{
     Config, ConfigError, RetryPolicy, Settings, ADAPTIVE_PREFETCH_BATCHES, DEFAULT_CLAIM_TIMEOUT,
     MAX_COUNT, MAX_DURATION, MIN_CLAIM_TIMEOUT,
 };
-pub use effect::{Effect, Run, Stats, StreamLoad};
+pub use effect::{Effect, Invocation, Stats, StreamLoad};
 pub use engine::LeaseEngine;
 pub use hooked::{Call, Hooked, Hooks};
 pub use inspect::{

@@ -140,8 +140,8 @@ pub enum PublishRejected {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Published {
-    /// The message's id: its stream id, or for a delayed message the id of its delayed entry
-    /// (it gets a stream id when it is due). For a duplicate, the first message's id.
+    /// The message's id: its entry id, or for a delayed message the id of its delayed entry
+    /// (it gets an entry id when it is due). For a duplicate, the first message's id.
     pub id: MessageId,
     /// The deduplication key was taken: nothing was enqueued.
     pub duplicate: bool,

@@ -146,8 +146,8 @@ impl<Q: Queue> Timers<Q> {
     }
 
     /// The lease in `slot` left the state it pushed an entry for with `stamp`: that entry is
-    /// stale. The newest entry of a FIFO is dropped at once (a run that ends before the next one
-    /// starts leaves nothing to prune).
+    /// stale. The newest entry of a FIFO is dropped at once (an invocation that ends before the
+    /// next one starts leaves nothing to prune).
     #[inline]
     pub(crate) fn forget(&mut self, slot: u32, stamp: u32) {
         self.live -= 1;

@@ -80,10 +80,10 @@ impl Drive {
                     self.fetches.push((now, max, free));
                     self.at(now + self.rtt, Event::Fetched(max));
                 }
-                Effect::Run(run) => {
+                Effect::Run(invocation) => {
                     self.started += 1;
-                    let took = (self.handler)(run.payload);
-                    self.at(now + took, Event::Outcome(run.invocation));
+                    let took = (self.handler)(invocation.payload);
+                    self.at(now + took, Event::Outcome(invocation.id));
                 }
                 Effect::Ack { batch, leases, .. } => {
                     self.at(now + self.rtt, Event::Acked(batch, leases))

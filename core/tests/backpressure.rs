@@ -108,7 +108,7 @@ fn prefetched_messages_wait_held_and_start_when_a_slot_frees() {
     let fx = drain(&mut e);
     let (_, c) = one_run(&fx);
     assert_eq!(message_of(&e, c), 3.into());
-    assert_eq!(e.lease(c).unwrap().attempt(), 1, "its first run");
+    assert_eq!(e.lease(c).unwrap().attempt(), 1, "its first invocation");
     assert_eq!(acks(&fx), vec![vec![a]]);
     assert_eq!(fetches(&fx), vec![(S0, 1, Duration::ZERO)]);
     assert_eq!(e.running(), 2);

@@ -1,7 +1,7 @@
 //! What a driver gets from the engine, and what it owes it.
 //!
-//! Every effect carries what its execution needs (the stream, the backend's lease references, a
-//! run's payload and lease validity), so a driver only makes the call the effect names and
+//! Every effect carries what its execution needs (the stream, the backend's lease references, an
+//! invocation's payload and lease validity), so a driver only makes the call the effect names and
 //! reports its result: no lookups, no regrouping per stream, no batching of its own. The engine
 //! keeps one ack call in flight per stream, renews per stream, tells running handlers when
 //! their lease was confirmed, and counts the inputs it ignores: stale ones (an answer that raced
@@ -27,22 +27,22 @@ fn effects_carry_what_their_execution_needs() {
     let s1 = StreamId(1);
     e.handle_fetched(t0 + ms(10), s1, vec![delivery(7, 3, 3)]);
     let fx = drain_all(&mut e);
-    let Some(Effect::Run(run)) = fx.first() else {
+    let Some(Effect::Run(invocation)) = fx.first() else {
         panic!("a Run first: {fx:?}")
     };
-    assert_eq!(run.stream, s1);
+    assert_eq!(invocation.stream, s1);
     let seven = MessageId::from(7);
-    assert_eq!(run.lease, LeaseRef::new(seven.clone(), Fence(3)));
-    assert_eq!((run.delivery_count, run.attempt), (3, 1));
-    assert_eq!(run.payload, "payload 7");
+    assert_eq!(invocation.lease_ref, LeaseRef::new(seven.clone(), Fence(3)));
+    assert_eq!((invocation.delivery_count, invocation.attempt), (3, 1));
+    assert_eq!(invocation.payload, "payload 7");
     // Confirmed by the fetch sent at t0 (when the engine was created): valid for claim − margin.
-    assert_eq!(run.valid_until, t0 + secs(3) - ms(300));
-    let (invocation, lease) = (run.invocation, run.invocation.lease());
+    assert_eq!(invocation.valid_until, t0 + secs(3) - ms(300));
+    let (invocation, lease) = (invocation.id, invocation.id.lease());
 
-    // A re-run carries its attempt (once the fetches that took the free slots are answered).
+    // A re-invocation carries its attempt (once the fetches that took the free slots are answered).
     // Stream 1's full answer made its next fetch non-blocking; its empty answer lets the one
     // after block, but no longer than the re-poll is due (t0 + 420 ms), whose answer at the end
-    // of that wait frees the slot the re-run takes.
+    // of that wait frees the slot the re-invocation takes.
     e.handle_outcome(t0 + ms(20), invocation, Outcome::Pending);
     assert_eq!(
         fetches(&drain(&mut e)),
@@ -53,17 +53,17 @@ fn effects_carry_what_their_execution_needs() {
     assert_eq!(fetches(&drain(&mut e)), vec![(s1, 1, ms(390))]);
     e.handle_fetched(t0 + ms(420), s1, vec![]);
     let fx = drain_all(&mut e);
-    let rerun = fx
+    let again = fx
         .iter()
         .find_map(|f| match f {
-            Effect::Run(run) => Some(run.clone()),
+            Effect::Run(invocation) => Some(invocation.clone()),
             _ => None,
         })
-        .expect("the re-run");
-    assert_eq!((rerun.attempt, rerun.invocation.lease()), (2, lease));
+        .expect("the re-invocation");
+    assert_eq!((again.attempt, again.id.lease()), (2, lease));
 
     // A rejected message's dead letter and a retried one's release name stream and reference.
-    e.handle_outcome(t0 + ms(430), rerun.invocation, Outcome::reject("bad"));
+    e.handle_outcome(t0 + ms(430), again.id, Outcome::reject("bad"));
     let fx = drain_all(&mut e);
     assert!(
         fx.iter().any(|f| matches!(f,
@@ -71,6 +71,34 @@ fn effects_carry_what_their_execution_needs() {
                 if *stream == s1 && *l == lease && lease_ref.id == seven
                     && lease_ref.fence == Fence(3))),
         "{fx:?}"
+    );
+}
+
+/// `into_parts` hands the payload over and keeps every other fact of the invocation as it was.
+#[test]
+fn an_invocation_splits_into_its_facts_and_its_payload() {
+    let t0 = Instant::now();
+    let mut e = engine(&config(), t0);
+    drain(&mut e);
+    e.handle_fetched(t0 + ms(10), S0, vec![delivery(7, 2, 5)]);
+    let fx = drain_all(&mut e);
+    let Some(Effect::Run(invocation)) = fx.first() else {
+        panic!("a Run first: {fx:?}")
+    };
+    let (facts, payload) = invocation.clone().into_parts();
+    assert_eq!(payload, invocation.payload);
+    assert_eq!(
+        (
+            facts.id,
+            facts.stream,
+            &facts.lease_ref,
+            facts.delivery_count
+        ),
+        (invocation.id, invocation.stream, &invocation.lease_ref, 2)
+    );
+    assert_eq!(
+        (facts.attempt, facts.valid_until),
+        (invocation.attempt, invocation.valid_until)
     );
 }
 
@@ -94,15 +122,15 @@ fn renews_go_per_stream_with_their_references() {
                 batch,
                 stream,
                 leases,
-                refs,
-            } => Some((*batch, *stream, leases.clone(), refs.clone())),
+                lease_refs,
+            } => Some((*batch, *stream, leases.clone(), lease_refs.clone())),
             _ => None,
         })
         .collect();
     assert_eq!(renews.len(), 2, "{fx:?}");
-    for (_, stream, leases, refs) in &renews {
-        assert_eq!(leases.len(), refs.len());
-        for (id, lease_ref) in leases.iter().zip(refs) {
+    for (_, stream, leases, lease_refs) in &renews {
+        assert_eq!(leases.len(), lease_refs.len());
+        for (id, lease_ref) in leases.iter().zip(lease_refs) {
             let held = e.lease(*id).expect("held");
             assert_eq!(held.stream(), *stream);
             assert_eq!(&held.lease_ref(), lease_ref);

@@ -80,9 +80,10 @@ fn lost_lease_is_cancelled_and_never_acted_on_again() {
     assert_eq!(e.stats().acked, 1);
 }
 
-/// A waiting (`Pending`) lease reported lost is dropped: it is never re-run, renewed or released.
+/// A waiting (`Pending`) lease reported lost is dropped: it is never re-invoked, renewed or
+/// released.
 #[test]
-fn lost_waiting_lease_is_not_rerun() {
+fn lost_waiting_lease_is_not_reinvoked() {
     let t0 = Instant::now();
     let mut e = engine(
         &config()

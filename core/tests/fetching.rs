@@ -153,15 +153,15 @@ fn a_fetch_blocks_no_longer_than_its_deliveries_lease_allows() {
         !fx.iter().any(|f| matches!(f, Effect::Lost { .. })),
         "a delivery taken within the fetch's wait expired on arrival: {fx:?}"
     );
-    let Some(Effect::Run(run)) = fx.iter().find(|f| matches!(f, Effect::Run(_))) else {
+    let Some(Effect::Run(invocation)) = fx.iter().find(|f| matches!(f, Effect::Run(_))) else {
         panic!("the delivery runs: {fx:?}");
     };
-    assert_eq!(run.valid_until, t0 + settings.lease_ttl());
+    assert_eq!(invocation.valid_until, t0 + settings.lease_ttl());
     assert!(
-        wait <= heartbeat && t0 + wait < run.valid_until,
+        wait <= heartbeat && t0 + wait < invocation.valid_until,
         "the wait ({wait:?}) must fit inside the lease, within a heartbeat ({heartbeat:?})"
     );
-    // Its heartbeat is due as it arrives: the renew goes out with the run.
+    // Its heartbeat is due as it arrives: the renew goes out with the invocation.
     assert!(
         fx.iter().any(|f| matches!(f, Effect::Renew { .. })),
         "{fx:?}"
@@ -169,7 +169,7 @@ fn a_fetch_blocks_no_longer_than_its_deliveries_lease_allows() {
     // The last fetch was full: the next asks without blocking; once it came back empty, the
     // next goes at once and may block again, capped again.
     let freed = t0 + wait + ms(10);
-    e.handle_outcome(freed, run.invocation, Outcome::Done);
+    e.handle_outcome(freed, invocation.id, Outcome::Done);
     assert_eq!(fetches(&drain(&mut e)), vec![(S0, 1, Duration::ZERO)]);
     e.handle_fetched(freed + ms(1), S0, vec![]);
     assert_eq!(fetches(&drain(&mut e)), vec![(S0, 1, heartbeat)]);

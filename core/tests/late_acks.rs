@@ -84,7 +84,7 @@ fn answer(e: &mut TestEngine, now: Instant, effect: Effect<String>, backend: Bac
             LeaseEngine::handle_released(&mut **e, now, lease, Err(ErrorKind::Transient))
         }
         (Effect::Release { lease, .. }, _) => e.handle_released(now, lease, SettleResult::Ok),
-        (Effect::Run(run), _) => panic!("nothing may run again: {run:?}"),
+        (Effect::Run(invocation), _) => panic!("nothing may run again: {invocation:?}"),
         _ => {}
     }
 }
@@ -212,7 +212,7 @@ fn a_redelivery_of_a_late_acks_message_is_a_takeover() {
     let runs: Vec<_> = fx
         .iter()
         .filter_map(|f| match f {
-            Effect::Run(run) => Some(run.lease.fence.0),
+            Effect::Run(invocation) => Some(invocation.lease_ref.fence.0),
             _ => None,
         })
         .collect();
@@ -271,9 +271,9 @@ fn late_acks_are_capped_at_max_leases() {
                     e.handle_fetched(now, stream, vec![msg(2)]);
                 }
                 Effect::Fetch { stream, .. } => e.handle_fetched(now, stream, vec![]),
-                Effect::Run(run) => {
-                    second = Some(run.invocation.lease());
-                    e.handle_outcome(now, run.invocation, Outcome::Done);
+                Effect::Run(invocation) => {
+                    second = Some(invocation.id.lease());
+                    e.handle_outcome(now, invocation.id, Outcome::Done);
                 }
                 Effect::Renew { batch, .. } => e.handle_renew_failed(now, batch),
                 Effect::Ack { batch, .. } => e.handle_ack_failed(now, batch, ErrorKind::Transient),

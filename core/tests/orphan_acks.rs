@@ -113,15 +113,15 @@ fn a_done_within_the_cancel_grace_after_expiry_is_acked_late() {
     e.handle_outcome(done_at, inv, Outcome::Done);
     let fx = drain_all(&mut e);
     assert_eq!(acked(&fx), vec![a], "{fx:?}");
-    let refs: Vec<Fence> = fx
+    let fences: Vec<Fence> = fx
         .iter()
         .filter_map(|f| match f {
-            Effect::Ack { refs, .. } => Some(refs[0].fence),
+            Effect::Ack { lease_refs, .. } => Some(lease_refs[0].fence),
             _ => None,
         })
         .collect();
     assert_eq!(
-        refs,
+        fences,
         vec![msg(1).fence],
         "the ack carries the delivery's fence"
     );
@@ -317,14 +317,14 @@ fn a_redelivery_while_the_orphan_winds_down_voids_its_done() {
     e.handle_outcome(now + ms(20), inv, Outcome::Done);
     let fx = drain_all(&mut e);
     assert!(acked(&fx).is_empty(), "{fx:?}");
-    let reruns: Vec<u64> = fx
+    let reinvocations: Vec<u64> = fx
         .iter()
         .filter_map(|f| match f {
-            Effect::Run(run) => Some(run.lease.fence.0),
+            Effect::Run(invocation) => Some(invocation.lease_ref.fence.0),
             _ => None,
         })
         .collect();
-    assert_eq!(reruns, vec![2], "{fx:?}");
+    assert_eq!(reinvocations, vec![2], "{fx:?}");
     assert_eq!(e.late_acks(), 0);
     assert!(e.lease(a).is_none());
 }
@@ -357,7 +357,7 @@ fn a_redelivery_after_the_late_ack_ends_it_as_a_takeover() {
     let runs: Vec<u64> = fx
         .iter()
         .filter_map(|f| match f {
-            Effect::Run(run) => Some(run.lease.fence.0),
+            Effect::Run(invocation) => Some(invocation.lease_ref.fence.0),
             _ => None,
         })
         .collect();
@@ -407,7 +407,7 @@ fn late_acks_after_expiry_count_against_the_bound() {
                     e.handle_fetched(now, stream, vec![msg(2)]);
                 }
                 Effect::Fetch { stream, .. } => e.handle_fetched(now, stream, vec![]),
-                Effect::Run(run) => second = Some(run.invocation),
+                Effect::Run(invocation) => second = Some(invocation.id),
                 Effect::Renew { batch, .. } => e.handle_renew_failed(now, batch),
                 Effect::Ack { batch, leases, .. } => {
                     assert_eq!(leases, vec![a], "only message 1 is acked");

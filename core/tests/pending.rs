@@ -2,10 +2,10 @@
 //! `repoll_interval`, not after the claim timeout.
 //!
 //! A waiting message frees its invocation slot for other work, stays in every heartbeat (guarantee
-//! 4 of the crate docs), and is re-run under the same lease exactly when due, ahead of new fetches.
-//! With `repoll_spread`, a burst of waiting messages is not re-polled all at the same instant. A
-//! handler can thus check on long work every `repoll_interval` without holding a slot meanwhile,
-//! and without the message going to another replica.
+//! 4 of the crate docs), and is re-invoked under the same lease exactly when due, ahead of new
+//! fetches. With `repoll_spread`, a burst of waiting messages is not re-polled all at the same
+//! instant. A handler can thus check on long work every `repoll_interval` without holding a slot
+//! meanwhile, and without the message going to another replica.
 
 mod common;
 
@@ -69,7 +69,7 @@ fn pending_keeps_its_lease_and_frees_its_slot() {
     assert!(e.lease(a).is_some());
 }
 
-/// A `Pending` message is re-run after exactly `repoll_interval`, not before (`poll_timeout()`
+/// A `Pending` message is re-invoked after exactly `repoll_interval`, not before (`poll_timeout()`
 /// names that instant; a `handle_timeout` just before does nothing).
 #[test]
 fn pending_is_rerun_after_exactly_repoll_interval() {
@@ -82,16 +82,20 @@ fn pending_is_rerun_after_exactly_repoll_interval() {
 
     e.handle_outcome(t0 + ms(100), inv1, Outcome::Pending);
     assert_eq!(drain(&mut e), vec![fetch(1, Duration::ZERO)]);
-    // Nothing new: the next fetch goes at once and may block, but no longer than the re-run
+    // Nothing new: the next fetch goes at once and may block, but no longer than the re-invocation
     // is due (t0+500).
     e.handle_fetched(t0 + ms(110), S0, vec![]);
     assert_eq!(drain(&mut e), vec![fetch(1, ms(390))]);
 
     assert_eq!(e.poll_timeout(), Some(t0 + ms(500)));
     e.handle_timeout(t0 + ms(499));
-    assert_eq!(drain(&mut e), vec![], "no re-run before repoll_interval");
+    assert_eq!(
+        drain(&mut e),
+        vec![],
+        "no re-invocation before repoll_interval"
+    );
     // Due, but the one slot is the blocking fetch's until the backend answers, which it does at
-    // the end of the wait: then the re-run starts, and no fetch takes the slot.
+    // the end of the wait: then the re-invocation starts, and no fetch takes the slot.
     e.handle_timeout(t0 + ms(500));
     assert_eq!(drain(&mut e), vec![]);
     e.handle_fetched(t0 + ms(500), S0, vec![]);
@@ -104,17 +108,17 @@ fn pending_is_rerun_after_exactly_repoll_interval() {
             lease: a
         }]
     );
-    assert_eq!(lease, a, "the re-run is under the same lease");
-    assert_ne!(inv2, inv1, "a re-run is a new invocation");
+    assert_eq!(lease, a, "the re-invocation is under the same lease");
+    assert_ne!(inv2, inv1, "a re-invocation is a new invocation");
     assert_eq!(e.lease(a).unwrap().attempt(), 2);
     assert_eq!(e.stats().pending, 1);
     assert_eq!(e.stats().invocations, 2);
 }
 
-/// Re-runs that are due go before new fetches: when a re-run is due and a slot frees, the slot goes
-/// to the re-run's `Run` and no `Fetch` takes it.
+/// Re-invocations that are due go before new fetches: when a re-invocation is due and a slot frees,
+/// the slot goes to the re-invocation's `Run` and no `Fetch` takes it.
 #[test]
-fn due_reruns_go_before_new_fetches() {
+fn due_reinvocations_go_before_new_fetches() {
     let t0 = Instant::now();
     let cfg = config().concurrency(1).repoll_interval(ms(400));
     let mut e = engine(&cfg, t0);
@@ -126,12 +130,12 @@ fn due_reruns_go_before_new_fetches() {
     e.handle_fetched(t0 + ms(150), S0, vec![msg(2)]);
     let (inv_b, b) = one_run(&drain(&mut e));
 
-    // A's re-run is due at t0+500, but B holds the only slot.
+    // A's re-invocation is due at t0+500, but B holds the only slot.
     assert_eq!(e.poll_timeout(), Some(t0 + ms(500)));
     e.handle_timeout(t0 + ms(500));
     assert_eq!(drain(&mut e), vec![]);
 
-    // B finishes: its slot goes to A's re-run, not to a fetch.
+    // B finishes: its slot goes to A's re-invocation, not to a fetch.
     e.handle_outcome(t0 + ms(600), inv_b, Outcome::Done);
     let fx = drain(&mut e);
     let (inv_a2, _) = one_run(&fx);
@@ -184,16 +188,16 @@ fn first_repoll_is_spread_then_the_cadence_is_exact() {
         }
         queue.extend(drain(&mut e));
     }
-    let mut reruns = Vec::new();
-    while reruns.len() < 3 {
+    let mut reinvocations = Vec::new();
+    while reinvocations.len() < 3 {
         let now = e.poll_timeout().expect("a re-poll is due");
-        assert!(now < t0 + secs(10), "no re-run came");
+        assert!(now < t0 + secs(10), "no re-invocation came");
         e.handle_timeout(now);
         let mut queue: std::collections::VecDeque<Seen> = drain(&mut e).into();
         while let Some(effect) = queue.pop_front() {
             match effect {
                 Seen::Run { invocation, .. } => {
-                    reruns.push(now);
+                    reinvocations.push(now);
                     e.handle_outcome(now, invocation, Outcome::Pending);
                 }
                 Seen::Fetch { stream, .. } => e.handle_fetched(now, stream, vec![]),
@@ -207,13 +211,13 @@ fn first_repoll_is_spread_then_the_cadence_is_exact() {
             queue.extend(drain(&mut e));
         }
     }
-    let first = reruns[0] - t0;
+    let first = reinvocations[0] - t0;
     assert!(
         first >= interval / 2 && first <= interval,
         "first re-poll after {first:?}"
     );
-    assert_eq!(reruns[1] - reruns[0], interval);
-    assert_eq!(reruns[2] - reruns[1], interval);
+    assert_eq!(reinvocations[1] - reinvocations[0], interval);
+    assert_eq!(reinvocations[2] - reinvocations[1], interval);
 }
 
 /// A burst of `Pending` messages is re-polled at many distinct instants across the interval, not
@@ -240,8 +244,8 @@ fn a_burst_of_pending_messages_is_spread_over_the_interval() {
         drain(&mut e);
         let mut instants = std::collections::BTreeSet::new();
         let mut now = t0;
-        let mut rerun = 0;
-        while rerun < 100 {
+        let mut reinvoked = 0;
+        while reinvoked < 100 {
             now = e.poll_timeout().expect("re-polls are due");
             assert!(now <= t0 + secs(10), "re-poll past the interval");
             e.handle_timeout(now);
@@ -249,7 +253,7 @@ fn a_burst_of_pending_messages_is_spread_over_the_interval() {
             while let Some(effect) = queue.pop_front() {
                 match effect {
                     Seen::Run { invocation, .. } => {
-                        rerun += 1;
+                        reinvoked += 1;
                         instants.insert(now);
                         e.handle_outcome(now, invocation, Outcome::Done);
                     }

@@ -1,4 +1,4 @@
-//! A ready lease (fetched ahead, or a re-run) starts as soon as an invocation slot is free,
+//! A ready lease (fetched ahead, or a re-invocation) starts as soon as an invocation slot is free,
 //! even while a fetch is out that reserved room when the adaptive prefetch was larger: that
 //! fetch may block for new entries a whole poll interval, and a slot promised to it would idle
 //! all that time while a message in hand waits.

@@ -53,13 +53,13 @@ fn redelivery_of_held_message_adopts_fence_and_starts_nothing() {
     e.handle_fetched(t0 + ms(40), S0, vec![delivery(1, 3, 8)]);
     assert_eq!(drain(&mut e), vec![fetch(2, Duration::ZERO)]);
     assert_eq!(e.lease(a).unwrap().fence(), Fence(8));
-    // Nothing new: the next fetch goes at once, blocking no longer than the re-run is due.
+    // Nothing new: the next fetch goes at once, blocking no longer than the re-invocation is due.
     e.handle_fetched(t0 + ms(50), S0, vec![]);
     assert_eq!(drain(&mut e), vec![fetch(2, ms(380))]);
     assert_eq!(e.stats().invocations, 1);
 
-    // The backend's wait ends as the re-run is due: the re-run comes on schedule, as the only
-    // invocation of the message, and the other slot fetches again.
+    // The backend's wait ends as the re-invocation is due: the re-invocation comes on schedule, as
+    // the only invocation of the message, and the other slot fetches again.
     e.handle_timeout(t0 + ms(430));
     e.handle_fetched(t0 + ms(430), S0, vec![]);
     let fx = drain(&mut e);

@@ -141,8 +141,8 @@ fn shutdown_lets_running_invocations_finish_before_the_deadline() {
     );
 }
 
-/// An invocation that returns `Pending` during shutdown is not kept for a re-run: its lease is
-/// released at once with delay 0.
+/// An invocation that returns `Pending` during shutdown is not kept for a re-invocation: its lease
+/// is released at once with delay 0.
 #[test]
 fn pending_during_shutdown_is_released_at_once() {
     let t0 = Instant::now();

@@ -13,7 +13,7 @@ use common::*;
 use leasehold_core::{Outcome, RenewResult, SettleResult};
 
 /// An outcome for an unknown invocation, a second outcome for the same invocation, and an outcome
-/// of an earlier run of a re-run message are ignored.
+/// of an earlier invocation of a re-invocation message are ignored.
 #[test]
 fn stale_or_unknown_outcomes_are_ignored() {
     let t0 = Instant::now();
@@ -31,7 +31,7 @@ fn stale_or_unknown_outcomes_are_ignored() {
     let (inv1, a) = one_run(&drain(&mut e));
     e.handle_outcome(t0 + ms(20), inv1, Outcome::Pending);
     assert_eq!(drain(&mut e), vec![fetch(1, Duration::ZERO)]);
-    // Nothing new: the next fetch goes at once, blocking until the re-run is due.
+    // Nothing new: the next fetch goes at once, blocking until the re-invocation is due.
     e.handle_fetched(t0 + ms(25), S0, vec![]);
     assert_eq!(drain(&mut e), vec![fetch(1, ms(395))]);
     // A second outcome of the same (finished) invocation: ignored, no ack.
@@ -40,7 +40,7 @@ fn stale_or_unknown_outcomes_are_ignored() {
     e.handle_timeout(t0 + ms(420));
     e.handle_fetched(t0 + ms(420), S0, vec![]);
     let (inv2, _) = one_run(&drain(&mut e));
-    // The earlier run's outcome arrives again during the re-run: ignored.
+    // The earlier invocation's outcome arrives again during the re-invocation: ignored.
     e.handle_outcome(t0 + ms(430), inv1, Outcome::Done);
     assert_eq!(drain(&mut e), vec![]);
     assert_eq!(e.running(), 1);

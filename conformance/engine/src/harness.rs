@@ -309,8 +309,8 @@ impl Harness {
                 self.engine.handle_fetched(now, stream, batch);
             }
             Step::Finish { pick, outcome } => {
-                let runs: Vec<_> = model.runs.keys().copied().collect();
-                let Some(&inv) = choose(&runs, *pick) else {
+                let unreported: Vec<_> = model.unreported.keys().copied().collect();
+                let Some(&inv) = choose(&unreported, *pick) else {
                     return false;
                 };
                 let outcome = outcome_of(*outcome);
@@ -318,7 +318,7 @@ impl Harness {
                 engine.handle_outcome(now, inv, outcome);
             }
             Step::FinishStale { pick, outcome } => {
-                let Some(&inv) = choose(&model.old_runs, *pick) else {
+                let Some(&inv) = choose(&model.old_invocations, *pick) else {
                     return false;
                 };
                 let outcome = outcome_of(*outcome);

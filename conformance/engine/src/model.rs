@@ -259,7 +259,7 @@ pub(crate) struct Chunk {
     pub batch: RenewId,
     pub stream: StreamId,
     pub leases: Vec<LeaseId>,
-    pub refs: Vec<LeaseRef>,
+    pub lease_refs: Vec<LeaseRef>,
     pub answered: bool,
 }
 
@@ -348,7 +348,7 @@ pub(crate) struct Model {
     /// Invocations seen in a `Run`, with their delivery and attempt.
     pub invocations: HashMap<InvocationId, (Tag, u32)>,
     /// Invocations seen and not reported yet (running or orphaned), for the harness to finish.
-    pub runs: BTreeMap<InvocationId, Tag>,
+    pub unreported: BTreeMap<InvocationId, Tag>,
     pub seen_batches: BTreeSet<RenewId>,
     pub seen_acks: BTreeSet<AckId>,
     /// Per stream, the outstanding fetch.
@@ -382,7 +382,7 @@ pub(crate) struct Model {
     pub counts: Stats,
     pub jitter: Jitter,
     /// Reported invocations, answered chunks and settles, for stale answers.
-    pub old_runs: Vec<InvocationId>,
+    pub old_invocations: Vec<InvocationId>,
     pub old_chunks: Vec<(RenewId, Vec<LeaseId>)>,
     pub old_settles: Vec<OldSettle>,
     /// The smoothed handler time and fetch round trip in nanoseconds, as the adaptive
@@ -416,7 +416,7 @@ impl Model {
             deliveries: 0,
             by_id: HashMap::new(),
             invocations: HashMap::new(),
-            runs: BTreeMap::new(),
+            unreported: BTreeMap::new(),
             seen_batches: BTreeSet::new(),
             seen_acks: BTreeSet::new(),
             fetches: vec![None; streams],
@@ -438,7 +438,7 @@ impl Model {
             next_ready: 0,
             counts: Stats::default(),
             jitter: Jitter(seed),
-            old_runs: Vec::new(),
+            old_invocations: Vec::new(),
             old_chunks: Vec::new(),
             old_settles: Vec::new(),
             observed_handler: None,
@@ -1041,12 +1041,12 @@ impl Model {
     /// `handle_outcome`.
     pub(crate) fn outcome(&mut self, now: Instant, inv: InvocationId, outcome: &Outcome) {
         self.begin(now);
-        let Some(tag) = self.runs.remove(&inv) else {
+        let Some(tag) = self.unreported.remove(&inv) else {
             self.counts.unexpected += 1;
             return self.finish();
         };
-        self.old_runs.push(inv);
-        trim(&mut self.old_runs);
+        self.old_invocations.push(inv);
+        trim(&mut self.old_invocations);
         let state = self.lease(tag).state.clone();
         // A handler time, for the adaptive prefetch: of invocations that were not cancelled.
         if let MState::Running {

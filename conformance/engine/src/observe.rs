@@ -4,8 +4,8 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use leasehold_core::{
-    AckId, CancelReason, DeadLetterReason, Effect, InvocationId, LeaseEngine, LeaseId, LeaseRef,
-    RenewId, Run, StreamId,
+    AckId, CancelReason, DeadLetterReason, Effect, Invocation, InvocationId, LeaseEngine, LeaseId,
+    LeaseRef, RenewId, StreamId,
 };
 
 use crate::model::{AckOut, Carry, Chunk, End, Expect, FetchOut, MState, Model, Op, Tag};
@@ -41,21 +41,21 @@ impl Model {
         }
         match effect {
             Effect::Fetch { stream, max, wait } => self.on_fetch(*stream, *max, *wait, out),
-            Effect::Run(run) => self.on_run(run, out),
+            Effect::Run(invocation) => self.on_run(invocation, out),
             Effect::Cancel { invocation, reason } => self.on_cancel(*invocation, *reason, out),
             Effect::LeaseValid { invocation, until } => self.on_valid(*invocation, *until, out),
             Effect::Renew {
                 batch,
                 stream,
                 leases,
-                refs,
-            } => self.on_renew(*batch, *stream, leases, refs, engine, out),
+                lease_refs,
+            } => self.on_renew(*batch, *stream, leases, lease_refs, engine, out),
             Effect::Ack {
                 batch,
                 stream,
                 leases,
-                refs,
-            } => self.on_ack(*batch, *stream, leases, refs, engine, out),
+                lease_refs,
+            } => self.on_ack(*batch, *stream, leases, lease_refs, engine, out),
             Effect::Release {
                 stream,
                 lease,
@@ -268,8 +268,8 @@ impl Model {
         }
     }
 
-    fn on_run(&mut self, run: &Run<Tag>, out: &mut Problems) {
-        let (tag, inv) = (run.payload, run.invocation);
+    fn on_run(&mut self, invocation: &Invocation<Tag>, out: &mut Problems) {
+        let (tag, inv) = (invocation.payload, invocation.id);
         let id = inv.lease();
         let Some(lease) = self.leases.get_mut(&tag) else {
             problem(
@@ -297,11 +297,14 @@ impl Model {
         }
         let (stream, msg) = (lease.stream, lease.msg.clone());
         let what = format!("Run {inv:?} of {stream:?}/{msg} (delivery {tag})");
-        if run.stream != stream || run.lease.id != msg {
+        if invocation.stream != stream || invocation.lease_ref.id != msg {
             problem(
                 out,
                 Rule::Model,
-                format!("{what} names {:?}/{} instead", run.stream, run.lease.id),
+                format!(
+                    "{what} names {:?}/{} instead",
+                    invocation.stream, invocation.lease_ref.id
+                ),
             );
         }
         let expected = self
@@ -318,10 +321,10 @@ impl Model {
                 ..
             }) => {
                 let carried = (
-                    run.attempt,
-                    run.lease.fence,
-                    run.delivery_count,
-                    run.valid_until,
+                    invocation.attempt,
+                    invocation.lease_ref.fence,
+                    invocation.delivery_count,
+                    invocation.valid_until,
                 );
                 if carried != (attempt, fence, delivery_count, valid_until) {
                     problem(
@@ -331,10 +334,10 @@ impl Model {
                             "{what} carries attempt {}, {:?}, count {}, valid until {}; model \
                              expects attempt {attempt}, {fence:?}, count {delivery_count}, \
                              valid until {}",
-                            run.attempt,
-                            run.lease.fence,
-                            run.delivery_count,
-                            self.at(run.valid_until),
+                            invocation.attempt,
+                            invocation.lease_ref.fence,
+                            invocation.delivery_count,
+                            self.at(invocation.valid_until),
                             self.at(valid_until)
                         ),
                     );
@@ -369,14 +372,18 @@ impl Model {
                 );
             }
         }
-        if self.invocations.insert(inv, (tag, run.attempt)).is_some() {
+        if self
+            .invocations
+            .insert(inv, (tag, invocation.attempt))
+            .is_some()
+        {
             problem(
                 out,
                 Rule::Model,
                 format!("invocation id {inv:?} used twice"),
             );
         }
-        self.runs.insert(inv, tag);
+        self.unreported.insert(inv, tag);
     }
 
     fn on_cancel(&mut self, inv: InvocationId, reason: CancelReason, out: &mut Problems) {
@@ -466,7 +473,7 @@ impl Model {
         batch: RenewId,
         stream: StreamId,
         ids: &[LeaseId],
-        refs: &[LeaseRef],
+        lease_refs: &[LeaseRef],
         engine: &LeaseEngine<Tag>,
         out: &mut Problems,
     ) {
@@ -484,14 +491,15 @@ impl Model {
                 format!("renew batch id {batch:?} used twice"),
             );
         }
-        if ids.is_empty() || ids.len() > self.cfg.renew_batch_size || ids.len() != refs.len() {
+        if ids.is_empty() || ids.len() > self.cfg.renew_batch_size || ids.len() != lease_refs.len()
+        {
             problem(
                 out,
                 Rule::Model,
                 format!(
-                    "Renew chunk of {} leases and {} refs, batch size {}",
+                    "Renew chunk of {} leases and {} lease refs, batch size {}",
                     ids.len(),
-                    refs.len(),
+                    lease_refs.len(),
                     self.cfg.renew_batch_size
                 ),
             );
@@ -516,7 +524,7 @@ impl Model {
             batch,
             stream,
             leases: ids.to_vec(),
-            refs: refs.to_vec(),
+            lease_refs: lease_refs.to_vec(),
             answered: false,
         });
     }
@@ -526,7 +534,7 @@ impl Model {
         batch: AckId,
         stream: StreamId,
         ids: &[LeaseId],
-        refs: &[LeaseRef],
+        lease_refs: &[LeaseRef],
         engine: &LeaseEngine<Tag>,
         out: &mut Problems,
     ) {
@@ -556,14 +564,14 @@ impl Model {
                 ),
             );
         }
-        if ids.is_empty() || ids.len() != refs.len() {
+        if ids.is_empty() || ids.len() != lease_refs.len() {
             problem(
                 out,
                 Rule::Model,
                 format!(
-                    "Ack {batch:?} of {} leases and {} refs",
+                    "Ack {batch:?} of {} leases and {} lease refs",
                     ids.len(),
-                    refs.len()
+                    lease_refs.len()
                 ),
             );
         }
@@ -578,7 +586,7 @@ impl Model {
             if lease.stream != stream {
                 problem(out, Rule::Model, format!("{what} on stream {s}"));
             }
-            if let Some(r) = refs.get(i) {
+            if let Some(r) = lease_refs.get(i) {
                 if r.id != lease.msg || r.fence != lease.fence {
                     problem(
                         out,
@@ -798,7 +806,7 @@ impl Model {
         let chunks = std::mem::take(&mut self.new_chunks);
         let mut named: Vec<(Tag, StreamId, &LeaseRef)> = Vec::new();
         for chunk in &chunks {
-            for (id, r) in chunk.leases.iter().zip(&chunk.refs) {
+            for (id, r) in chunk.leases.iter().zip(&chunk.lease_refs) {
                 if let Some(&tag) = self.by_id.get(id) {
                     named.push((tag, chunk.stream, r));
                 }

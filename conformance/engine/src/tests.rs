@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use leasehold_core::{
-    AckId, CancelReason, Effect, InvocationId, LeaseId, LeaseRef, RenewId, Run, StreamId,
+    AckId, CancelReason, Effect, Invocation, InvocationId, LeaseId, LeaseRef, RenewId, StreamId,
 };
 
 use crate::model::Tag;
@@ -56,21 +56,21 @@ fn done(pick: u8) -> Step {
     }
 }
 
-/// The `Run` effects so far.
-fn all_runs(harness: &Harness) -> Vec<Run<Tag>> {
+/// The invocations the `Run` effects so far started.
+fn all_invocations(harness: &Harness) -> Vec<Invocation<Tag>> {
     harness
         .effects()
         .iter()
         .filter_map(|e| match e {
-            Effect::Run(run) => Some(run.clone()),
+            Effect::Run(invocation) => Some(invocation.clone()),
             _ => None,
         })
         .collect()
 }
 
-/// The last `Run` effect so far.
-fn last_run(harness: &Harness) -> Run<Tag> {
-    all_runs(harness).pop().expect("a run")
+/// The invocation the last `Run` effect so far started.
+fn last_invocation(harness: &Harness) -> Invocation<Tag> {
+    all_invocations(harness).pop().expect("an invocation")
 }
 
 fn last_renew(harness: &Harness) -> RenewId {
@@ -113,8 +113,8 @@ fn validities(harness: &Harness) -> Vec<(InvocationId, std::time::Instant)> {
         .collect()
 }
 
-fn lease_ref(run: &Run<Tag>) -> LeaseRef {
-    run.lease.clone()
+fn lease_ref(invocation: &Invocation<Tag>) -> LeaseRef {
+    invocation.lease_ref.clone()
 }
 
 fn expect_violation(harness: &mut Harness, effect: Effect<Tag>, rule: Rule) -> Violation {
@@ -145,8 +145,8 @@ fn assert_reports(violation: &Violation, rule: Rule, what: &str) {
 fn a_second_concurrent_run_of_one_message_is_reported() {
     let mut harness = Harness::new(&Setup::default()).unwrap();
     apply(&mut harness, &[deliver_one()]);
-    let run = last_run(&harness);
-    expect_violation(&mut harness, Effect::Run(run), Rule::Serial);
+    let invocation = last_invocation(&harness);
+    expect_violation(&mut harness, Effect::Run(invocation), Rule::Serial);
 }
 
 #[test]
@@ -162,15 +162,15 @@ fn an_ack_without_done_is_reported() {
         }],
     );
     // The other invocation is still running.
-    let running = all_runs(&harness)
+    let running = all_invocations(&harness)
         .into_iter()
-        .find(|r| !all_acks(&harness)[0].2.contains(&r.invocation.lease()))
+        .find(|r| !all_acks(&harness)[0].2.contains(&r.id.lease()))
         .expect("the running one");
     let ack = Effect::Ack {
         batch,
         stream,
-        leases: vec![running.invocation.lease()],
-        refs: vec![lease_ref(&running)],
+        leases: vec![running.id.lease()],
+        lease_refs: vec![lease_ref(&running)],
     };
     expect_violation(&mut harness, ack, Rule::AckAfterDone);
 }
@@ -191,20 +191,20 @@ fn an_ack_after_the_lease_was_reported_lost_is_reported() {
             done(0),
         ],
     );
-    let run = last_run(&harness);
+    let invocation = last_invocation(&harness);
     assert!(harness.effects().contains(&Effect::Cancel {
-        invocation: run.invocation,
+        invocation: invocation.id,
         reason: CancelReason::LeaseLost
     }));
-    // No Ack was ever sent; borrow an id from another harness's run.
+    // No Ack was ever sent; borrow an id from another harness.
     let mut other = Harness::new(&one_slot()).unwrap();
     apply(&mut other, &[deliver_one(), done(0)]);
     let (batch, ..) = all_acks(&other).pop().expect("an ack");
     let ack = Effect::Ack {
         batch,
-        stream: run.stream,
-        leases: vec![run.invocation.lease()],
-        refs: vec![lease_ref(&run)],
+        stream: invocation.stream,
+        leases: vec![invocation.id.lease()],
+        lease_refs: vec![lease_ref(&invocation)],
     };
     expect_violation(&mut harness, ack, Rule::AckAfterDone);
 }
@@ -213,16 +213,16 @@ fn an_ack_after_the_lease_was_reported_lost_is_reported() {
 fn a_renew_of_an_expired_lease_is_reported() {
     let mut harness = Harness::new(&one_slot()).unwrap();
     apply(&mut harness, &[deliver_one(), Step::Wait(Jump::Long(255))]);
-    let run = last_run(&harness);
+    let invocation = last_invocation(&harness);
     assert!(harness.effects().contains(&Effect::Cancel {
-        invocation: run.invocation,
+        invocation: invocation.id,
         reason: CancelReason::LeaseExpired
     }));
     let renew = Effect::Renew {
         batch: last_renew(&harness),
-        stream: run.stream,
-        leases: vec![run.invocation.lease()],
-        refs: vec![lease_ref(&run)],
+        stream: invocation.stream,
+        leases: vec![invocation.id.lease()],
+        lease_refs: vec![lease_ref(&invocation)],
     };
     expect_violation(&mut harness, renew, Rule::Expiry);
 }
@@ -261,7 +261,7 @@ fn an_unexpected_cancel_is_reported() {
     let mut harness = Harness::new(&Setup::default()).unwrap();
     apply(&mut harness, &[deliver_one()]);
     let cancel = Effect::Cancel {
-        invocation: last_run(&harness).invocation,
+        invocation: last_invocation(&harness).id,
         reason: CancelReason::MaxProcessingTime,
     };
     expect_violation(&mut harness, cancel, Rule::Model);
@@ -275,15 +275,15 @@ fn a_second_ack_on_a_stream_while_one_is_in_flight_is_reported() {
     let acks = all_acks(&harness);
     assert_eq!(acks.len(), 1, "the second Done waits for the first's batch");
     let (batch, stream, first) = acks[0].clone();
-    let second = all_runs(&harness)
+    let second = all_invocations(&harness)
         .into_iter()
-        .find(|r| !first.contains(&r.invocation.lease()))
-        .expect("the other run");
+        .find(|r| !first.contains(&r.id.lease()))
+        .expect("the other invocation");
     let ack = Effect::Ack {
         batch,
         stream,
-        leases: vec![second.invocation.lease()],
-        refs: vec![lease_ref(&second)],
+        leases: vec![second.id.lease()],
+        lease_refs: vec![lease_ref(&second)],
     };
     let violation = expect_violation(&mut harness, ack, Rule::Model);
     assert_reports(&violation, Rule::Model, "is unanswered");
@@ -301,19 +301,19 @@ fn acks_due_together_split_in_two_batches_are_reported() {
             batch,
             stream,
             leases,
-            refs,
+            lease_refs,
         } if leases.len() == 2 => vec![
             Effect::Ack {
                 batch,
                 stream,
                 leases: leases[..1].to_vec(),
-                refs: refs[..1].to_vec(),
+                lease_refs: lease_refs[..1].to_vec(),
             },
             Effect::Ack {
                 batch,
                 stream,
                 leases: leases[1..].to_vec(),
-                refs: refs[1..].to_vec(),
+                lease_refs: lease_refs[1..].to_vec(),
             },
         ],
         other => vec![other],
@@ -339,10 +339,10 @@ fn a_lease_valid_with_a_wrong_until_is_reported() {
     apply(&mut harness, &[deliver_one(), Step::Tick]);
     let renewed_at = harness.model_mut().now;
     apply(&mut harness, std::slice::from_ref(&kept));
-    let run = last_run(&harness);
+    let invocation = last_invocation(&harness);
     assert_eq!(
         validities(&harness),
-        vec![(run.invocation, renewed_at + ttl)]
+        vec![(invocation.id, renewed_at + ttl)]
     );
 
     // An engine telling the handler its lease lasts a millisecond longer.

@@ -170,9 +170,9 @@ impl SimBackend {
         s.next_call += 1;
         let msgs = match request {
             Request::Fetch { .. } => Box::new([]) as Box<[(u32, u64)]>,
-            Request::Renew(refs) | Request::Ack(refs) => s.msg_fences(refs),
-            Request::Release(lease, _) | Request::DeadLetter(lease, _) => {
-                s.msg_fences(std::slice::from_ref(lease))
+            Request::Renew(lease_refs) | Request::Ack(lease_refs) => s.msg_fences(lease_refs),
+            Request::Release(lease_ref, _) | Request::DeadLetter(lease_ref, _) => {
+                s.msg_fences(std::slice::from_ref(lease_ref))
             }
         };
         s.log(Event::Call {
@@ -302,26 +302,27 @@ impl Exec<'_> {
     async fn run(&self, request: &Request) -> Option<Answer> {
         match request {
             Request::Fetch { max, wait } => self.fetch(*max, *wait).await,
-            Request::Renew(refs) => Some(Answer::Renewed(self.renew(refs))),
-            Request::Ack(refs) => Some(Answer::Settled(self.settle(
+            Request::Renew(lease_refs) => Some(Answer::Renewed(self.renew(lease_refs))),
+            Request::Ack(lease_refs) => Some(Answer::Settled(self.settle(
                 OpKind::Ack,
-                refs,
-                |s, c, n| s.store.ack(n, c, refs),
+                lease_refs,
+                |s, c, n| s.store.ack(n, c, lease_refs),
             ))),
-            Request::Release(lease, delay) => {
-                let results =
-                    self.settle(OpKind::Release, std::slice::from_ref(lease), |s, c, n| {
-                        vec![s.store.release(n, c, lease, *delay)]
-                    });
+            Request::Release(lease_ref, delay) => {
+                let results = self.settle(
+                    OpKind::Release,
+                    std::slice::from_ref(lease_ref),
+                    |s, c, n| vec![s.store.release(n, c, lease_ref, *delay)],
+                );
                 if results == [SettleResult::Ok] {
                     self.changed.notify(usize::MAX);
                 }
                 Some(Answer::Settled(results))
             }
-            Request::DeadLetter(lease, reason) => Some(Answer::Settled(self.settle(
+            Request::DeadLetter(lease_ref, reason) => Some(Answer::Settled(self.settle(
                 OpKind::DeadLetter,
-                std::slice::from_ref(lease),
-                |s, c, n| vec![s.store.dead_letter(n, c, lease, reason)],
+                std::slice::from_ref(lease_ref),
+                |s, c, n| vec![s.store.dead_letter(n, c, lease_ref, reason)],
             ))),
         }
     }
@@ -385,11 +386,11 @@ impl Exec<'_> {
         }
     }
 
-    fn renew(&self, refs: &[LeaseRef]) -> Vec<RenewResult> {
+    fn renew(&self, lease_refs: &[LeaseRef]) -> Vec<RenewResult> {
         let mut s = lock(self.shared);
         let now = s.instant();
-        let results = s.store.renew(now, self.consumer, refs);
-        let logged = refs
+        let results = s.store.renew(now, self.consumer, lease_refs);
+        let logged = lease_refs
             .iter()
             .zip(&results)
             .map(|(l, res)| (s.message_index(&l.id) as u32, l.fence.0, *res))
@@ -405,13 +406,20 @@ impl Exec<'_> {
     fn settle(
         &self,
         op: OpKind,
-        refs: &[LeaseRef],
+        lease_refs: &[LeaseRef],
         act: impl FnOnce(&mut crate::checker::Shared, ConsumerId, Instant) -> Vec<SettleResult>,
     ) -> Vec<SettleResult> {
         let mut s = lock(self.shared);
         let now = s.instant();
         let results = act(&mut s, self.consumer, now);
-        s.settled(self.replica, self.call, op, self.consumer, refs, &results);
+        s.settled(
+            self.replica,
+            self.call,
+            op,
+            self.consumer,
+            lease_refs,
+            &results,
+        );
         results
     }
 }
@@ -448,7 +456,7 @@ impl Backend for SimBackend {
         }
     }
 
-    async fn renew(&self, leases: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
+    async fn renew(&self, lease_refs: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
         {
             // A stop-the-world pause right after a heartbeat went out: the case where a renew
             // lands while its sender cannot act on anything.
@@ -459,7 +467,8 @@ impl Backend for SimBackend {
                 s.pauses_requested.push((self.replica, after));
             }
         }
-        let Answer::Renewed(mut results) = self.call(Request::Renew(leases.to_vec())).await? else {
+        let Answer::Renewed(mut results) = self.call(Request::Renew(lease_refs.to_vec())).await?
+        else {
             unreachable!("a renew is answered with renew results")
         };
         if self.broken() == Some(BrokenDriver::DropsRenewResult) && results.pop().is_some() {
@@ -485,8 +494,8 @@ impl Backend for SimBackend {
         Ok(results)
     }
 
-    async fn ack(&self, leases: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
-        let mut leases = leases.to_vec();
+    async fn ack(&self, lease_refs: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
+        let mut lease_refs = lease_refs.to_vec();
         let extra = {
             let mut s = lock(&self.shared);
             let extra = if s.cfg.broken == Some(BrokenDriver::AcksAfterLoss) {
@@ -500,18 +509,18 @@ impl Backend for SimBackend {
                     what: format!("acks {} discarded result(s) too", extra.len()),
                 });
             }
-            leases.extend(extra.iter().cloned());
-            s.check_ack(self.replica, &leases);
+            lease_refs.extend(extra.iter().cloned());
+            s.check_ack(self.replica, &lease_refs);
             extra.len()
         };
-        let Answer::Settled(mut results) = self.call(Request::Ack(leases)).await? else {
+        let Answer::Settled(mut results) = self.call(Request::Ack(lease_refs)).await? else {
             unreachable!("an ack is answered with settle results")
         };
         results.truncate(results.len() - extra);
         Ok(results)
     }
 
-    async fn release(&self, lease: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
+    async fn release(&self, lease_ref: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
         if self.broken() == Some(BrokenDriver::ForgetsLeaseAtShutdown)
             && lock(&self.shared).replicas[self.replica].shutting_down
         {
@@ -521,7 +530,9 @@ impl Backend for SimBackend {
             });
             return Ok(SettleResult::Ok);
         }
-        let Answer::Settled(results) = self.call(Request::Release(lease.clone(), delay)).await?
+        let Answer::Settled(results) = self
+            .call(Request::Release(lease_ref.clone(), delay))
+            .await?
         else {
             unreachable!("a release is answered with a settle result")
         };
@@ -530,10 +541,10 @@ impl Backend for SimBackend {
 
     async fn dead_letter(
         &self,
-        lease: &LeaseRef,
+        lease_ref: &LeaseRef,
         reason: &DeadLetterReason,
     ) -> BackendResult<SettleResult> {
-        let request = Request::DeadLetter(lease.clone(), reason.clone());
+        let request = Request::DeadLetter(lease_ref.clone(), reason.clone());
         let Answer::Settled(results) = self.call(request).await? else {
             unreachable!("a dead-letter is answered with a settle result")
         };
@@ -560,16 +571,21 @@ impl SimBackend {
     /// after a cancellation for a lost lease (taken over), as the leases they ran under (each
     /// taken once).
     fn discarded_dones(&self, s: &crate::checker::Shared) -> Vec<LeaseRef> {
-        s.runs
+        s.invocations
             .iter()
-            .filter(|run| {
-                run.replica == self.replica
-                    && run.consumer == self.consumer
-                    && matches!(run.outcome, Some((Outcome::Done, true)))
-                    && run.cancellation.reason() == Some(CancelReason::LeaseLost)
-                    && s.msgs[run.msg].removed.is_none()
+            .filter(|invocation| {
+                invocation.replica == self.replica
+                    && invocation.consumer == self.consumer
+                    && matches!(invocation.outcome, Some((Outcome::Done, true)))
+                    && invocation.cancellation.reason() == Some(CancelReason::LeaseLost)
+                    && s.msgs[invocation.msg].removed.is_none()
             })
-            .map(|run| LeaseRef::new(s.msgs[run.msg].id.clone(), leasehold_core::Fence(run.fence)))
+            .map(|invocation| {
+                LeaseRef::new(
+                    s.msgs[invocation.msg].id.clone(),
+                    leasehold_core::Fence(invocation.fence),
+                )
+            })
             .take(1)
             .collect()
     }

@@ -50,7 +50,7 @@ impl PublishPlan {
     }
 }
 
-/// The payload of message `m`: how a delivery of a delayed message, whose stream id the
+/// The payload of message `m`: how a delivery of a delayed message, whose entry id the
 /// publish could not tell, is known.
 pub(crate) fn payload(m: usize) -> Bytes {
     Bytes::from(format!("message {m}"))
@@ -66,7 +66,7 @@ fn payload_index(payload: &[u8]) -> Option<usize> {
 
 /// One message, as the checker follows it.
 pub(crate) struct Msg {
-    /// Its stream id (empty until it is known: a delayed message gets one when it is due).
+    /// Its entry id (empty until it is known: a delayed message gets one when it is due).
     pub(crate) id: MessageId,
     pub(crate) behaviour: Behaviour,
     pub(crate) plan: PublishPlan,
@@ -238,7 +238,7 @@ pub(crate) struct Shared {
     pub(crate) rng: Rng,
     pub(crate) msgs: Vec<Msg>,
     pub(crate) by_id: HashMap<MessageId, usize>,
-    pub(crate) runs: Vec<InvocationRecord>,
+    pub(crate) invocations: Vec<InvocationRecord>,
     pub(crate) replicas: Vec<ReplicaView>,
     pub(crate) faults_active: bool,
     /// Whether shutdown has begun (every replica was asked to stop).
@@ -358,8 +358,9 @@ impl Shared {
         self.by_id[id]
     }
 
-    pub(crate) fn msg_fences(&self, refs: &[LeaseRef]) -> Box<[(u32, u64)]> {
-        refs.iter()
+    pub(crate) fn msg_fences(&self, lease_refs: &[LeaseRef]) -> Box<[(u32, u64)]> {
+        lease_refs
+            .iter()
             .map(|l| (self.message_index(&l.id) as u32, l.fence.0))
             .collect()
     }
@@ -371,7 +372,7 @@ impl Shared {
     /// a paused runner was taken over, or a starter whose clock stalls acts on a lease it
     /// cannot know has lapsed. That invocation is superseded, and must be cancelled once its
     /// replica wakes.
-    pub(crate) fn start_run(
+    pub(crate) fn start_invocation(
         &mut self,
         replica: usize,
         id: &MessageId,
@@ -398,11 +399,9 @@ impl Shared {
                 format!("r{replica} runs m{msg} after its worker's shutdown report"),
             );
         }
-        if let Some(other) = self
-            .runs
-            .iter()
-            .find(|run| run.msg == msg && run.replica == replica && !run.ended)
-        {
+        if let Some(other) = self.invocations.iter().find(|invocation| {
+            invocation.msg == msg && invocation.replica == replica && !invocation.ended
+        }) {
             let cancelled = other.cancellation.reason();
             self.fail(
                 Check::SingleRunner,
@@ -416,15 +415,15 @@ impl Shared {
         let mut starter_superseded = false;
         let frozen = |view: &ReplicaView| view.frozen || view.waking;
         let starter_frozen = frozen(&self.replicas[replica]);
-        let others: Vec<usize> = (0..self.runs.len())
-            .filter(|&i| self.runs[i].msg == msg && self.runs[i].is_live())
+        let others: Vec<usize> = (0..self.invocations.len())
+            .filter(|&i| self.invocations[i].msg == msg && self.invocations[i].is_live())
             .collect();
         for &i in &others {
-            let other = self.runs[i].replica;
-            let older_is_other = self.runs[i].fence < fence;
+            let other = self.invocations[i].replica;
+            let older_is_other = self.invocations[i].fence < fence;
             if older_is_other && frozen(&self.replicas[other]) {
                 overlaps_frozen = true;
-                self.runs[i].superseded = true;
+                self.invocations[i].superseded = true;
             } else if !older_is_other && starter_frozen {
                 overlaps_frozen = true;
                 starter_superseded = true;
@@ -445,10 +444,10 @@ impl Shared {
         m.invocations += 1;
         let n = m.invocations;
         if n > 1 {
-            self.report.reruns += 1;
+            self.report.reinvocations += 1;
         }
-        self.report.runs += 1;
-        self.runs.push(InvocationRecord {
+        self.report.invocations += 1;
+        self.invocations.push(InvocationRecord {
             msg,
             replica,
             consumer,
@@ -467,22 +466,22 @@ impl Shared {
             n,
             overlaps_paused: overlaps_frozen,
         });
-        (self.runs.len() - 1, n)
+        (self.invocations.len() - 1, n)
     }
 
-    /// The handler of `run` saw its cancellation.
-    pub(crate) fn cancel_seen(&mut self, run: usize, reason: CancelReason) {
-        let rec = &mut self.runs[run];
+    /// The handler of `invocation` saw its cancellation.
+    pub(crate) fn cancel_seen(&mut self, invocation: usize, reason: CancelReason) {
+        let rec = &mut self.invocations[invocation];
         rec.cancel_seen = Some(reason);
         let (r, m) = (rec.replica as u16, rec.msg as u32);
-        self.timed_out(run);
+        self.timed_out(invocation);
         self.log(Event::Cancelled { r, m, reason });
     }
 
     /// An invocation cancelled for running past `max_processing_time` is a failed attempt,
     /// whatever it returns: its message may be dead-lettered for it.
-    fn timed_out(&mut self, run: usize) {
-        let rec = &self.runs[run];
+    fn timed_out(&mut self, invocation: usize) {
+        let rec = &self.invocations[invocation];
         if rec.cancellation.reason() == Some(CancelReason::MaxProcessingTime) {
             let (msg, consumer) = (rec.msg, rec.consumer);
             if !self.msgs[msg].failed_by.contains(&consumer) {
@@ -491,13 +490,14 @@ impl Shared {
         }
     }
 
-    /// The handler of `run` returned `outcome`, `overran` if it did so `max_processing_time` or
-    /// more after it started, by its replica's clock. Such a result reaches the engine at or
-    /// after the invocation's deadline, which the engine passes first: the invocation is
-    /// cancelled for its time limit, a failed attempt, even if the cancellation could not reach
-    /// the handler before it returned (a clock stall that ends after both were due).
-    pub(crate) fn returned(&mut self, run: usize, outcome: &Outcome, overran: bool) {
-        let rec = &mut self.runs[run];
+    /// The handler of `invocation` returned `outcome`, `overran` if it did so
+    /// `max_processing_time` or more after it started, by its replica's clock. Such a result
+    /// reaches the engine at or after the invocation's deadline, which the engine passes first:
+    /// the invocation is cancelled for its time limit, a failed attempt, even if the
+    /// cancellation could not reach the handler before it returned (a clock stall that ends
+    /// after both were due).
+    pub(crate) fn returned(&mut self, invocation: usize, outcome: &Outcome, overran: bool) {
+        let rec = &mut self.invocations[invocation];
         let cancelled = rec.cancellation.is_cancelled() || overran;
         let expired = rec.cancellation.reason() == Some(CancelReason::LeaseExpired);
         rec.done_stands = matches!(outcome, Outcome::Done) && !overran && (!cancelled || expired);
@@ -507,12 +507,12 @@ impl Shared {
                 self.msgs[msg].failed_by.push(consumer);
             }
         }
-        let rec = &mut self.runs[run];
+        let rec = &mut self.invocations[invocation];
         rec.outcome = Some((outcome.clone(), cancelled));
         rec.ended = true;
         let (msg, consumer, r) = (rec.msg, rec.consumer, rec.replica);
-        self.timed_out(run);
-        let stands = self.runs[run].done_stands;
+        self.timed_out(invocation);
+        let stands = self.invocations[invocation].done_stands;
         let m = &mut self.msgs[msg];
         match outcome {
             Outcome::Done if stands => m.done_by.push(consumer),
@@ -531,41 +531,41 @@ impl Shared {
         });
     }
 
-    /// The driver dropped the handler of `run` (it did not stop within the cancel grace).
-    pub(crate) fn dropped(&mut self, run: usize) {
-        let rec = &mut self.runs[run];
+    /// The driver dropped the handler of `invocation` (it did not stop within the cancel grace).
+    pub(crate) fn dropped(&mut self, invocation: usize) {
+        let rec = &mut self.invocations[invocation];
         if !rec.ended {
             rec.ended = true;
             let (r, m) = (rec.replica as u16, rec.msg as u32);
-            self.timed_out(run);
+            self.timed_out(invocation);
             self.log(Event::Dropped { r, m });
         }
     }
 
     /// A replica crashed: its invocations end with it.
     pub(crate) fn crashed(&mut self, replica: usize) {
-        for run in self.runs.iter_mut().filter(|r| r.replica == replica) {
-            run.ended = true;
+        for invocation in self.invocations.iter_mut().filter(|r| r.replica == replica) {
+            invocation.ended = true;
         }
     }
 
-    /// No two live runs of one message on replicas that are not frozen.
+    /// No two live invocations of one message on replicas that are not frozen.
     pub(crate) fn check_single_runner(&mut self) {
         let mut live: HashMap<usize, usize> = HashMap::new();
         let mut clash = None;
-        for (i, run) in self.runs.iter().enumerate() {
-            let view = &self.replicas[run.replica];
-            if !run.is_live() || view.frozen || view.waking {
+        for (i, invocation) in self.invocations.iter().enumerate() {
+            let view = &self.replicas[invocation.replica];
+            if !invocation.is_live() || view.frozen || view.waking {
                 continue;
             }
-            if let Some(&j) = live.get(&run.msg) {
+            if let Some(&j) = live.get(&invocation.msg) {
                 clash = Some((j, i));
                 break;
             }
-            live.insert(run.msg, i);
+            live.insert(invocation.msg, i);
         }
         if let Some((a, b)) = clash {
-            let (ra, rb) = (&self.runs[a], &self.runs[b]);
+            let (ra, rb) = (&self.invocations[a], &self.invocations[b]);
             let how = if ra.superseded || rb.superseded {
                 " (one took it over while the other was paused or stalled; when that one woke, \
                  its invocation was not cancelled)"
@@ -619,10 +619,12 @@ impl Shared {
     pub(crate) fn check_woke(&mut self, replica: usize) {
         self.replicas[replica].waking = false;
         let stale = self
-            .runs
+            .invocations
             .iter()
-            .find(|run| run.replica == replica && run.superseded && run.is_live())
-            .map(|run| run.msg);
+            .find(|invocation| {
+                invocation.replica == replica && invocation.superseded && invocation.is_live()
+            })
+            .map(|invocation| invocation.msg);
         if let Some(msg) = stale {
             self.fail(
                 Check::SingleRunner,
@@ -638,34 +640,35 @@ impl Shared {
     /// invocation that was neither cancelled nor taken over, under that lease or an older one
     /// of the same consumer with no other consumer's delivery between (its own fetch took the
     /// message back while the ack was on its way: nobody else ran it).
-    pub(crate) fn check_ack(&mut self, replica: usize, leases: &[LeaseRef]) {
-        for lease in leases {
-            let msg = self.message_index(&lease.id);
-            let fence = lease.fence.0;
-            let last = self.runs.iter().rev().find(|run| {
-                run.replica == replica
-                    && run.msg == msg
-                    && run.fence <= fence
+    pub(crate) fn check_ack(&mut self, replica: usize, lease_refs: &[LeaseRef]) {
+        for lease_ref in lease_refs {
+            let msg = self.message_index(&lease_ref.id);
+            let fence = lease_ref.fence.0;
+            let last = self.invocations.iter().rev().find(|invocation| {
+                invocation.replica == replica
+                    && invocation.msg == msg
+                    && invocation.fence <= fence
                     && self.msgs[msg]
                         .deliveries
                         .iter()
-                        .filter(|(_, f)| (run.fence..=fence).contains(f))
-                        .all(|&(c, _)| c == run.consumer)
+                        .filter(|(_, f)| (invocation.fence..=fence).contains(f))
+                        .all(|&(c, _)| c == invocation.consumer)
             });
-            let ok = last.is_some_and(|run| run.done_stands && !run.superseded);
+            let ok =
+                last.is_some_and(|invocation| invocation.done_stands && !invocation.superseded);
             if !ok {
                 let what = match last {
                     None => format!("m{msg} (fence {fence}), which never ran there"),
-                    Some(run) if run.superseded => format!(
+                    Some(invocation) if invocation.superseded => format!(
                         "m{msg}, whose invocation another replica took over while r{replica} \
                          was paused or stalled"
                     ),
-                    Some(run) => match &run.outcome {
+                    Some(invocation) => match &invocation.outcome {
                         None => format!("m{msg} while its handler still runs"),
                         Some((outcome, true)) => format!(
                             "m{msg}, whose {outcome:?} came after its cancellation ({:?}, or \
                              past its time limit)",
-                            run.cancellation.reason()
+                            invocation.cancellation.reason()
                         ),
                         Some((outcome, false)) => format!("m{msg} after {outcome:?}"),
                     },
@@ -681,7 +684,7 @@ impl Shared {
     // ----- the store --------------------------------------------------------------------------
 
     /// The message a fetch delivered. A delayed message's first delivery is the first time its
-    /// stream id is seen: it is known by its payload then, and must not be in the stream under
+    /// entry id is seen: it is known by its payload then, and must not be in the stream under
     /// another id already (a deduplicated publish enqueued it twice).
     pub(crate) fn fetched_index(&mut self, fetched: &Fetched<Bytes>) -> usize {
         if let Some(&m) = self.by_id.get(&fetched.id) {
@@ -751,10 +754,10 @@ impl Shared {
         call: u32,
         op: OpKind,
         consumer: ConsumerId,
-        refs: &[LeaseRef],
+        lease_refs: &[LeaseRef],
         results: &[SettleResult],
     ) {
-        let logged = refs
+        let logged = lease_refs
             .iter()
             .zip(results)
             .map(|(l, res)| (self.message_index(&l.id) as u32, l.fence.0, *res))
@@ -765,7 +768,7 @@ impl Shared {
             op,
             results: logged,
         });
-        for (lease, result) in refs.iter().zip(results) {
+        for (lease_ref, result) in lease_refs.iter().zip(results) {
             if *result != SettleResult::Ok {
                 continue;
             }
@@ -779,15 +782,15 @@ impl Shared {
                 };
                 *tally += 1;
             }
-            let msg = self.message_index(&lease.id);
+            let msg = self.message_index(&lease_ref.id);
             let m = &self.msgs[msg];
             let owner = m.owner;
-            if m.removed.is_some() || owner != Some((consumer, lease.fence.0)) {
+            if m.removed.is_some() || owner != Some((consumer, lease_ref.fence.0)) {
                 let detail = format!(
                     "the store accepted {op} of m{msg} by c{} with fence {}, but the current \
                      delivery is {} ({})",
                     consumer.0,
-                    lease.fence.0,
+                    lease_ref.fence.0,
                     owner.map_or("none".into(), |(o, f)| format!("c{} fence {f}", o.0)),
                     if m.removed.is_some() {
                         "already removed"

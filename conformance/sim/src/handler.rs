@@ -20,14 +20,14 @@ use crate::runtime::SimRuntime;
 /// Marks an invocation ended when the driver drops its future without it returning.
 struct Guard {
     shared: SharedState,
-    run: usize,
+    invocation: usize,
     returned: bool,
 }
 
 impl Drop for Guard {
     fn drop(&mut self) {
         if !self.returned {
-            lock(&self.shared).dropped(self.run);
+            lock(&self.shared).dropped(self.invocation);
         }
     }
 }
@@ -46,32 +46,38 @@ pub(crate) fn handler(
         let rt = rt.clone();
         Box::pin(async move {
             let started = rt.now();
-            let (run, plan, react, done_anyway, limit) = {
+            let (invocation, plan, react, done_anyway, limit) = {
                 let mut s = lock(&shared);
-                let (run, n) = s.start_run(
+                let (invocation, n) = s.start_invocation(
                     replica,
                     delivery.message_id(),
                     delivery.fence().0,
                     delivery.cancellation().clone(),
                 );
-                let msg = s.runs[run].msg;
+                let msg = s.invocations[invocation].msg;
                 let behaviour = s.msgs[msg].behaviour;
                 let cfg = s.cfg.clone();
                 let plan = behaviour.plan(n, &cfg, &mut s.rng);
                 let grace = s.settings.cancel_grace;
                 let react = s.rng.duration(Duration::ZERO, grace);
                 let done_anyway = s.rng.chance(0.5);
-                (run, plan, react, done_anyway, cfg.max_processing_time)
+                (
+                    invocation,
+                    plan,
+                    react,
+                    done_anyway,
+                    cfg.max_processing_time,
+                )
             };
             let mut guard = Guard {
                 shared: shared.clone(),
-                run,
+                invocation,
                 returned: false,
             };
             let Some((after, outcome)) = plan.finish else {
                 // Hangs: notices the cancellation, ignores it; the driver drops it.
                 let reason = delivery.cancelled().await;
-                lock(&shared).cancel_seen(run, reason);
+                lock(&shared).cancel_seen(invocation, reason);
                 return std::future::pending().await;
             };
             let deadline = rt.now() + after;
@@ -79,7 +85,7 @@ pub(crate) fn handler(
             let outcome = match select(finished, pin!(delivery.cancelled())).await {
                 Either::Left(_) => outcome,
                 Either::Right((reason, _)) => {
-                    lock(&shared).cancel_seen(run, reason);
+                    lock(&shared).cancel_seen(invocation, reason);
                     // Reacts within the grace, unless it finishes on its own first.
                     let at = (rt.now() + react).min(deadline);
                     rt.sleep_until(at).await;
@@ -95,7 +101,7 @@ pub(crate) fn handler(
                 }
             };
             let overran = rt.now().saturating_duration_since(started) >= limit;
-            lock(&shared).returned(run, &outcome, overran);
+            lock(&shared).returned(invocation, &outcome, overran);
             guard.returned = true;
             outcome
         })

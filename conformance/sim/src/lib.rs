@@ -27,7 +27,7 @@
 //! never depends on when the run happens), the rest are delayed from a millisecond up to
 //! [`SimConfig::delay_max`] (three claim timeouts) — spread over milliseconds, up to a third of
 //! it, and beyond. A delayed message waits outside the stream (its publish answers a
-//! `delayed:<n>` id) until a fetch at or after its due time moves it in; its stream id is
+//! `delayed:<n>` id) until a fetch at or after its due time moves it in; its entry id is
 //! learnt at its first delivery, from its payload. A share ([`SimConfig::dedupe_share`], 20 %)
 //! carries a deduplication key whose time to live outlasts the run, and half of those are
 //! published a second time, up to two claim timeouts later: that publish must enqueue nothing
@@ -128,7 +128,7 @@
 //!   while it reconnects and sends them late ([`BrokenDriver::QueuesWhileDown`]) is caught.
 //! - **Deduplication** ([`Check::Dedupe`]). A first publish is never answered as a duplicate;
 //!   a second publish with a live key is, with the first publish's id; and no message enters
-//!   the stream twice (two stream ids delivering one message's payload). The end checks then
+//!   the stream twice (two entry ids delivering one message's payload). The end checks then
 //!   find each message removed exactly once, and no delayed message left.
 //!
 //! ## The liveness bound
@@ -546,9 +546,9 @@ pub struct SeedReport {
     /// Repeated publishes the store answered as duplicates (enqueuing nothing).
     pub duplicates: usize,
     /// Handler invocations.
-    pub runs: u64,
+    pub invocations: u64,
     /// Invocations beyond each message's first (retries, re-polls, takeovers).
-    pub reruns: u64,
+    pub reinvocations: u64,
     /// Replica crashes.
     pub crashes: u64,
     /// Restarts after a crash.
@@ -658,8 +658,8 @@ impl Summary {
         t.dead_lettered += report.dead_lettered;
         t.delayed += report.delayed;
         t.duplicates += report.duplicates;
-        t.runs += report.runs;
-        t.reruns += report.reruns;
+        t.invocations += report.invocations;
+        t.reinvocations += report.reinvocations;
         t.crashes += report.crashes;
         t.restarts += report.restarts;
         t.pauses += report.pauses;

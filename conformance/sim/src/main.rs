@@ -169,9 +169,15 @@ fn main() -> ExitCode {
         (
             "messages",
             format!(
-                "{} ({} acked, {} dead-lettered; {} runs, {} re-runs; {} delayed, {} duplicate \
-                 publishes enqueued nothing)",
-                t.messages, t.acked, t.dead_lettered, t.runs, t.reruns, t.delayed, t.duplicates
+                "{} ({} acked, {} dead-lettered; {} invocations, {} re-invocations; {} delayed, \
+                 {} duplicate publishes enqueued nothing)",
+                t.messages,
+                t.acked,
+                t.dead_lettered,
+                t.invocations,
+                t.reinvocations,
+                t.delayed,
+                t.duplicates
             ),
         ),
         (

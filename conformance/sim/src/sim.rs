@@ -160,7 +160,7 @@ impl Sim {
             rng,
             msgs: Vec::new(),
             by_id: HashMap::new(),
-            runs: Vec::new(),
+            invocations: Vec::new(),
             replicas: vec![ReplicaView::default(); cfg.replicas],
             faults_active: true,
             shutting_down: false,
@@ -549,7 +549,7 @@ impl Sim {
         if delayed {
             s.report.delayed += 1;
         } else {
-            // A delayed message's stream id is known at its first delivery.
+            // A delayed message's entry id is known at its first delivery.
             s.by_id.insert(published.id.clone(), i);
             s.msgs[i].id = published.id.clone();
         }
@@ -904,8 +904,12 @@ impl Sim {
             let now = s.now();
             s.replicas[r].reported_at = Some(now);
             s.log(Event::Reported { r: r as u16 });
-            if let Some(run) = s.runs.iter().find(|run| run.replica == r && !run.ended) {
-                let msg = run.msg;
+            if let Some(invocation) = s
+                .invocations
+                .iter()
+                .find(|invocation| invocation.replica == r && !invocation.ended)
+            {
+                let msg = invocation.msg;
                 s.fail(
                     Check::NoLeak,
                     format!("r{r}'s worker reported its shutdown while its handler of m{msg} runs"),

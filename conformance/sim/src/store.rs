@@ -70,17 +70,21 @@ pub trait SimStore {
         &mut self,
         now: Instant,
         consumer: ConsumerId,
-        leases: &[LeaseRef],
+        lease_refs: &[LeaseRef],
     ) -> Vec<RenewResult>;
     /// Acks leases; one result per lease.
-    fn ack(&mut self, now: Instant, consumer: ConsumerId, leases: &[LeaseRef])
-        -> Vec<SettleResult>;
+    fn ack(
+        &mut self,
+        now: Instant,
+        consumer: ConsumerId,
+        lease_refs: &[LeaseRef],
+    ) -> Vec<SettleResult>;
     /// Releases a lease with a delay.
     fn release(
         &mut self,
         now: Instant,
         consumer: ConsumerId,
-        lease: &LeaseRef,
+        lease_ref: &LeaseRef,
         delay: Duration,
     ) -> SettleResult;
     /// Dead-letters a message.
@@ -88,7 +92,7 @@ pub trait SimStore {
         &mut self,
         now: Instant,
         consumer: ConsumerId,
-        lease: &LeaseRef,
+        lease_ref: &LeaseRef,
         reason: &DeadLetterReason,
     ) -> SettleResult;
     /// Messages in the stream (pending ones included; delayed ones not).
@@ -240,38 +244,38 @@ impl SimStore for MemoryStore {
         &mut self,
         now: Instant,
         consumer: ConsumerId,
-        leases: &[LeaseRef],
+        lease_refs: &[LeaseRef],
     ) -> Vec<RenewResult> {
-        self.at(now, consumer).renew_now(leases)
+        self.at(now, consumer).renew_now(lease_refs)
     }
 
     fn ack(
         &mut self,
         now: Instant,
         consumer: ConsumerId,
-        leases: &[LeaseRef],
+        lease_refs: &[LeaseRef],
     ) -> Vec<SettleResult> {
-        self.at(now, consumer).ack_now(leases)
+        self.at(now, consumer).ack_now(lease_refs)
     }
 
     fn release(
         &mut self,
         now: Instant,
         consumer: ConsumerId,
-        lease: &LeaseRef,
+        lease_ref: &LeaseRef,
         delay: Duration,
     ) -> SettleResult {
-        self.at(now, consumer).release_now(lease, delay)
+        self.at(now, consumer).release_now(lease_ref, delay)
     }
 
     fn dead_letter(
         &mut self,
         now: Instant,
         consumer: ConsumerId,
-        lease: &LeaseRef,
+        lease_ref: &LeaseRef,
         reason: &DeadLetterReason,
     ) -> SettleResult {
-        self.at(now, consumer).dead_letter_now(lease, reason)
+        self.at(now, consumer).dead_letter_now(lease_ref, reason)
     }
 
     fn len(&self) -> usize {
@@ -387,10 +391,10 @@ impl ModelStore {
     }
 
     /// The entry, if `consumer` holds it with the lease's fence (the owner check and the fence).
-    fn held(&self, consumer: ConsumerId, lease: &LeaseRef) -> Option<u64> {
-        let seq = Self::seq(&lease.id)?;
+    fn held(&self, consumer: ConsumerId, lease_ref: &LeaseRef) -> Option<u64> {
+        let seq = Self::seq(&lease_ref.id)?;
         let p = self.pel.get(&seq)?;
-        (p.owner == consumer && u64::from(p.delivery_count) == lease.fence.0).then_some(seq)
+        (p.owner == consumer && u64::from(p.delivery_count) == lease_ref.fence.0).then_some(seq)
     }
 
     /// A new stamp for a row that gets a claimable time.
@@ -560,21 +564,21 @@ impl SimStore for ModelStore {
         &mut self,
         now: Instant,
         consumer: ConsumerId,
-        leases: &[LeaseRef],
+        lease_refs: &[LeaseRef],
     ) -> Vec<RenewResult> {
         let until = now + self.claim_timeout;
-        leases
+        lease_refs
             .iter()
-            .map(|lease| {
+            .map(|lease_ref| {
                 let seq = if self.flaw == Some(Flaw::RenewStealsBack) {
                     // The flaw: no owner check, no fence check: the caller becomes the owner.
-                    let seq = Self::seq(&lease.id).filter(|s| self.pel.contains_key(s));
+                    let seq = Self::seq(&lease_ref.id).filter(|s| self.pel.contains_key(s));
                     if let Some(p) = seq.and_then(|s| self.pel.get_mut(&s)) {
                         p.owner = consumer;
                     }
                     seq
                 } else {
-                    self.held(consumer, lease)
+                    self.held(consumer, lease_ref)
                 };
                 match seq {
                     Some(seq) => {
@@ -591,15 +595,15 @@ impl SimStore for ModelStore {
         &mut self,
         _now: Instant,
         consumer: ConsumerId,
-        leases: &[LeaseRef],
+        lease_refs: &[LeaseRef],
     ) -> Vec<SettleResult> {
-        leases
+        lease_refs
             .iter()
-            .map(|lease| {
+            .map(|lease_ref| {
                 let seq = if self.flaw == Some(Flaw::AckIgnoresOwner) {
-                    Self::seq(&lease.id).filter(|s| self.pel.contains_key(s))
+                    Self::seq(&lease_ref.id).filter(|s| self.pel.contains_key(s))
                 } else {
-                    self.held(consumer, lease)
+                    self.held(consumer, lease_ref)
                 };
                 match seq.and_then(|s| self.remove(s)) {
                     Some(_) => SettleResult::Ok,
@@ -613,10 +617,10 @@ impl SimStore for ModelStore {
         &mut self,
         now: Instant,
         consumer: ConsumerId,
-        lease: &LeaseRef,
+        lease_ref: &LeaseRef,
         delay: Duration,
     ) -> SettleResult {
-        match self.held(consumer, lease) {
+        match self.held(consumer, lease_ref) {
             Some(seq) => {
                 self.set_claimable(seq, now + delay.min(self.claim_timeout));
                 SettleResult::Ok
@@ -629,15 +633,15 @@ impl SimStore for ModelStore {
         &mut self,
         _now: Instant,
         consumer: ConsumerId,
-        lease: &LeaseRef,
+        lease_ref: &LeaseRef,
         _reason: &DeadLetterReason,
     ) -> SettleResult {
-        let Some(seq) = self.held(consumer, lease) else {
+        let Some(seq) = self.held(consumer, lease_ref) else {
             return SettleResult::Lost;
         };
         let delivery_count = self.remove(seq).expect("held entries are pending");
         self.dead.push(DeadRow {
-            id: lease.id.clone(),
+            id: lease_ref.id.clone(),
             delivery_count,
             consumer,
         });

@@ -18,13 +18,13 @@ fn a_release_is_not_resent_for_a_lease_expired_by_the_same_input() {
     let delivery = |fence: u64| Fetched::new("0-1".into(), 7, fence as u32, Fence(fence));
     assert!(matches!(engine.poll_effect(), Some(Effect::Fetch { .. })));
     engine.handle_fetched(t0, StreamId(0), vec![delivery(1)]);
-    let Some(Effect::Run(run)) = engine.poll_effect() else {
-        panic!("expected a run");
+    let Some(Effect::Run(invocation)) = engine.poll_effect() else {
+        panic!("expected an invocation");
     };
     // A failed attempt: released with a 1 s delay (the release is in flight)...
     engine.handle_outcome(
         t0,
-        run.invocation,
+        invocation.id,
         Outcome::Retry {
             delay: Some(Duration::from_secs(1)),
         },

@@ -45,7 +45,7 @@ fn assert_eventful(summary: &Summary, cfg: &SimConfig) {
         "no takeover from a paused replica: {t:?}"
     );
     assert!(t.dead_lettered > 0 && t.acked > t.dead_lettered, "{t:?}");
-    assert!(t.reruns > 0, "{t:?}");
+    assert!(t.reinvocations > 0, "{t:?}");
     assert!(
         t.delayed > 0 && t.duplicates > 0,
         "no delayed message or no duplicate publish: {t:?}"

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use leasehold_core::MessageId;
 
-use crate::{ack, fetch, lease, margin, publish, BackendFactory};
+use crate::{ack, fetch, lease_ref, margin, publish, BackendFactory};
 
 /// A [`BackendFactory`] whose streams may have several consumer groups. Expand
 /// [`groups_suite!`](crate::groups_suite) with it. A backend whose streams have one group
@@ -41,8 +41,8 @@ async fn take<B: leasehold_core::Backend>(b: &B, h: usize, max: usize, got: &mut
     if batch.is_empty() {
         return;
     }
-    let leases: Vec<_> = batch.iter().map(lease).collect();
-    ack(b, &leases).await;
+    let lease_refs: Vec<_> = batch.iter().map(lease_ref).collect();
+    ack(b, &lease_refs).await;
     got.entry(h)
         .or_default()
         .extend(batch.iter().map(|m| m.id.clone()));

@@ -138,7 +138,7 @@ pub use worker::{
     worker_shutdown_hands_back,
 };
 
-fn lease<P>(message: &Fetched<P>) -> LeaseRef {
+fn lease_ref<P>(message: &Fetched<P>) -> LeaseRef {
     LeaseRef::from(message)
 }
 
@@ -171,12 +171,12 @@ async fn fetch<B: Backend>(b: &B, max: usize) -> Vec<Fetched<B::Payload>> {
         .messages
 }
 
-async fn renew<B: Backend>(b: &B, leases: &[LeaseRef]) -> Vec<RenewResult> {
-    b.renew(leases).await.expect("renew failed")
+async fn renew<B: Backend>(b: &B, lease_refs: &[LeaseRef]) -> Vec<RenewResult> {
+    b.renew(lease_refs).await.expect("renew failed")
 }
 
-async fn ack<B: Backend>(b: &B, leases: &[LeaseRef]) -> Vec<SettleResult> {
-    b.ack(leases).await.expect("ack failed")
+async fn ack<B: Backend>(b: &B, lease_refs: &[LeaseRef]) -> Vec<SettleResult> {
+    b.ack(lease_refs).await.expect("ack failed")
 }
 
 async fn stream_len<B: Backend>(b: &B) -> u64 {
@@ -292,7 +292,7 @@ pub async fn round_trip<F: BackendFactory>(f: &F) {
     );
     ensure!(
         P,
-        ack(a, &[lease(m)]).await == [SettleResult::Ok],
+        ack(a, &[lease_ref(m)]).await == [SettleResult::Ok],
         "owner's ack refused"
     );
     ensure!(
@@ -332,7 +332,7 @@ pub async fn identical_payloads_stay_distinct<F: BackendFactory>(f: &F) {
     );
     ensure!(
         P,
-        ack(a, &[lease(&batch[0])]).await == [SettleResult::Ok],
+        ack(a, &[lease_ref(&batch[0])]).await == [SettleResult::Ok],
         "ack of the first"
     );
     ensure!(
@@ -342,7 +342,7 @@ pub async fn identical_payloads_stay_distinct<F: BackendFactory>(f: &F) {
     );
     ensure!(
         P,
-        ack(a, &[lease(&batch[1])]).await == [SettleResult::Ok],
+        ack(a, &[lease_ref(&batch[1])]).await == [SettleResult::Ok],
         "ack of the second"
     );
 }
@@ -359,7 +359,7 @@ pub async fn renew_keeps_lease_alive<F: BackendFactory>(f: &F) {
         f.advance(claim / 2).await;
         ensure!(
             P,
-            renew(a, &[lease(&m)]).await == [RenewResult::Kept],
+            renew(a, &[lease_ref(&m)]).await == [RenewResult::Kept],
             "renew {round} lost"
         );
         ensure!(
@@ -370,7 +370,7 @@ pub async fn renew_keeps_lease_alive<F: BackendFactory>(f: &F) {
     }
     ensure!(
         P,
-        ack(a, &[lease(&m)]).await == [SettleResult::Ok],
+        ack(a, &[lease_ref(&m)]).await == [SettleResult::Ok],
         "ack after renews refused"
     );
 }
@@ -419,17 +419,17 @@ pub async fn renew_by_non_owner_is_lost<F: BackendFactory>(f: &F) {
     let (old, new) = taken_over(P, f, a, b, claim).await;
     ensure!(
         P,
-        renew(a, &[lease(&old)]).await == [RenewResult::Lost],
+        renew(a, &[lease_ref(&old)]).await == [RenewResult::Lost],
         "stale renew kept"
     );
     ensure!(
         P,
-        renew(a, &[lease(&new)]).await == [RenewResult::Lost],
+        renew(a, &[lease_ref(&new)]).await == [RenewResult::Lost],
         "renew by a non-owner with the current fence kept"
     );
     ensure!(
         P,
-        renew(b, &[lease(&new)]).await == [RenewResult::Kept],
+        renew(b, &[lease_ref(&new)]).await == [RenewResult::Kept],
         "owner lost its lease"
     );
     ensure!(
@@ -439,7 +439,7 @@ pub async fn renew_by_non_owner_is_lost<F: BackendFactory>(f: &F) {
     );
     ensure!(
         P,
-        ack(b, &[lease(&new)]).await == [SettleResult::Ok],
+        ack(b, &[lease_ref(&new)]).await == [SettleResult::Ok],
         "owner's ack refused"
     );
 }
@@ -454,12 +454,12 @@ pub async fn ack_by_non_owner_keeps_entry<F: BackendFactory>(f: &F) {
     let (old, new) = taken_over(P, f, a, b, claim).await;
     ensure!(
         P,
-        ack(a, &[lease(&old)]).await == [SettleResult::Lost],
+        ack(a, &[lease_ref(&old)]).await == [SettleResult::Lost],
         "stale ack accepted"
     );
     ensure!(
         P,
-        ack(a, &[lease(&new)]).await == [SettleResult::Lost],
+        ack(a, &[lease_ref(&new)]).await == [SettleResult::Lost],
         "ack by a non-owner with the current fence accepted"
     );
     ensure!(
@@ -478,7 +478,7 @@ pub async fn ack_by_non_owner_keeps_entry<F: BackendFactory>(f: &F) {
     );
     ensure!(
         P,
-        ack(b, &[lease(&new)]).await == [SettleResult::Lost],
+        ack(b, &[lease_ref(&new)]).await == [SettleResult::Lost],
         "the owner's ack with the fence of an earlier delivery accepted"
     );
     ensure!(
@@ -488,7 +488,7 @@ pub async fn ack_by_non_owner_keeps_entry<F: BackendFactory>(f: &F) {
     );
     ensure!(
         P,
-        ack(b, &[lease(&again[0])]).await == [SettleResult::Ok],
+        ack(b, &[lease_ref(&again[0])]).await == [SettleResult::Ok],
         "owner's ack refused"
     );
     ensure!(
@@ -507,7 +507,10 @@ pub async fn release_with_delay<F: BackendFactory>(f: &F) {
     publish(a, b"job").await;
     let m = fetch(a, 1).await.remove(0);
     let delay = claim / 2;
-    let released = a.release(&lease(&m), delay).await.expect("release failed");
+    let released = a
+        .release(&lease_ref(&m), delay)
+        .await
+        .expect("release failed");
     ensure!(
         P,
         released == SettleResult::Ok,
@@ -527,7 +530,7 @@ pub async fn release_with_delay<F: BackendFactory>(f: &F) {
     );
     ensure!(P, taken[0].id == m.id, "b took a different message");
     let stale = a
-        .release(&lease(&m), Duration::ZERO)
+        .release(&lease_ref(&m), Duration::ZERO)
         .await
         .expect("release failed");
     ensure!(
@@ -536,7 +539,7 @@ pub async fn release_with_delay<F: BackendFactory>(f: &F) {
         "stale release accepted: {stale:?}"
     );
     let now = b
-        .release(&lease(&taken[0]), Duration::ZERO)
+        .release(&lease_ref(&taken[0]), Duration::ZERO)
         .await
         .expect("release failed");
     ensure!(
@@ -552,7 +555,7 @@ pub async fn release_with_delay<F: BackendFactory>(f: &F) {
     );
     ensure!(
         P,
-        ack(a, &[lease(&again[0])]).await == [SettleResult::Ok],
+        ack(a, &[lease_ref(&again[0])]).await == [SettleResult::Ok],
         "ack refused"
     );
 }
@@ -569,7 +572,7 @@ pub async fn dead_letter_removes_message<F: BackendFactory>(f: &F) {
     let (old, new) = taken_over(P, f, a, b, claim).await;
     let reason = DeadLetterReason::Rejected("conformance".into());
     let stale = a
-        .dead_letter(&lease(&old), &reason)
+        .dead_letter(&lease_ref(&old), &reason)
         .await
         .expect("dead_letter failed");
     ensure!(
@@ -590,7 +593,7 @@ pub async fn dead_letter_removes_message<F: BackendFactory>(f: &F) {
         );
     }
     let done = b
-        .dead_letter(&lease(&new), &reason)
+        .dead_letter(&lease_ref(&new), &reason)
         .await
         .expect("dead_letter failed");
     ensure!(
@@ -657,7 +660,7 @@ pub async fn delivery_count_grows_on_takeover_not_renew<F: BackendFactory>(f: &F
         f.advance(claim / 2).await;
         ensure!(
             P,
-            renew(a, &[lease(&m1)]).await == [RenewResult::Kept],
+            renew(a, &[lease_ref(&m1)]).await == [RenewResult::Kept],
             "renew lost"
         );
     }
@@ -703,7 +706,7 @@ pub async fn results_are_per_lease<F: BackendFactory>(f: &F) {
         "a fetched {} of 2 new messages",
         held.len()
     );
-    let batch = [lease(&held[0]), lease(&old), lease(&held[1])];
+    let batch = [lease_ref(&held[0]), lease_ref(&old), lease_ref(&held[1])];
     let renewed = renew(a, &batch).await;
     ensure!(
         P,
@@ -723,7 +726,7 @@ pub async fn results_are_per_lease<F: BackendFactory>(f: &F) {
     );
     ensure!(
         P,
-        ack(b, &[lease(&new)]).await == [SettleResult::Ok],
+        ack(b, &[lease_ref(&new)]).await == [SettleResult::Ok],
         "owner's ack refused"
     );
 }
@@ -932,7 +935,7 @@ pub async fn pending_counts_only_delivered<F: BackendFactory>(f: &F) {
         "pending() is {n} after a delivery to each of two consumers (1 message undelivered)"
     );
     let released = b
-        .release(&lease(&second[0]), claim / 2)
+        .release(&lease_ref(&second[0]), claim / 2)
         .await
         .expect("release failed");
     ensure!(
@@ -948,7 +951,7 @@ pub async fn pending_counts_only_delivered<F: BackendFactory>(f: &F) {
     );
     ensure!(
         P,
-        ack(a, &[lease(&first[0])]).await == [SettleResult::Ok],
+        ack(a, &[lease_ref(&first[0])]).await == [SettleResult::Ok],
         "owner's ack refused"
     );
     let n = pending(a).await;
@@ -976,10 +979,10 @@ pub async fn pending_counts_only_delivered<F: BackendFactory>(f: &F) {
     );
     let n = pending(a).await;
     ensure!(P, n == 2, "pending() is {n} with two delivered, none acked");
-    let leases: Vec<_> = rest.iter().map(lease).collect();
+    let lease_refs: Vec<_> = rest.iter().map(lease_ref).collect();
     ensure!(
         P,
-        ack(a, &leases).await == [SettleResult::Ok, SettleResult::Ok],
+        ack(a, &lease_refs).await == [SettleResult::Ok, SettleResult::Ok],
         "owner's ack refused"
     );
     let n = pending(a).await;
@@ -997,7 +1000,7 @@ pub async fn lapsed_lease_untaken_is_still_owned<F: BackendFactory>(f: &F) {
     publish(a, b"job").await;
     let m = fetch(a, 1).await.remove(0);
     f.advance(claim + margin(claim)).await;
-    let renewed = renew(a, &[lease(&m)]).await;
+    let renewed = renew(a, &[lease_ref(&m)]).await;
     ensure!(
         P,
         renewed == [RenewResult::Kept],
@@ -1018,7 +1021,7 @@ pub async fn lapsed_lease_untaken_is_still_owned<F: BackendFactory>(f: &F) {
     f.advance(claim / 2 + margin(claim)).await;
     ensure!(
         P,
-        ack(a, &[lease(&m)]).await == [SettleResult::Ok],
+        ack(a, &[lease_ref(&m)]).await == [SettleResult::Ok],
         "the owner's ack of a lapsed lease no peer took was refused"
     );
     ensure!(

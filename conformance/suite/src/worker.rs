@@ -35,7 +35,7 @@ async fn publish_n<B: Backend<Payload: From<Vec<u8>>>>(b: &B, n: u64) {
 
 /// One handler invocation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Run {
+struct InvocationRecord {
     message: u64,
     attempt: u32,
     delivery_count: u32,
@@ -44,7 +44,7 @@ struct Run {
 
 #[derive(Default)]
 struct Record {
-    runs: Vec<Run>,
+    invocations: Vec<InvocationRecord>,
     /// Start (`true`) and end (`false`) of invocations, by message, in order.
     marks: Vec<(u64, bool)>,
     running: HashMap<u64, usize>,
@@ -68,7 +68,7 @@ impl Recorder {
     fn enter(&self, worker: usize, d: &Delivery<u64>) -> Guard {
         let mut r = self.lock();
         let message = *d.message();
-        r.runs.push(Run {
+        r.invocations.push(InvocationRecord {
             message,
             attempt: d.attempt(),
             delivery_count: d.delivery_count(),
@@ -87,12 +87,12 @@ impl Recorder {
         }
     }
 
-    fn runs(&self) -> Vec<Run> {
-        self.lock().runs.clone()
+    fn invocations(&self) -> Vec<InvocationRecord> {
+        self.lock().invocations.clone()
     }
 
-    fn runs_of(&self, message: u64) -> Vec<Run> {
-        self.runs()
+    fn invocations_of(&self, message: u64) -> Vec<InvocationRecord> {
+        self.invocations()
             .into_iter()
             .filter(|r| r.message == message)
             .collect()
@@ -171,8 +171,8 @@ fn done(_: u64, _: u32) -> Outcome {
     Outcome::Done
 }
 
-/// Backpressure and serial runs: a worker with concurrency 3 over 12 messages never runs more
-/// than 3 handlers at once nor two invocations of one message at once, runs each once and acks
+/// Backpressure and serial invocations: a worker with concurrency 3 over 12 messages never runs
+/// more than 3 handlers at once nor two invocations of one message at once, runs each once and acks
 /// them all.
 pub async fn worker_backpressure_and_serial<F: BackendFactory>(f: &F) {
     const P: &str = "worker_backpressure_and_serial";
@@ -210,12 +210,12 @@ pub async fn worker_backpressure_and_serial<F: BackendFactory>(f: &F) {
         "{} invocations of one message ran at once",
         record.max_same
     );
-    let mut seen: Vec<u64> = record.runs.iter().map(|r| r.message).collect();
+    let mut seen: Vec<u64> = record.invocations.iter().map(|r| r.message).collect();
     seen.sort_unstable();
     ensure!(
         P,
         seen == (0..MESSAGES).collect::<Vec<_>>(),
-        "each message must run exactly once, runs: {seen:?}"
+        "each message must run exactly once, invocations: {seen:?}"
     );
     ensure!(
         P,
@@ -243,15 +243,19 @@ pub async fn worker_no_reclaim_of_live_work<F: BackendFactory>(f: &F) {
         stream_len(&observer).await == 0
     })
     .await;
-    // Give a stray second run the chance to show.
+    // Give a stray second invocation the chance to show.
     tokio::time::sleep(POLL * 4).await;
     let (ra, rb) = (
         a.shutdown(Duration::from_secs(2)).await,
         b.shutdown(Duration::from_secs(2)).await,
     );
-    let runs = recorder.runs();
+    let invocations = recorder.invocations();
     for i in 0..MESSAGES {
-        let of: Vec<Run> = runs.iter().filter(|r| r.message == i).copied().collect();
+        let of: Vec<InvocationRecord> = invocations
+            .iter()
+            .filter(|r| r.message == i)
+            .copied()
+            .collect();
         ensure!(
             P,
             of.len() == 1,
@@ -314,8 +318,8 @@ pub async fn worker_pending_repoll<F: BackendFactory>(f: &F) {
     })
     .await;
     let report = worker.shutdown(Duration::from_secs(2)).await;
-    let runs = recorder.runs();
-    let pending: Vec<Run> = recorder.runs_of(0);
+    let invocations = recorder.invocations();
+    let pending: Vec<InvocationRecord> = recorder.invocations_of(0);
     ensure!(
         P,
         pending.iter().map(|r| r.attempt).collect::<Vec<_>>() == [1, 2, 3],
@@ -327,20 +331,26 @@ pub async fn worker_pending_repoll<F: BackendFactory>(f: &F) {
         pending.iter().all(|r| r.delivery_count == 1),
         "the Pending message was delivered again: {pending:?}"
     );
-    let first = runs.iter().position(|r| r.message == 0).unwrap_or(0);
-    let last = runs.iter().rposition(|r| r.message == 0).unwrap_or(0);
-    let between = runs[first..last].iter().filter(|r| r.message != 0).count();
+    let first = invocations.iter().position(|r| r.message == 0).unwrap_or(0);
+    let last = invocations
+        .iter()
+        .rposition(|r| r.message == 0)
+        .unwrap_or(0);
+    let between = invocations[first..last]
+        .iter()
+        .filter(|r| r.message != 0)
+        .count();
     ensure!(
         P,
         between > 0,
-        "no other message ran while the Pending one waited: {runs:?}"
+        "no other message ran while the Pending one waited: {invocations:?}"
     );
     for i in 1..=OTHERS {
         ensure!(
             P,
-            recorder.runs_of(i).len() == 1,
+            recorder.invocations_of(i).len() == 1,
             "message {i} ran {} times",
-            recorder.runs_of(i).len()
+            recorder.invocations_of(i).len()
         );
     }
     ensure!(
@@ -419,7 +429,7 @@ pub async fn worker_crash_failover<F: BackendFactory>(f: &F) {
         .start()
         .expect("a valid worker");
     wait_until(P, "worker a started the message", || async {
-        !recorder.runs().is_empty()
+        !recorder.invocations().is_empty()
     })
     .await;
     // Let a couple of heartbeats pass, so the crash hits a lease that is being renewed.
@@ -442,26 +452,26 @@ pub async fn worker_crash_failover<F: BackendFactory>(f: &F) {
         stream_len(&observer).await == 0
     })
     .await;
-    // Give a stray second run or ack the chance to show.
+    // Give a stray second invocation or ack the chance to show.
     tokio::time::sleep(POLL * 4).await;
     let report = peer.shutdown(Duration::from_secs(2)).await;
-    let runs = recorder.runs_of(7);
+    let invocations = recorder.invocations_of(7);
     ensure!(
         P,
-        runs.len() == 2 && runs[0].worker == 0 && runs[1].worker == 1,
-        "expected one run on a then one on b, got {runs:?}"
+        invocations.len() == 2 && invocations[0].worker == 0 && invocations[1].worker == 1,
+        "expected one invocation on a then one on b, got {invocations:?}"
     );
     ensure!(
         P,
-        runs[0].delivery_count == 1,
+        invocations[0].delivery_count == 1,
         "a's delivery count is {}",
-        runs[0].delivery_count
+        invocations[0].delivery_count
     );
     ensure!(
         P,
-        runs[1].delivery_count >= 2,
+        invocations[1].delivery_count >= 2,
         "b took the message over with delivery count {}",
-        runs[1].delivery_count
+        invocations[1].delivery_count
     );
     ensure!(
         P,
@@ -521,7 +531,7 @@ pub async fn worker_shutdown_hands_back<F: BackendFactory>(f: &F) {
     );
     ensure!(
         P,
-        recorder.runs().len() == 1,
+        recorder.invocations().len() == 1,
         "the message ran more than once"
     );
 }
@@ -549,14 +559,14 @@ pub async fn worker_prefetch_hands_back<F: BackendFactory>(f: &F) {
         done,
     );
     wait_until(P, "one message running and all four leased", || async {
-        !recorder.runs().is_empty() && pending(&fresh).await == MESSAGES
+        !recorder.invocations().is_empty() && pending(&fresh).await == MESSAGES
     })
     .await;
     ensure!(
         P,
-        recorder.runs().len() == 1,
+        recorder.invocations().len() == 1,
         "{} handlers started with concurrency 1",
-        recorder.runs().len()
+        recorder.invocations().len()
     );
     let report = worker.shutdown(Duration::from_secs(5)).await;
     let back = fetch(&fresh, 10).await;
@@ -569,7 +579,7 @@ pub async fn worker_prefetch_hands_back<F: BackendFactory>(f: &F) {
     );
     let record = recorder.lock();
     ensure!(P, record.max_same == 1, "a message ran twice at once");
-    let ran: Vec<u64> = record.runs.iter().map(|r| r.message).collect();
+    let ran: Vec<u64> = record.invocations.iter().map(|r| r.message).collect();
     for message in &back {
         let n: u64 = std::str::from_utf8(message.payload.as_ref())
             .ok()
@@ -578,7 +588,7 @@ pub async fn worker_prefetch_hands_back<F: BackendFactory>(f: &F) {
         ensure!(
             P,
             !ran.contains(&n),
-            "message {n} ran and was handed back (runs: {ran:?})"
+            "message {n} ran and was handed back (invocations: {ran:?})"
         );
     }
 }

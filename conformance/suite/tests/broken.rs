@@ -71,9 +71,12 @@ impl Broken {
 
     /// The renew of [`Flaw::LapsedRenewLost`]: `Lost` for each lease idle past the claim
     /// timeout, without touching it; the others renewed.
-    async fn renew_unless_lapsed(&self, leases: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
+    async fn renew_unless_lapsed(
+        &self,
+        lease_refs: &[LeaseRef],
+    ) -> BackendResult<Vec<RenewResult>> {
         let stream = self.inner.stream();
-        let lapsed: Vec<bool> = leases
+        let lapsed: Vec<bool> = lease_refs
             .iter()
             .map(|l| {
                 stream
@@ -81,7 +84,7 @@ impl Broken {
                     .is_some_and(|p| p.idle >= stream.claim_timeout())
             })
             .collect();
-        let live: Vec<LeaseRef> = leases
+        let live: Vec<LeaseRef> = lease_refs
             .iter()
             .zip(&lapsed)
             .filter(|(_, &lapsed)| !lapsed)
@@ -122,37 +125,37 @@ impl Backend for Broken {
         Ok(batch)
     }
 
-    async fn renew(&self, leases: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
+    async fn renew(&self, lease_refs: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
         if let Flaw::LapsedRenewLost = self.flaw {
-            return self.renew_unless_lapsed(leases).await;
+            return self.renew_unless_lapsed(lease_refs).await;
         }
-        let results = self.inner.renew(leases).await?;
+        let results = self.inner.renew(lease_refs).await?;
         Ok(match self.flaw {
-            Flaw::RenewIgnoresOwner => vec![RenewResult::Kept; leases.len()],
+            Flaw::RenewIgnoresOwner => vec![RenewResult::Kept; lease_refs.len()],
             Flaw::AllOrNothing if results.contains(&RenewResult::Lost) => {
-                vec![RenewResult::Lost; leases.len()]
+                vec![RenewResult::Lost; lease_refs.len()]
             }
             _ => results,
         })
     }
 
-    async fn ack(&self, leases: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
-        self.inner.ack(leases).await
+    async fn ack(&self, lease_refs: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
+        self.inner.ack(lease_refs).await
     }
 
-    async fn release(&self, lease: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
+    async fn release(&self, lease_ref: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
         match self.flaw {
-            Flaw::ReleaseIgnoresDelay => self.inner.release(lease, Duration::ZERO).await,
-            _ => self.inner.release(lease, delay).await,
+            Flaw::ReleaseIgnoresDelay => self.inner.release(lease_ref, Duration::ZERO).await,
+            _ => self.inner.release(lease_ref, delay).await,
         }
     }
 
     async fn dead_letter(
         &self,
-        lease: &LeaseRef,
+        lease_ref: &LeaseRef,
         reason: &DeadLetterReason,
     ) -> BackendResult<SettleResult> {
-        self.inner.dead_letter(lease, reason).await
+        self.inner.dead_letter(lease_ref, reason).await
     }
 
     async fn stream_len(&self) -> BackendResult<u64> {

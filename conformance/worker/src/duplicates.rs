@@ -12,7 +12,7 @@ use crate::TestRuntime;
 
 /// A message delivered again while this worker holds it (its lease lapsed on the backend, and
 /// the worker's own fetch reclaimed it) adopts the new delivery and is not run a second time;
-/// the one run's result is acked with the new delivery's fence.
+/// the one invocation's result is acked with the new delivery's fence.
 pub async fn redelivery_while_held_does_not_start_a_second_run<T: TestRuntime>(rt: T) {
     let clock = rt.clock();
     let stream = memory_stream(&clock, LONG_CLAIM);
@@ -23,9 +23,9 @@ pub async fn redelivery_while_held_does_not_start_a_second_run<T: TestRuntime>(r
         move |d: Delivery<String>| {
             let (rec, gate) = (rec.clone(), gate.clone());
             async move {
-                let run = rec.enter(&d);
+                let guard = rec.enter(&d);
                 gate.wait().await;
-                run.returned();
+                guard.returned();
             }
         }
     };
@@ -56,7 +56,12 @@ pub async fn redelivery_while_held_does_not_start_a_second_run<T: TestRuntime>(r
     gate.open();
     wait_until(&rt, "the message to be acked", || stream.is_empty()).await;
     let report = worker.shutdown(LONG_CLAIM).await;
-    assert_eq!(rec.started("held"), 1, "one run in all: {:?}", rec.runs());
+    assert_eq!(
+        rec.started("held"),
+        1,
+        "one invocation in all: {:?}",
+        rec.invocations()
+    );
     assert_eq!(rec.max_same_message(), 1);
     let fences: Vec<u64> = taps.acks_of(&id).iter().map(|l| l.fence.0).collect();
     assert_eq!(fences, [2], "acked once, with the adopted delivery's fence");
@@ -79,9 +84,9 @@ pub async fn long_handlers_are_not_run_twice_across_workers<T: TestRuntime>(rt: 
         move |d: Delivery<String>| {
             let (rec, rt) = (rec.clone(), rt.clone());
             async move {
-                let run = rec.enter(&d);
+                let guard = rec.enter(&d);
                 rt.sleep(claim * 2).await;
-                run.returned();
+                guard.returned();
             }
         }
     };
@@ -106,14 +111,14 @@ pub async fn long_handlers_are_not_run_twice_across_workers<T: TestRuntime>(rt: 
         acked += worker.shutdown(claim).await.acked;
     }
     let mut per_message: HashMap<String, usize> = HashMap::new();
-    for run in rec.runs() {
-        *per_message.entry(run.message).or_default() += 1;
+    for invocation in rec.invocations() {
+        *per_message.entry(invocation.message).or_default() += 1;
     }
     assert_eq!(per_message.len(), 6);
     assert!(
         per_message.values().all(|&n| n == 1),
         "each message ran exactly once: {per_message:?}\nworker stats: {stats:?}\nruns: {:#?}",
-        rec.runs()
+        rec.invocations()
     );
     assert_eq!(rec.max_same_message(), 1);
     for s in &stats {

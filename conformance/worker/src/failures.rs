@@ -27,9 +27,9 @@ pub async fn failures_back_off_then_dead_letter<T: TestRuntime>(rt: T) {
     let handler = {
         let rec = rec.clone();
         move |d: Delivery<String>| {
-            let run = rec.enter(&d);
+            let guard = rec.enter(&d);
             async move {
-                run.returned();
+                guard.returned();
                 match d.message().as_str() {
                     "panics" => panic!("boom (a deliberate test panic)"),
                     "errors" => Err("nope".to_string()),
@@ -53,12 +53,12 @@ pub async fn failures_back_off_then_dead_letter<T: TestRuntime>(rt: T) {
 
     let dead = stream.dead_letters();
     for (id, message, error) in [(&panics, "panics", "boom"), (&errors, "errors", "nope")] {
-        let runs = rec.runs_of(message);
-        let counts: Vec<u32> = runs.iter().map(|r| r.delivery_count).collect();
+        let invocations = rec.invocations_of(message);
+        let counts: Vec<u32> = invocations.iter().map(|r| r.delivery_count).collect();
         assert_eq!(
             counts,
             [1, 2, 3],
-            "{message}: one run per delivery, up to the cap"
+            "{message}: one invocation per delivery, up to the cap"
         );
         let letter = dead
             .iter()
@@ -72,7 +72,7 @@ pub async fn failures_back_off_then_dead_letter<T: TestRuntime>(rt: T) {
         );
         assert_eq!(letter.consumer, "w1");
         if rt.is_virtual() {
-            for (k, pair) in runs.windows(2).enumerate() {
+            for (k, pair) in invocations.windows(2).enumerate() {
                 let backoff = RETRY_INITIAL * 2u32.pow(k as u32);
                 let (ended, _) = pair[0].ended.expect("ended");
                 let gap = pair[1].started - ended;
@@ -85,17 +85,17 @@ pub async fn failures_back_off_then_dead_letter<T: TestRuntime>(rt: T) {
         }
     }
     // The other messages flowed while the failing ones backed off.
-    let (runs, marks) = (rec.runs(), rec.marks());
+    let (invocations, marks) = (rec.invocations(), rec.marks());
     for i in 0..4 {
         assert_eq!(rec.started(&format!("ok-{i}")), 1);
     }
     let first_ok_end = marks
         .iter()
-        .position(|m| matches!(m, Mark::End(i) if runs[*i].message.starts_with("ok-")))
+        .position(|m| matches!(m, Mark::End(i) if invocations[*i].message.starts_with("ok-")))
         .expect("ok messages ran");
     let last_failure_start = marks
         .iter()
-        .rposition(|m| matches!(m, Mark::Start(i) if !runs[*i].message.starts_with("ok-")))
+        .rposition(|m| matches!(m, Mark::Start(i) if !invocations[*i].message.starts_with("ok-")))
         .expect("failures ran");
     assert!(
         first_ok_end < last_failure_start,
@@ -113,8 +113,8 @@ pub async fn undecodable_payload_is_dead_lettered_at_once<T: TestRuntime>(rt: T)
     let handler = {
         let rec = rec.clone();
         move |d: Delivery<String>| {
-            let run = rec.enter(&d);
-            async move { run.returned() }
+            let guard = rec.enter(&d);
+            async move { guard.returned() }
         }
     };
     let worker = builder(&rt, base_config())
@@ -133,7 +133,7 @@ pub async fn undecodable_payload_is_dead_lettered_at_once<T: TestRuntime>(rt: T)
         "{:?}",
         dead[0].reason
     );
-    let ran: Vec<String> = rec.runs().into_iter().map(|r| r.message).collect();
+    let ran: Vec<String> = rec.invocations().into_iter().map(|r| r.message).collect();
     assert_eq!(ran, ["fine"]);
     assert_eq!((report.acked, report.dead_lettered), (1, 1));
 }
@@ -152,10 +152,10 @@ pub async fn lost_lease_cancels_the_handler_and_drops_its_result<T: TestRuntime>
         move |d: Delivery<String>| {
             let rec = rec.clone();
             async move {
-                let run = rec.enter(&d);
+                let guard = rec.enter(&d);
                 let reason = d.cancelled().await;
-                rec.cancelled(&run, reason);
-                run.returned();
+                rec.cancelled(&guard, reason);
+                guard.returned();
                 // The result a stale worker must not act on.
                 Outcome::Done
             }
@@ -175,10 +175,10 @@ pub async fn lost_lease_cancels_the_handler_and_drops_its_result<T: TestRuntime>
     let stolen = thief.fetch_now(1);
     assert_eq!(stolen.len(), 1, "the lapsed message is reclaimable");
     assert_eq!((&stolen[0].id, stolen[0].delivery_count), (&id, 2));
-    let lease = LeaseRef::new(id.clone(), stolen[0].fence);
+    let lease_ref = LeaseRef::new(id.clone(), stolen[0].fence);
     // The thief keeps its lease alive while the worker's next heartbeat learns of the loss.
     let keep = || {
-        let kept = thief.renew_now(std::slice::from_ref(&lease));
+        let kept = thief.renew_now(std::slice::from_ref(&lease_ref));
         assert_eq!(
             kept,
             [leasehold_worker::core::RenewResult::Kept],
@@ -187,25 +187,29 @@ pub async fn lost_lease_cancels_the_handler_and_drops_its_result<T: TestRuntime>
     };
     wait_until(&rt, "the handler to be cancelled and return", || {
         keep();
-        rec.runs_of("victim")[0].ended.is_some()
+        rec.invocations_of("victim")[0].ended.is_some()
     })
     .await;
     settle(&rt).await;
     keep();
 
-    let runs = rec.runs_of("victim");
-    assert_eq!(runs.len(), 1, "the worker does not run it again: {runs:?}");
-    let cancelled = runs[0].cancelled.map(|(_, reason)| reason);
+    let invocations = rec.invocations_of("victim");
+    assert_eq!(
+        invocations.len(),
+        1,
+        "the worker does not run it again: {invocations:?}"
+    );
+    let cancelled = invocations[0].cancelled.map(|(_, reason)| reason);
     assert_eq!(cancelled, Some(CancelReason::LeaseLost));
     assert!(
         taps.acks_of(&id).is_empty(),
-        "the cancelled run's Done was not acked: {:?}",
+        "the cancelled invocation's Done was not acked: {:?}",
         taps.acks()
     );
     let info = stream.pending_info(&id).expect("still pending");
     assert_eq!((info.owner.as_str(), info.delivery_count), ("thief", 2));
     assert_eq!(
-        thief.ack_now(&[lease]),
+        thief.ack_now(&[lease_ref]),
         [leasehold_worker::core::SettleResult::Ok]
     );
     assert!(stream.is_empty());
@@ -225,16 +229,16 @@ pub async fn failing_renews_expire_the_lease_and_cancel_the_handler<T: TestRunti
         move |d: Delivery<String>| {
             let rec = rec.clone();
             async move {
-                let run = rec.enter(&d);
+                let guard = rec.enter(&d);
                 if d.delivery_count() == 1 {
                     let reason = d.cancelled().await;
-                    rec.cancelled(&run, reason);
-                    run.returned();
+                    rec.cancelled(&guard, reason);
+                    guard.returned();
                     return Outcome::Failed {
                         error: "stopped: the lease expired".into(),
                     };
                 }
-                run.returned();
+                guard.returned();
                 Outcome::Done
             }
         }
@@ -248,7 +252,7 @@ pub async fn failing_renews_expire_the_lease_and_cancel_the_handler<T: TestRunti
     wait_until(&rt, "the handler to start", || rec.running("victim") == 1).await;
     taps.fail_renews(true);
     wait_until(&rt, "the handler to be cancelled", || {
-        rec.runs_of("victim")[0].cancelled.is_some()
+        rec.invocations_of("victim")[0].cancelled.is_some()
     })
     .await;
     if rt.is_virtual() {
@@ -263,10 +267,14 @@ pub async fn failing_renews_expire_the_lease_and_cancel_the_handler<T: TestRunti
     wait_until(&rt, "the retried message to be acked", || stream.is_empty()).await;
     let report = worker.shutdown(LONG_CLAIM).await;
 
-    let runs = rec.runs_of("victim");
-    let counts: Vec<u32> = runs.iter().map(|r| r.delivery_count).collect();
-    assert_eq!(counts, [1, 2], "cancelled once, then retried: {runs:?}");
-    let cancelled = runs[0].cancelled.map(|(_, reason)| reason);
+    let invocations = rec.invocations_of("victim");
+    let counts: Vec<u32> = invocations.iter().map(|r| r.delivery_count).collect();
+    assert_eq!(
+        counts,
+        [1, 2],
+        "cancelled once, then retried: {invocations:?}"
+    );
+    let cancelled = invocations[0].cancelled.map(|(_, reason)| reason);
     assert_eq!(cancelled, Some(CancelReason::LeaseExpired));
     let fences: Vec<u64> = taps.acks_of(&id).iter().map(|l| l.fence.0).collect();
     assert_eq!(fences, [2], "only the retry's result was acked");
@@ -286,10 +294,10 @@ pub async fn a_done_within_the_cancel_grace_after_expiry_is_acked<T: TestRuntime
         move |d: Delivery<String>| {
             let rec = rec.clone();
             async move {
-                let run = rec.enter(&d);
+                let guard = rec.enter(&d);
                 let reason = d.cancelled().await;
-                rec.cancelled(&run, reason);
-                run.returned();
+                rec.cancelled(&guard, reason);
+                guard.returned();
             }
         }
     };
@@ -309,9 +317,9 @@ pub async fn a_done_within_the_cancel_grace_after_expiry_is_acked<T: TestRuntime
     wait_until(&rt, "the message to be acked", || stream.is_empty()).await;
     let report = worker.shutdown(LONG_CLAIM).await;
 
-    let runs = rec.runs_of("victim");
-    assert_eq!(runs.len(), 1, "never run again: {runs:?}");
-    let cancelled = runs[0].cancelled.map(|(_, reason)| reason);
+    let invocations = rec.invocations_of("victim");
+    assert_eq!(invocations.len(), 1, "never run again: {invocations:?}");
+    let cancelled = invocations[0].cancelled.map(|(_, reason)| reason);
     assert_eq!(cancelled, Some(CancelReason::LeaseExpired));
     let fences: Vec<u64> = taps.acks_of(&id).iter().map(|l| l.fence.0).collect();
     assert_eq!(fences, [1], "acked with the delivery's own fence");
@@ -340,16 +348,16 @@ pub async fn max_processing_time_cancels_a_hung_handler_and_retries<T: TestRunti
         move |d: Delivery<String>| {
             let rec = rec.clone();
             async move {
-                let run = rec.enter(&d);
+                let guard = rec.enter(&d);
                 if d.delivery_count() == 1 {
                     if d.message() == "hung" {
                         let reason = d.cancelled().await;
-                        rec.cancelled(&run, reason);
+                        rec.cancelled(&guard, reason);
                     } else {
                         std::future::pending::<()>().await;
                     }
                 }
-                run.returned();
+                guard.returned();
             }
         }
     };
@@ -372,19 +380,22 @@ pub async fn max_processing_time_cancels_a_hung_handler_and_retries<T: TestRunti
         (&hung, "hung", Ended::Returned),
         (&deaf, "deaf", Ended::Dropped),
     ] {
-        let runs = rec.runs_of(message);
-        let counts: Vec<u32> = runs.iter().map(|r| r.delivery_count).collect();
+        let invocations = rec.invocations_of(message);
+        let counts: Vec<u32> = invocations.iter().map(|r| r.delivery_count).collect();
         assert_eq!(
             counts,
             [1, 2],
-            "{message}: cancelled, then retried: {runs:?}"
+            "{message}: cancelled, then retried: {invocations:?}"
         );
-        let ends: Vec<Ended> = runs.iter().map(|r| r.ended.expect("ended").1).collect();
+        let ends: Vec<Ended> = invocations
+            .iter()
+            .map(|r| r.ended.expect("ended").1)
+            .collect();
         assert_eq!(ends, [first_end, Ended::Returned], "{message}");
         let fences: Vec<u64> = taps.acks_of(id).iter().map(|l| l.fence.0).collect();
         assert_eq!(fences, [2], "{message}: only the retry's result was acked");
     }
-    let first = &rec.runs_of("hung")[0];
+    let first = &rec.invocations_of("hung")[0];
     let (cancelled_at, reason) = first.cancelled.expect("hung saw its cancellation");
     assert_eq!(reason, CancelReason::MaxProcessingTime);
     if rt.is_virtual() {
@@ -421,12 +432,12 @@ pub async fn a_handler_panicking_while_dropped_fails_its_attempt_and_the_worker_
         move |d: Delivery<String>| {
             let rec = rec.clone();
             async move {
-                let run = rec.enter(&d);
+                let guard = rec.enter(&d);
                 if d.message() == "bomb" && d.delivery_count() == 1 {
                     let _armed = PanicsWhenDropped;
                     std::future::pending::<()>().await;
                 }
-                run.returned();
+                guard.returned();
             }
         }
     };
@@ -440,12 +451,12 @@ pub async fn a_handler_panicking_while_dropped_fails_its_attempt_and_the_worker_
     wait_until(&rt, "both messages to be acked", || stream.is_empty()).await;
     let report = worker.shutdown(LONG_CLAIM).await;
     let counts: Vec<u32> = rec
-        .runs_of("bomb")
+        .invocations_of("bomb")
         .iter()
         .map(|r| r.delivery_count)
         .collect();
     assert_eq!(counts, [1, 2], "dropped with a panic, then retried");
-    assert_eq!(rec.runs_of("after").len(), 1);
+    assert_eq!(rec.invocations_of("after").len(), 1);
     let fences: Vec<u64> = taps.acks_of(&bomb).iter().map(|l| l.fence.0).collect();
     assert_eq!(fences, [2], "only the retry's result was acked");
     assert_eq!(taps.acks_of(&after).len(), 1);
@@ -464,8 +475,8 @@ pub async fn a_fatal_backend_error_halts_its_stream_and_shows_in_health<T: TestR
     let handler = {
         let rec = rec.clone();
         move |d: Delivery<String>| {
-            let run = rec.enter(&d);
-            async move { run.returned() }
+            let guard = rec.enter(&d);
+            async move { guard.returned() }
         }
     };
     sick_taps.fail_fetches(Some(ErrorKind::Transient));

@@ -26,17 +26,17 @@ pub async fn slow_stream_does_not_block_fast_stream<T: TestRuntime>(rt: T) {
         move |d: Delivery<String>| {
             let (rec, gate) = (rec.clone(), gate.clone());
             async move {
-                let run = rec.enter(&d);
+                let guard = rec.enter(&d);
                 gate.wait().await;
-                run.returned();
+                guard.returned();
             }
         }
     };
     let fast_handler = {
         let rec = rec.clone();
         move |d: Delivery<String>| {
-            let run = rec.enter(&d);
-            async move { run.returned() }
+            let guard = rec.enter(&d);
+            async move { guard.returned() }
         }
     };
     let worker = builder(&rt, base_config().concurrency(2))
@@ -84,11 +84,11 @@ pub async fn concurrency_limit_is_reached_and_never_exceeded<T: TestRuntime>(rt:
         move |d: Delivery<String>| {
             let (rec, gate, rt) = (rec.clone(), gate.clone(), rt.clone());
             async move {
-                let run = rec.enter(&d);
+                let guard = rec.enter(&d);
                 gate.wait().await;
                 // Hold the slot a little, so later rounds overlap too.
                 rt.sleep(POLL).await;
-                run.returned();
+                guard.returned();
             }
         }
     };
@@ -113,7 +113,7 @@ pub async fn concurrency_limit_is_reached_and_never_exceeded<T: TestRuntime>(rt:
     wait_until(&rt, "every message to be acked", || stream.is_empty()).await;
     let report = worker.shutdown(LONG_CLAIM).await;
     assert_eq!(rec.max_running(), N, "the peak is exactly the limit");
-    assert_eq!(rec.runs().len(), MESSAGES, "each message ran once");
+    assert_eq!(rec.invocations().len(), MESSAGES, "each message ran once");
     assert_eq!(report.acked, MESSAGES as u64);
 }
 
@@ -134,10 +134,10 @@ pub async fn prefetched_messages_wait_within_the_concurrency_limit<T: TestRuntim
         move |d: Delivery<String>| {
             let (rec, gate, rt) = (rec.clone(), gate.clone(), rt.clone());
             async move {
-                let run = rec.enter(&d);
+                let guard = rec.enter(&d);
                 gate.wait().await;
                 rt.sleep(POLL).await;
-                run.returned();
+                guard.returned();
             }
         }
     };
@@ -166,7 +166,7 @@ pub async fn prefetched_messages_wait_within_the_concurrency_limit<T: TestRuntim
     wait_until(&rt, "every message to be acked", || stream.is_empty()).await;
     let report = worker.shutdown(LONG_CLAIM).await;
     assert_eq!(rec.max_running(), N, "the peak is exactly the limit");
-    assert_eq!(rec.runs().len(), MESSAGES, "each message ran once");
+    assert_eq!(rec.invocations().len(), MESSAGES, "each message ran once");
     assert_eq!(report.acked, MESSAGES as u64);
 }
 
@@ -183,9 +183,9 @@ pub async fn default_concurrency_runs_one_at_a_time<T: TestRuntime>(rt: T) {
         move |d: Delivery<String>| {
             let (rec, rt) = (rec.clone(), rt.clone());
             async move {
-                let run = rec.enter(&d);
+                let guard = rec.enter(&d);
                 rt.sleep(POLL).await;
-                run.returned();
+                guard.returned();
             }
         }
     };
@@ -226,7 +226,7 @@ pub async fn pending_message_is_repolled_serially_without_holding_a_slot<T: Test
         move |d: Delivery<String>| {
             let (rec, rt) = (rec.clone(), rt.clone());
             async move {
-                let run = rec.enter(&d);
+                let guard = rec.enter(&d);
                 // Each invocation takes a moment, so overlapping ones would be seen.
                 let waiting = d.message() == "waiting";
                 rt.sleep(if waiting { REPOLL / 5 } else { REPOLL * 3 / 10 })
@@ -236,7 +236,7 @@ pub async fn pending_message_is_repolled_serially_without_holding_a_slot<T: Test
                 } else {
                     Outcome::Done
                 };
-                run.returned();
+                guard.returned();
                 outcome
             }
         }
@@ -251,14 +251,14 @@ pub async fn pending_message_is_repolled_serially_without_holding_a_slot<T: Test
     assert_eq!(report.acked, 7);
     assert_eq!(report.released, 0, "a Pending message keeps its lease");
 
-    let runs = rec.runs();
-    let waiting: Vec<usize> = (0..runs.len())
-        .filter(|&i| runs[i].message == "waiting")
+    let invocations = rec.invocations();
+    let waiting: Vec<usize> = (0..invocations.len())
+        .filter(|&i| invocations[i].message == "waiting")
         .collect();
-    let attempts: Vec<u32> = waiting.iter().map(|&i| runs[i].attempt).collect();
+    let attempts: Vec<u32> = waiting.iter().map(|&i| invocations[i].attempt).collect();
     assert_eq!(attempts, [1, 2, 3, 4], "re-invoked until Done, counting up");
     assert!(
-        waiting.iter().all(|&i| runs[i].delivery_count == 1),
+        waiting.iter().all(|&i| invocations[i].delivery_count == 1),
         "re-invocations reuse the same delivery (never released and refetched)"
     );
     assert_eq!(
@@ -274,7 +274,7 @@ pub async fn pending_message_is_repolled_serially_without_holding_a_slot<T: Test
     let (first_end, second_start) = (at(Mark::End(waiting[0])), at(Mark::Start(waiting[1])));
     let between = marks[first_end..second_start]
         .iter()
-        .any(|m| matches!(m, Mark::Start(i) if runs[*i].message.starts_with("other-")));
+        .any(|m| matches!(m, Mark::Start(i) if invocations[*i].message.starts_with("other-")));
     assert!(
         between,
         "another message ran while {waiting_id} waited for its re-poll: {marks:?}"
@@ -282,8 +282,8 @@ pub async fn pending_message_is_repolled_serially_without_holding_a_slot<T: Test
 
     if rt.is_virtual() {
         for pair in waiting.windows(2) {
-            let (ended, _) = runs[pair[0]].ended.expect("ended");
-            let gap = runs[pair[1]].started - ended;
+            let (ended, _) = invocations[pair[0]].ended.expect("ended");
+            let gap = invocations[pair[1]].started - ended;
             assert!(
                 gap >= REPOLL && gap < REPOLL * 2,
                 "re-invoked {gap:?} after the previous invocation; repoll_interval is {REPOLL:?}"
@@ -308,10 +308,10 @@ pub async fn pending_on_one_stream_does_not_block_another<T: TestRuntime>(rt: T)
         move |d: Delivery<String>| {
             let (rec, rt) = (rec.clone(), rt.clone());
             async move {
-                let run = rec.enter(&d);
+                let guard = rec.enter(&d);
                 let waiting = d.message() == "waiting";
                 rt.sleep(REPOLL * 3 / 10).await;
-                run.returned();
+                guard.returned();
                 if waiting && d.attempt() < INVOCATIONS {
                     Outcome::Pending
                 } else {
@@ -327,9 +327,9 @@ pub async fn pending_on_one_stream_does_not_block_another<T: TestRuntime>(rt: T)
         .expect("valid worker");
 
     wait_until(&rt, "the first invocation to return Pending", || {
-        rec.runs_of("waiting")
+        rec.invocations_of("waiting")
             .first()
-            .is_some_and(|run| run.ended.is_some())
+            .is_some_and(|invocation| invocation.ended.is_some())
     })
     .await;
     for i in 0..4 {
@@ -342,9 +342,9 @@ pub async fn pending_on_one_stream_does_not_block_another<T: TestRuntime>(rt: T)
     let report = worker.shutdown(LONG_CLAIM).await;
     assert_eq!(report.acked, 5);
     assert_eq!(rec.max_running(), 1);
-    let (runs, marks) = (rec.runs(), rec.marks());
-    let waiting: Vec<usize> = (0..runs.len())
-        .filter(|&i| runs[i].message == "waiting")
+    let (invocations, marks) = (rec.invocations(), rec.marks());
+    let waiting: Vec<usize> = (0..invocations.len())
+        .filter(|&i| invocations[i].message == "waiting")
         .collect();
     assert_eq!(waiting.len(), INVOCATIONS as usize);
     let last_start = marks
@@ -353,7 +353,7 @@ pub async fn pending_on_one_stream_does_not_block_another<T: TestRuntime>(rt: T)
         .expect("recorded");
     let flowed = marks[..last_start]
         .iter()
-        .filter(|m| matches!(m, Mark::End(i) if runs[*i].message.starts_with("flow-")))
+        .filter(|m| matches!(m, Mark::End(i) if invocations[*i].message.starts_with("flow-")))
         .count();
     assert!(
         flowed > 0,
@@ -370,8 +370,8 @@ pub async fn identical_payloads_are_distinct_messages<T: TestRuntime>(rt: T) {
     let handler = {
         let rec = rec.clone();
         move |d: Delivery<String>| {
-            let run = rec.enter(&d);
-            async move { run.returned() }
+            let guard = rec.enter(&d);
+            async move { guard.returned() }
         }
     };
     let worker = builder(&rt, base_config().concurrency(2))
@@ -381,9 +381,12 @@ pub async fn identical_payloads_are_distinct_messages<T: TestRuntime>(rt: T) {
 
     wait_until(&rt, "every message to be acked", || stream.is_empty()).await;
     let report = worker.shutdown(LONG_CLAIM).await;
-    let runs = rec.runs_of("same");
-    assert_eq!(runs.len(), 3, "each copy ran once: {runs:?}");
-    let ran: HashSet<_> = runs.into_iter().map(|run| run.id).collect();
+    let invocations = rec.invocations_of("same");
+    assert_eq!(invocations.len(), 3, "each copy ran once: {invocations:?}");
+    let ran: HashSet<_> = invocations
+        .into_iter()
+        .map(|invocation| invocation.id)
+        .collect();
     assert_eq!(ran, ids);
     assert_eq!(report.acked, 3);
 }

@@ -141,10 +141,10 @@ pub async fn a_takeover_is_counted_and_logged_with_the_lease_margin<T: TestRunti
     clock.jump(SHORT_CLAIM);
     let stolen = thief.fetch_now(1);
     assert_eq!(stolen.len(), 1);
-    let lease = LeaseRef::new(id.clone(), stolen[0].fence);
+    let lease_ref = LeaseRef::new(id.clone(), stolen[0].fence);
     wait_until(&rt, "the takeover to be noticed", || {
         assert_eq!(
-            thief.renew_now(std::slice::from_ref(&lease)),
+            thief.renew_now(std::slice::from_ref(&lease_ref)),
             [RenewResult::Kept]
         );
         !logs.with(&["lease lost"]).is_empty()

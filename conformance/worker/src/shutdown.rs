@@ -29,7 +29,7 @@ pub async fn shutdown_waits_for_running_releases_waiting_and_loses_nothing<T: Te
         move |d: Delivery<String>| {
             let (rec, gate) = (rec.clone(), gate.clone());
             async move {
-                let run = rec.enter(&d);
+                let guard = rec.enter(&d);
                 let outcome = match d.message().as_str() {
                     "waiting" => Outcome::Pending,
                     "finishing" => {
@@ -38,18 +38,18 @@ pub async fn shutdown_waits_for_running_releases_waiting_and_loses_nothing<T: Te
                     }
                     "stuck" => {
                         let reason = d.cancelled().await;
-                        rec.cancelled(&run, reason);
+                        rec.cancelled(&guard, reason);
                         Outcome::Done
                     }
                     _ => Outcome::Done,
                 };
-                run.returned();
+                guard.returned();
                 outcome
             }
         }
     };
     // Concurrency 3 and a long re-poll: "waiting" waits in the engine while "finishing" ×2 and
-    // "stuck" run; with nothing fetched ahead (prefetch 0, not the adaptive default), the
+    // "stuck" invocation; with nothing fetched ahead (prefetch 0, not the adaptive default), the
     // queued messages are never fetched.
     let config = base_config()
         .concurrency(3)
@@ -95,14 +95,14 @@ pub async fn shutdown_waits_for_running_releases_waiting_and_loses_nothing<T: Te
         "the waiting message was handed back at once, before the running ones finished"
     );
     assert_eq!(
-        rec.runs_of("waiting").len(),
+        rec.invocations_of("waiting").len(),
         1,
         "not invoked again during shutdown"
     );
-    for run in rec.runs_of("finishing") {
-        assert_eq!(run.ended.map(|(_, how)| how), Some(Ended::Returned));
+    for invocation in rec.invocations_of("finishing") {
+        assert_eq!(invocation.ended.map(|(_, how)| how), Some(Ended::Returned));
     }
-    let stuck_run = &rec.runs_of("stuck")[0];
+    let stuck_run = &rec.invocations_of("stuck")[0];
     let (cancelled_at, reason) = stuck_run.cancelled.expect("stuck was cancelled");
     assert_eq!(reason, CancelReason::Shutdown);
     if rt.is_virtual() {

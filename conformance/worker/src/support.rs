@@ -97,7 +97,7 @@ pub async fn wait_for_stats<T: TestRuntime, P>(
 }
 
 /// Lets the runtime's time pass (a few poll intervals), so anything wrong that is about to
-/// happen (a second run, a stray ack) has the chance to.
+/// happen (a second invocation, a stray ack) has the chance to.
 pub async fn settle<T: TestRuntime>(rt: &T) {
     rt.sleep(POLL * 5).await;
 }
@@ -213,7 +213,7 @@ pub enum Ended {
 
 /// One handler invocation, as the handler saw it.
 #[derive(Debug, Clone)]
-pub struct Run {
+pub struct InvocationRecord {
     /// The decoded message.
     pub message: String,
     /// Its id in the stream.
@@ -233,7 +233,7 @@ pub struct Run {
 /// Something that happened to an invocation, in the order it happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mark {
-    /// Invocation `n` (an index into [`Recorder::runs`]) started.
+    /// Invocation `n` (an index into [`Recorder::invocations`]) started.
     Start(usize),
     /// Invocation `n` ended.
     End(usize),
@@ -241,7 +241,7 @@ pub enum Mark {
 
 #[derive(Default)]
 struct Record {
-    runs: Vec<Run>,
+    invocations: Vec<InvocationRecord>,
     marks: Vec<Mark>,
     /// Invocations running now, by message id.
     running: HashMap<MessageId, usize>,
@@ -275,11 +275,11 @@ impl Recorder {
 
     /// Records the start of an invocation; the returned guard records its end, also when the
     /// handler's future is dropped.
-    pub fn enter(&self, delivery: &Delivery<String>) -> RunGuard {
+    pub fn enter(&self, delivery: &Delivery<String>) -> InvocationGuard {
         let now = (self.now)();
         let mut record = self.lock();
-        let index = record.runs.len();
-        record.runs.push(Run {
+        let index = record.invocations.len();
+        record.invocations.push(InvocationRecord {
             message: delivery.message().clone(),
             id: delivery.message_id().clone(),
             delivery_count: delivery.delivery_count(),
@@ -298,7 +298,7 @@ impl Recorder {
         record.max_same_message = record.max_same_message.max(same);
         record.running_total += 1;
         record.max_total = record.max_total.max(record.running_total);
-        RunGuard {
+        InvocationGuard {
             recorder: self.clone(),
             index,
             returned: false,
@@ -308,9 +308,9 @@ impl Recorder {
     fn exit(&self, index: usize, ended: Ended) {
         let now = (self.now)();
         let mut record = self.lock();
-        record.runs[index].ended = Some((now, ended));
+        record.invocations[index].ended = Some((now, ended));
         record.marks.push(Mark::End(index));
-        let id = record.runs[index].id.clone();
+        let id = record.invocations[index].id.clone();
         if let Some(same) = record.running.get_mut(&id) {
             *same -= 1;
         }
@@ -318,8 +318,8 @@ impl Recorder {
     }
 
     /// Every invocation so far, in start order.
-    pub fn runs(&self) -> Vec<Run> {
-        self.lock().runs.clone()
+    pub fn invocations(&self) -> Vec<InvocationRecord> {
+        self.lock().invocations.clone()
     }
 
     /// Starts and ends, in the order they happened.
@@ -328,11 +328,11 @@ impl Recorder {
     }
 
     /// The invocations of the message(s) with this payload, in start order.
-    pub fn runs_of(&self, message: &str) -> Vec<Run> {
+    pub fn invocations_of(&self, message: &str) -> Vec<InvocationRecord> {
         self.lock()
-            .runs
+            .invocations
             .iter()
-            .filter(|run| run.message == message)
+            .filter(|invocation| invocation.message == message)
             .cloned()
             .collect()
     }
@@ -340,18 +340,18 @@ impl Recorder {
     /// How many invocations with this payload have started.
     pub fn started(&self, message: &str) -> usize {
         self.lock()
-            .runs
+            .invocations
             .iter()
-            .filter(|run| run.message == message)
+            .filter(|invocation| invocation.message == message)
             .count()
     }
 
     /// How many invocations with this payload are running now.
     pub fn running(&self, message: &str) -> usize {
         self.lock()
-            .runs
+            .invocations
             .iter()
-            .filter(|run| run.message == message && run.ended.is_none())
+            .filter(|invocation| invocation.message == message && invocation.ended.is_none())
             .count()
     }
 
@@ -371,27 +371,27 @@ impl Recorder {
     }
 
     /// Notes the cancellation reason invocation `guard` observed.
-    pub fn cancelled(&self, guard: &RunGuard, reason: CancelReason) {
+    pub fn cancelled(&self, guard: &InvocationGuard, reason: CancelReason) {
         let now = (self.now)();
-        self.lock().runs[guard.index].cancelled = Some((now, reason));
+        self.lock().invocations[guard.index].cancelled = Some((now, reason));
     }
 }
 
 /// Marks an invocation running; records its end when the handler returns or is dropped.
-pub struct RunGuard {
+pub struct InvocationGuard {
     recorder: Recorder,
     index: usize,
     returned: bool,
 }
 
-impl RunGuard {
+impl InvocationGuard {
     /// The handler is about to return normally.
     pub fn returned(mut self) {
         self.returned = true;
     }
 }
 
-impl Drop for RunGuard {
+impl Drop for InvocationGuard {
     fn drop(&mut self) {
         let ended = if self.returned {
             Ended::Returned

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use super::{Extra, LeaseEngine, Outstanding, Pacing};
 use crate::backend::ErrorKind;
 use crate::backend::LeaseRef;
-use crate::effect::{Effect, Run};
+use crate::effect::{Effect, Invocation};
 use crate::lease::{Lease, State};
 use crate::timers::{ticks, Tick};
 use crate::types::{Fetched, InvocationId, LeaseId, LossReason, StreamId};
@@ -122,7 +122,7 @@ impl<P: Clone> LeaseEngine<P> {
                 None if self.running >= self.cfg.concurrency => {
                     self.create_ready(hash, stream, message, epoch);
                 }
-                // The common case: created running, its first run starts now.
+                // The common case: created running, its first invocation starts now.
                 None => {
                     let state = State::Running { cancelled: None };
                     let id = self.create(hash, stream, message, epoch, state);
@@ -197,7 +197,7 @@ impl<P: Clone> LeaseEngine<P> {
         }
         let batch = self.cfg.fetch_batch_size;
         let now = self.now;
-        // Leave room for waiting re-runs: a fetch may block no longer than the next one is due.
+        // Leave room for waiting re-invocations: a fetch may block no longer than the next is due.
         let until_repoll: Option<Tick> = (self.repolls.live > 0)
             .then(|| self.repolls.front())
             .flatten()
@@ -336,13 +336,13 @@ impl<P: Clone> LeaseEngine<P> {
     #[inline]
     pub(super) fn run_effect(&self, id: LeaseId) -> Effect<P> {
         let lease = self.leases.get(id).expect("held");
-        Effect::Run(Run {
-            invocation: InvocationId {
+        Effect::Run(Invocation {
+            id: InvocationId {
                 lease: id,
                 attempt: lease.attempt,
             },
             stream: lease.stream,
-            lease: lease.lease_ref(),
+            lease_ref: lease.lease_ref(),
             delivery_count: lease.delivery_count,
             attempt: lease.attempt,
             valid_until: self.instant(self.confirmation_deadline(lease.epoch)),

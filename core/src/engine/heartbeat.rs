@@ -112,13 +112,13 @@ impl<P: Clone> LeaseEngine<P> {
         let first = self.next_renew_id;
         self.next_renew_id += count as u64;
         let mut streams = Vec::with_capacity(count);
-        for (i, (stream, leases, refs)) in chunks.into_iter().enumerate() {
+        for (i, (stream, leases, lease_refs)) in chunks.into_iter().enumerate() {
             streams.push(stream);
             self.effects.push_back(Effect::Renew {
                 batch: RenewId(first + i as u64),
                 stream,
                 leases,
-                refs,
+                lease_refs,
             });
         }
         self.renew_due = None;

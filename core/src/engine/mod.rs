@@ -484,7 +484,7 @@ impl<P> LeaseEngine<P> {
     }
 
     /// How many more messages a fetch may bring: free slots (and prefetch room) that are not
-    /// promised to ready or blocked runs or to outstanding fetches, within the lease budget.
+    /// promised to ready or blocked invocations or to outstanding fetches, within the lease budget.
     /// An adaptive prefetch counts only while an invocation ended since the last fetch was sent.
     pub(super) fn fetch_budget(&self) -> usize {
         let ahead = if self.observed.fresh || !self.cfg.adaptive_prefetch {
@@ -706,7 +706,7 @@ impl<P: Clone> LeaseEngine<P> {
         }
     }
 
-    /// Ends every input: starts an overdue heartbeat and due re-runs, tidies timers, and
+    /// Ends every input: starts an overdue heartbeat and due re-invocations, tidies timers, and
     /// reports `Drained`. Anything an input made due happens here (fetches and acks when the
     /// effects are polled), so `poll_timeout` is never in the past once effects are drained.
     #[inline(always)]
@@ -764,7 +764,7 @@ impl<P: Clone> LeaseEngine<P> {
         }
     }
 
-    /// Starts ready leases (re-runs, prefetched messages) while invocation slots are free.
+    /// Starts ready leases (re-invocations, prefetched messages) while invocation slots are free.
     fn start_ready(&mut self) {
         while self.slot_free() {
             let Some(entry) = self.ready.front() else {

@@ -1,5 +1,5 @@
-//! Runs and how they end: outcomes, acks, releases and dead letters (and their results), leases
-//! lost or expired (orphaned invocations), and shutdown.
+//! Invocations and how they end: outcomes, acks, releases and dead letters (and their results),
+//! leases lost or expired (orphaned invocations), and shutdown.
 
 use std::time::{Duration, Instant};
 
@@ -593,13 +593,13 @@ impl<P: Clone> LeaseEngine<P> {
             let seq = self.next_seq();
             let mut due = std::mem::take(&mut self.streams[i].acks);
             let mut leases = Vec::with_capacity(due.len());
-            let mut refs = Vec::with_capacity(due.len());
+            let mut lease_refs = Vec::with_capacity(due.len());
             for &id in &due {
                 match self.leases.get_mut(id) {
                     Some(lease) if lease.state.is_acking() && lease.sent_seq != seq => {
                         lease.sent_seq = seq;
                         leases.push(id);
-                        refs.push(lease.lease_ref());
+                        lease_refs.push(lease.lease_ref());
                     }
                     _ => {}
                 }
@@ -620,7 +620,7 @@ impl<P: Clone> LeaseEngine<P> {
                 batch: AckId(batch),
                 stream: StreamId(i as u16),
                 leases,
-                refs,
+                lease_refs,
             });
         }
     }

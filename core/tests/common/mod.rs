@@ -156,7 +156,7 @@ impl std::ops::DerefMut for TestEngine {
 }
 
 /// An effect as the tests compare it: what it names, without what it carries for the backend
-/// (refs, payload, the stream of a renew or ack) and without the notices `LeaseValid`,
+/// (lease refs, payload, the stream of a renew or ack) and without the notices `LeaseValid`,
 /// `Failed` and `Lost` (see [`drain_all`] for every effect as it is).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Seen {
@@ -202,9 +202,9 @@ impl Seen {
                 max: *max,
                 wait: *wait,
             },
-            Effect::Run(run) => Seen::Run {
-                invocation: run.invocation,
-                lease: run.invocation.lease(),
+            Effect::Run(invocation) => Seen::Run {
+                invocation: invocation.id,
+                lease: invocation.id.lease(),
             },
             Effect::Cancel { invocation, reason } => Seen::Cancel {
                 invocation: *invocation,
@@ -449,10 +449,10 @@ pub struct Sim {
     pub timeouts: Vec<Option<Instant>>,
     /// Inputs after which `poll_timeout()` was not after `now` (guarantee 7).
     pub busy_loops: Vec<String>,
-    /// Breaches of guarantees 1 and 2 (concurrency, max_leases, two runs of one message).
+    /// Breaches of guarantees 1 and 2 (concurrency, max_leases, two invocations of one message).
     pub violations: Vec<String>,
     fetches: Vec<(StreamId, usize)>,
-    runs: Vec<(InvocationId, (StreamId, MessageId))>,
+    running: Vec<(InvocationId, (StreamId, MessageId))>,
     renews: Vec<(RenewId, Vec<LeaseId>)>,
     acks: Vec<(AckId, Vec<LeaseId>)>,
     releases: Vec<LeaseId>,
@@ -481,7 +481,7 @@ impl Sim {
             busy_loops: Vec::new(),
             violations: Vec::new(),
             fetches: Vec::new(),
-            runs: Vec::new(),
+            running: Vec::new(),
             renews: Vec::new(),
             acks: Vec::new(),
             releases: Vec::new(),
@@ -509,21 +509,20 @@ impl Sim {
         while let Some(effect) = self.engine.poll_effect() {
             match &effect {
                 Effect::Fetch { stream, max, .. } => self.fetches.push((*stream, *max)),
-                Effect::Run(run) => {
-                    let invocation = &run.invocation;
-                    let key = (run.stream, run.lease.id.clone());
-                    if self.runs.iter().any(|(_, k)| *k == key) {
+                Effect::Run(invocation) => {
+                    let key = (invocation.stream, invocation.lease_ref.id.clone());
+                    if self.running.iter().any(|(_, k)| *k == key) {
                         self.violations.push(format!(
                             "step {} ({input}): second concurrent Run of {key:?}",
                             self.step
                         ));
                     }
-                    self.runs.push((*invocation, key));
-                    if self.runs.len() > self.concurrency {
+                    self.running.push((invocation.id, key));
+                    if self.running.len() > self.concurrency {
                         self.violations.push(format!(
-                            "step {} ({input}): {} runs outstanding > concurrency {}",
+                            "step {} ({input}): {} invocations outstanding > concurrency {}",
                             self.step,
-                            self.runs.len(),
+                            self.running.len(),
                             self.concurrency
                         ));
                     }
@@ -624,9 +623,9 @@ impl Sim {
                 self.after("fetched");
             }
             3..=5 => {
-                let mut runs = std::mem::take(&mut self.runs);
-                let picked = self.pick(&mut runs);
-                self.runs = runs;
+                let mut running = std::mem::take(&mut self.running);
+                let picked = self.pick(&mut running);
+                self.running = running;
                 let Some((invocation, _)) = picked else {
                     return;
                 };

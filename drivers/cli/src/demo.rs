@@ -468,7 +468,7 @@ impl fmt::Display for DemoReport {
             (
                 "re-invocations",
                 self.reinvocations.to_string(),
-                "re-runs after Outcome::Pending, lease kept".into(),
+                "invoked again after Outcome::Pending, lease kept".into(),
             ),
             (
                 "retries",

@@ -22,11 +22,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .stream(
             "images",
             stream.consumer("worker-1")?,
-            |job: Delivery<Resize>| async move {
+            |delivery: Delivery<Resize>| async move {
                 println!(
                     "resizing image {} (attempt {})",
-                    job.message().image,
-                    job.attempt()
+                    delivery.message().image,
+                    delivery.attempt()
                 );
                 Outcome::Done // or Pending (invoke again later), retry(), reject(why); a panic is a failure
             },

@@ -17,15 +17,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let backend = RedisBackend::connect(config).await?;
 
     let worker = leasehold::tokio::worker()
-        .stream("jobs", backend, |job: Delivery<String>| async move {
-            if !job.lease_valid() {
+        .stream("jobs", backend, |delivery: Delivery<String>| async move {
+            if !delivery.lease_valid() {
                 return Outcome::retry(); // lost it while stalled: commit nothing
             }
             println!(
                 "{} (delivery {}): {}",
-                job.message_id(),
-                job.delivery_count(),
-                job.message()
+                delivery.message_id(),
+                delivery.delivery_count(),
+                delivery.message()
             );
             Outcome::Done
         })

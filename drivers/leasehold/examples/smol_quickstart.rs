@@ -17,8 +17,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .stream(
                 "numbers",
                 stream.consumer("worker-1")?,
-                |job: Delivery<u32>| async move {
-                    println!("got {}", job.message());
+                |delivery: Delivery<u32>| async move {
+                    println!("got {}", delivery.message());
                     Outcome::Done
                 },
             )

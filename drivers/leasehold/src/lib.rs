@@ -28,11 +28,12 @@
 //!
 //! let worker = leasehold::tokio::worker()
 //!     .config(Config::default().concurrency(8)) // the claim timeout comes from the stream
-//!     .stream("images", stream.consumer("worker-1")?, |job: Delivery<Resize>| async move {
-//!         if !job.lease_valid() {
+//!     .stream("images", stream.consumer("worker-1")?, |delivery: Delivery<Resize>| async move {
+//!         if !delivery.lease_valid() {
 //!             return Outcome::retry(); // lost it while stalled: commit nothing
 //!         }
-//!         println!("resizing image {} (attempt {})", job.message().image, job.attempt());
+//!         let image = delivery.message().image;
+//!         println!("resizing image {image} (attempt {})", delivery.attempt());
 //!         Outcome::Done // or Pending (invoke again later), retry(), reject(why)
 //!     })
 //!     .start()?;

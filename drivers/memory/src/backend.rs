@@ -91,24 +91,27 @@ impl MemoryBackend {
 
     /// Resets the idle time of each lease this consumer holds with that fence (the delivery
     /// count stays); `Lost` for any other.
-    pub fn renew_now(&self, leases: &[LeaseRef]) -> Vec<RenewResult> {
+    pub fn renew_now(&self, lease_refs: &[LeaseRef]) -> Vec<RenewResult> {
         let now = self.stream.now();
-        self.stream.store().renew(now, &self.name, leases)
+        self.stream.store().renew(now, &self.name, lease_refs)
     }
 
     /// Removes each message this consumer holds with that fence from the stream; `Lost` (and
     /// nothing removed) for any other.
-    pub fn ack_now(&self, leases: &[LeaseRef]) -> Vec<SettleResult> {
+    pub fn ack_now(&self, lease_refs: &[LeaseRef]) -> Vec<SettleResult> {
         let now = self.stream.now();
-        self.stream.store().ack(now, &self.name, leases)
+        self.stream.store().ack(now, &self.name, lease_refs)
     }
 
     /// Lets any consumer reclaim the message once `delay` has passed. Delays are capped at the
     /// claim timeout, as on Redis (`XCLAIM … IDLE claim_timeout - delay`). Owner and delivery
     /// count stay until someone reclaims it.
-    pub fn release_now(&self, lease: &LeaseRef, delay: Duration) -> SettleResult {
+    pub fn release_now(&self, lease_ref: &LeaseRef, delay: Duration) -> SettleResult {
         let now = self.stream.now();
-        let result = self.stream.store().release(now, &self.name, lease, delay);
+        let result = self
+            .stream
+            .store()
+            .release(now, &self.name, lease_ref, delay);
         if result == SettleResult::Ok {
             self.stream.wake();
         }
@@ -117,11 +120,11 @@ impl MemoryBackend {
 
     /// Moves the message to the dead-letter stream (with its id, payload, the reason's text and
     /// its delivery count) and acknowledges it, in one step.
-    pub fn dead_letter_now(&self, lease: &LeaseRef, reason: &DeadLetterReason) -> SettleResult {
+    pub fn dead_letter_now(&self, lease_ref: &LeaseRef, reason: &DeadLetterReason) -> SettleResult {
         let now = self.stream.now();
         self.stream
             .store()
-            .dead_letter(now, &self.name, lease, reason.to_string())
+            .dead_letter(now, &self.name, lease_ref, reason.to_string())
     }
 
     /// The fetch of [`Backend::fetch`]: waits only on a real-time clock, for a publish, a
@@ -182,24 +185,24 @@ impl Backend for MemoryBackend {
         Ok(self.fetch_waiting(max, wait).await)
     }
 
-    async fn renew(&self, leases: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
-        Ok(self.renew_now(leases))
+    async fn renew(&self, lease_refs: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
+        Ok(self.renew_now(lease_refs))
     }
 
-    async fn ack(&self, leases: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
-        Ok(self.ack_now(leases))
+    async fn ack(&self, lease_refs: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
+        Ok(self.ack_now(lease_refs))
     }
 
-    async fn release(&self, lease: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
-        Ok(self.release_now(lease, delay))
+    async fn release(&self, lease_ref: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
+        Ok(self.release_now(lease_ref, delay))
     }
 
     async fn dead_letter(
         &self,
-        lease: &LeaseRef,
+        lease_ref: &LeaseRef,
         reason: &DeadLetterReason,
     ) -> BackendResult<SettleResult> {
-        Ok(self.dead_letter_now(lease, reason))
+        Ok(self.dead_letter_now(lease_ref, reason))
     }
 
     async fn stream_len(&self) -> BackendResult<u64> {

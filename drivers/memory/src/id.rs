@@ -1,7 +1,7 @@
 //! Entry ids: `"0-{n}"` with `n` = 1, 2, 3, … in publish order, the Redis entry-id format with a
 //! zero millisecond part. Ids come from a counter, never from the payload, and are never reused.
 //! A delayed message is `"delayed:{n}"` until it is due (`n` from a counter of its own, the form
-//! the Redis backend uses too); it gets a stream id when it joins the stream.
+//! the Redis backend uses too); it gets an entry id when it joins the stream.
 
 use leasehold_core::MessageId;
 

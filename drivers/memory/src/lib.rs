@@ -40,7 +40,7 @@
 //!   stream's clock; `Due::At(t)` becomes the delay from the system's wall clock to `t` at the
 //!   publish (a time in the past: at once, like a message without due time). Every fetch first
 //!   moves the messages due by then into the stream, in due order (publish order among equal
-//!   due times), each with the next stream id like a publish: from then on they are new
+//!   due times), each with the next entry id like a publish: from then on they are new
 //!   entries like any other, and a first delivery has delivery count 1. After each fetch,
 //!   [`MemoryBackend`]'s fetch answer says how long until the next one is due
 //!   ([`FetchAnswer::next_due`](leasehold_core::FetchAnswer::next_due)), so the worker
@@ -85,11 +85,11 @@
 //!     assert_eq!((&message.id, message.delivery_count), (&id, 1));
 //!
 //!     // The heartbeat: renew keeps the lease however long the handler runs.
-//!     let lease = LeaseRef::from(message);
-//!     assert_eq!(worker.renew(&[lease.clone()]).await?, [RenewResult::Kept]);
+//!     let lease_ref = LeaseRef::from(message);
+//!     assert_eq!(worker.renew(&[lease_ref.clone()]).await?, [RenewResult::Kept]);
 //!
 //!     // Done: ack removes the message.
-//!     assert_eq!(worker.ack(&[lease]).await?, [SettleResult::Ok]);
+//!     assert_eq!(worker.ack(&[lease_ref]).await?, [SettleResult::Ok]);
 //!     assert_eq!(worker.stream_len().await?, 0);
 //!     Ok(())
 //! })

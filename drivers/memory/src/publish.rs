@@ -20,7 +20,7 @@ impl MemoryStream {
     ///   (`t.duration_since(SystemTime::now())`), a time in the past meaning at once. A message
     ///   not due yet waits outside the stream (so [`len`](Self::len) does not count it) with id
     ///   `delayed:<n>`; the first fetch at or after its due time appends it to the stream with a
-    ///   stream id, and its first delivery has delivery count 1. One already due is appended
+    ///   entry id, and its first delivery has delivery count 1. One already due is appended
     ///   at once.
     /// - **Deduplicated** ([`Dedupe`](leasehold_core::Dedupe)): while the key is within its
     ///   `ttl` of the first publish (on the stream's clock), another publish with it enqueues

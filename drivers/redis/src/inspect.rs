@@ -546,7 +546,7 @@ impl Inspector for RedisInspector {
     }
 }
 
-/// Whether stream `key` holds entry `id` (an id that is no stream id holds nothing).
+/// Whether stream `key` holds entry `id` (an id that is no entry id holds nothing).
 async fn exists(
     inspector: &RedisInspector,
     key: &str,
@@ -575,13 +575,13 @@ fn listing<T>(entries: Vec<T>, limit: usize, id: impl Fn(&T) -> MessageId) -> Li
     Listing { entries, next }
 }
 
-/// Whether `id` has the form of a stream id (`<ms>-<seq>`).
+/// Whether `id` has the form of an entry id (`<ms>-<seq>`).
 fn is_stream_id(id: &str) -> bool {
     id.split_once('-')
         .is_some_and(|(ms, seq)| ms.parse::<u64>().is_ok() && seq.parse::<u64>().is_ok())
 }
 
-/// The milliseconds part of a stream id (0 if it is none).
+/// The milliseconds part of an entry id (0 if it is none).
 fn id_millis(id: &str) -> u64 {
     id.split_once('-')
         .and_then(|(ms, _)| ms.parse().ok())

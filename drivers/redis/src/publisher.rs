@@ -29,7 +29,7 @@ use crate::scripts::{DELAYED_SUMMARY, PUBLISH};
 /// - A batch with any due time or deduplication key is one `EVALSHA` of a script that publishes
 ///   every message of it, in order, atomically. Due times are computed in the script on the
 ///   server's clock: a message due later waits in the sorted set `{stream}:delayed` and its id
-///   is `delayed:<n>` (it gets a stream id when a consumer's fetch moves it into the stream);
+///   is `delayed:<n>` (it gets an entry id when a consumer's fetch moves it into the stream);
 ///   one due already is appended at once. A deduplication key is held in
 ///   `{stream}:dedupe:<key>` for its time to live, holding the id its first publish returned.
 ///

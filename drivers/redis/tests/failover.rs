@@ -10,8 +10,9 @@
 //!   master while two workers consume with `wait_replicas(1, …)`; nothing is lost and no
 //!   message ever runs on two workers at once.
 //!
-//! Each prints what it measured (runs, re-runs, the longest pause in completions). A test
-//! fails, never skips, without `redis-server` (`apt-get install redis-server`).
+//! Each prints what it measured (invocations, re-invocations, the longest pause in
+//! completions). A test fails, never skips, without `redis-server` (`apt-get install
+//! redis-server`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -54,12 +55,12 @@ fn worker_config() -> Config {
         .shutdown_grace(Duration::from_secs(2))
 }
 
-/// What the handlers of every worker saw: runs per message, the messages running now, the
-/// runs that began while another run of the same message was still going, and when each run
-/// ended (for the longest pause between completions).
+/// What the handlers of every worker saw: invocations per message, the messages running now,
+/// the invocations that began while another invocation of the same message was still going, and
+/// when each invocation ended (for the longest pause between completions).
 #[derive(Default)]
 struct Ledger {
-    runs: HashMap<u64, u32>,
+    invocations: HashMap<u64, u32>,
     running: HashSet<u64>,
     overlapping: Vec<u64>,
     ended: Vec<Instant>,
@@ -75,7 +76,7 @@ impl Record {
 
     fn begin(&self, message: u64) {
         let mut ledger = self.lock();
-        *ledger.runs.entry(message).or_default() += 1;
+        *ledger.invocations.entry(message).or_default() += 1;
         if !ledger.running.insert(message) {
             ledger.overlapping.push(message);
         }
@@ -88,15 +89,15 @@ impl Record {
     }
 
     fn handled(&self) -> usize {
-        self.lock().runs.len()
+        self.lock().invocations.len()
     }
 
-    /// (messages run more than once, extra runs in all, runs that overlapped another run of
-    /// their message, the longest pause between two completions)
+    /// (messages run more than once, extra invocations in all, invocations that overlapped
+    /// another invocation of their message, the longest pause between two completions)
     fn summary(&self) -> (usize, u32, usize, Duration) {
         let ledger = self.lock();
-        let twice = ledger.runs.values().filter(|&&n| n > 1).count();
-        let extra = ledger.runs.values().map(|n| n - 1).sum();
+        let twice = ledger.invocations.values().filter(|&&n| n > 1).count();
+        let extra = ledger.invocations.values().map(|n| n - 1).sum();
         let mut ended = ledger.ended.clone();
         ended.sort();
         let pause = ended
@@ -313,8 +314,8 @@ fn sentinel_failover(how: How, replicas: usize, wait: Option<Duration>) {
         "sentinel failover ({how:?}), {replicas} replicas, wait_replicas {wait:?}: \
          {MESSAGES} messages, \
          all handled; {failed} publish batches \
-         retried; {twice} messages ran more than once ({extra} extra runs, \
-         {overlapping} while another run of theirs was going); longest pause between \
+         retried; {twice} messages ran more than once ({extra} extra invocations, \
+         {overlapping} while another invocation of theirs was going); longest pause between \
          completions {pause:?}; every message done {handled_after:?} after the failover began; \
          test took {:?}",
         started.elapsed()
@@ -437,8 +438,8 @@ fn cluster_failover_with_wait_replicas_loses_nothing_and_runs_nothing_twice_at_o
     eprintln!(
         "cluster failover with wait_replicas(1, {wait:?}): {MESSAGES} messages, all handled; \
          {failed} publish batches retried; {twice} messages ran more than once ({extra} extra \
-         runs), {overlapping} runs overlapped another run of their message; longest pause \
-         between completions {pause:?}; every message done {handled_after:?} after the \
+         invocations), {overlapping} invocations overlapped another of their message; longest \
+         pause between completions {pause:?}; every message done {handled_after:?} after the \
          failover began; test took {:?}",
         started.elapsed()
     );

@@ -42,12 +42,12 @@ where
     let Some(message) = backend.fetch(1, Duration::ZERO).await?.into_iter().next() else {
         return Ok(false);
     };
-    let lease = LeaseRef::from(&message);
+    let lease_ref = LeaseRef::from(&message);
     let decoded = match codec.decode(message.payload.as_ref()) {
         Ok(decoded) => decoded,
         Err(error) => {
             let reason = DeadLetterReason::Rejected(format!("cannot decode payload: {error}"));
-            backend.dead_letter(&lease, &reason).await?;
+            backend.dead_letter(&lease_ref, &reason).await?;
             return Ok(true);
         }
     };
@@ -55,14 +55,14 @@ where
         .unwrap_or_else(|_| Err("consume closure panicked".into()));
     match verdict {
         Ok(true) => {
-            backend.ack(std::slice::from_ref(&lease)).await?;
+            backend.ack(std::slice::from_ref(&lease_ref)).await?;
         }
         Ok(false) => {
-            backend.release(&lease, Duration::ZERO).await?;
+            backend.release(&lease_ref, Duration::ZERO).await?;
         }
         Err(error) => {
-            tracing::warn!(id = %lease.id, %error, "consume closure failed; message released");
-            backend.release(&lease, Duration::ZERO).await?;
+            tracing::warn!(id = %lease_ref.id, %error, "consume closure failed; message released");
+            backend.release(&lease_ref, Duration::ZERO).await?;
         }
     }
     Ok(true)

@@ -7,6 +7,7 @@ use std::time::Instant;
 use leasehold_core::{CancelReason, Fence, MessageId, Outcome};
 
 use crate::cancel::Cancellation;
+use crate::dispatch::Handed;
 
 /// What every invocation of one stream shares (its handler's dispatcher implements it).
 pub(crate) trait StreamScope: Send + Sync {
@@ -18,37 +19,33 @@ pub(crate) trait StreamScope: Send + Sync {
     fn base(&self) -> Instant;
 }
 
-/// Everything about one invocation except the decoded message.
-pub(crate) struct Meta {
-    pub(crate) scope: Arc<dyn StreamScope>,
-    pub(crate) id: MessageId,
-    pub(crate) delivery_count: u32,
-    pub(crate) attempt: u32,
-    pub(crate) fence: Fence,
-    /// The cancellation signal, which also carries the lease's validity.
-    pub(crate) cancellation: Cancellation,
-}
-
 /// One message handed to a handler, with what it needs to act safely on it.
 pub struct Delivery<M> {
     message: M,
-    meta: Meta,
+    scope: Arc<dyn StreamScope>,
+    /// The invocation as the driver handed it over, kept whole.
+    handed: Handed,
 }
 
 impl<M> std::fmt::Debug for Delivery<M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let invocation = &self.handed.invocation;
         f.debug_struct("Delivery")
-            .field("stream", &self.meta.scope.stream())
-            .field("id", &self.meta.id)
-            .field("delivery_count", &self.meta.delivery_count)
-            .field("attempt", &self.meta.attempt)
+            .field("stream", &self.scope.stream())
+            .field("id", &invocation.lease_ref.id)
+            .field("delivery_count", &invocation.delivery_count)
+            .field("attempt", &invocation.attempt)
             .finish_non_exhaustive()
     }
 }
 
 impl<M> Delivery<M> {
-    pub(crate) fn new(message: M, meta: Meta) -> Self {
-        Self { message, meta }
+    pub(crate) fn new(message: M, scope: Arc<dyn StreamScope>, handed: Handed) -> Self {
+        Self {
+            message,
+            scope,
+            handed,
+        }
     }
 
     /// The decoded message.
@@ -63,38 +60,38 @@ impl<M> Delivery<M> {
 
     /// The stream it came from.
     pub fn stream(&self) -> &str {
-        self.meta.scope.stream()
+        self.scope.stream()
     }
 
     /// The message's id in the backend.
     pub fn message_id(&self) -> &MessageId {
-        &self.meta.id
+        &self.handed.invocation.lease_ref.id
     }
 
     /// How often the backend has delivered it (1 the first time); survives crashes.
     pub fn delivery_count(&self) -> u32 {
-        self.meta.delivery_count
+        self.handed.invocation.delivery_count
     }
 
-    /// Invocations of this delivery so far in this worker, this one included (re-runs after
-    /// `Outcome::Pending` count up).
+    /// Invocations of this delivery so far in this worker, this one included (each
+    /// re-invocation after `Outcome::Pending` counts up).
     pub fn attempt(&self) -> u32 {
-        self.meta.attempt
+        self.handed.invocation.attempt
     }
 
     /// The fence of this delivery: pass it to a downstream system that can reject stale writers.
     pub fn fence(&self) -> Fence {
-        self.meta.fence
+        self.handed.invocation.lease_ref.fence
     }
 
     /// The invocation's cancellation signal.
     pub fn cancellation(&self) -> &Cancellation {
-        &self.meta.cancellation
+        &self.handed.cancellation
     }
 
     /// Completes when the invocation is cancelled, with the reason.
     pub async fn cancelled(&self) -> CancelReason {
-        self.meta.cancellation.cancelled().await
+        self.handed.cancellation.cancelled().await
     }
 
     /// Whether the lease is still valid *now*: not cancelled, and renewed recently enough.
@@ -102,8 +99,8 @@ impl<M> Delivery<M> {
     /// stall (GC pause, SIGSTOP, frozen VM) learns it may have lost the message before any
     /// timer fired. Check it right before committing a side effect.
     pub fn lease_valid(&self) -> bool {
-        let scope = &self.meta.scope;
-        let cancellation = &self.meta.cancellation;
+        let scope = &self.scope;
+        let cancellation = &self.handed.cancellation;
         !cancellation.is_cancelled() && cancellation.valid_at(scope.base(), scope.now())
     }
 }

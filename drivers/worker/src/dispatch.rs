@@ -9,7 +9,7 @@
 //! a free, often on another thread. Spawning was most of the driver's time per message, and the
 //! driver is the serial part of a worker.
 //!
-//! Why the queue wakes idle tasks as a chain (see [`crate::jobs`]), one at a time, each woken
+//! Why the queue wakes idle tasks as a chain (see [`crate::queue`]), one at a time, each woken
 //! task waking the next before it runs its invocation: waking a task per queued invocation put
 //! a fetch's worth of tasks on every thread of the runtime, and each of their outcomes reached
 //! the driver as a wake from another thread. With the chain, handlers that finish at once run
@@ -27,16 +27,16 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures::future::{select, Either};
 use futures::FutureExt;
-use leasehold_core::{CancelReason, Fence, InvocationId, MessageId, Outcome};
+use leasehold_core::{CancelReason, Invocation, Outcome};
 use tracing::Instrument;
 
 use crate::cancel::Cancellation;
 use crate::codec::Decode;
-use crate::delivery::{Delivery, IntoOutcome, Meta, StreamScope};
+use crate::delivery::{Delivery, IntoOutcome, StreamScope};
 use crate::event::Event;
 use crate::inbox::Inbox;
-use crate::jobs::{JobQueue, Taker};
 use crate::meters::{Ended, HandlerMeters};
+use crate::queue::{InvocationQueue, Taker};
 use crate::runtime::Runtime;
 
 /// What every handler task of a worker needs besides its stream's handler.
@@ -61,17 +61,14 @@ impl<R: Clone, P> Clone for Env<R, P> {
     }
 }
 
-/// One invocation, as the driver hands it over.
-pub(crate) struct Invocation {
-    pub(crate) id: InvocationId,
-    pub(crate) message_id: MessageId,
-    pub(crate) delivery_count: u32,
-    pub(crate) attempt: u32,
-    pub(crate) fence: Fence,
+/// One invocation as the driver hands it over: the engine's [`Invocation`] without its payload,
+/// and what only the worker knows of it. The handler's [`Delivery`] keeps it as it is.
+pub(crate) struct Handed {
+    pub(crate) invocation: Invocation<()>,
     /// The signal the driver fires; it also carries the lease's validity.
     pub(crate) cancellation: Cancellation,
     /// When the driver handed it over (its pass's time: no clock read per invocation).
-    pub(crate) started: Instant,
+    pub(crate) handed_at: Instant,
     /// When the message was enqueued, for a message's first invocation on a backend that
     /// knows it.
     pub(crate) enqueued: Option<SystemTime>,
@@ -83,7 +80,7 @@ pub(crate) trait Dispatch<P>: Send + Sync {
     /// idle task to wake for it, if any: the driver wakes it at the end of its pass. By
     /// reference: the driver touches no count of the shared dispatcher per message (the
     /// handler tasks, on the other threads, change it).
-    fn dispatch(&self, payload: P, invocation: Invocation) -> Option<Waker>;
+    fn dispatch(&self, payload: P, handed: Handed) -> Option<Waker>;
 }
 
 /// Builds a stream's dispatcher once the worker's environment exists (at `start`), given the
@@ -111,7 +108,7 @@ where
             codec,
             handler,
             types: PhantomData,
-            jobs: Arc::new(JobQueue::new()),
+            queue: Arc::new(InvocationQueue::new()),
             tasks: AtomicUsize::new(0),
             busy: AtomicUsize::new(0),
         })
@@ -119,7 +116,7 @@ where
 }
 
 /// An invocation waiting in a stream's queue.
-type Job<P> = (P, Invocation);
+type Queued<P> = (P, Handed);
 
 /// A stream's typed handler, its pool of tasks and everything they share, in one allocation.
 ///
@@ -135,7 +132,7 @@ struct Typed<R, P, M, C, H, F> {
     handler: H,
     types: PhantomData<fn() -> (M, F)>,
     /// The invocations handed over and not yet taken; each task started holds it too.
-    jobs: Arc<JobQueue<Job<P>>>,
+    queue: Arc<InvocationQueue<Queued<P>>>,
     /// Tasks started. Only the driver changes it.
     tasks: AtomicUsize,
     /// Invocations handed over that no task has finished yet. Never more than `tasks`, so every
@@ -174,14 +171,14 @@ where
     F: Future + Send + 'static,
     F::Output: IntoOutcome,
 {
-    fn dispatch(&self, payload: P, invocation: Invocation) -> Option<Waker> {
+    fn dispatch(&self, payload: P, handed: Handed) -> Option<Waker> {
         let busy = self.busy.fetch_add(1, Ordering::AcqRel) + 1;
         if busy > self.tasks.load(Ordering::Relaxed) {
             self.tasks.fetch_add(1, Ordering::Relaxed);
-            let task = Self::serve(self.me.clone(), Taker::new(&self.jobs));
+            let task = Self::serve(self.me.clone(), Taker::new(&self.queue));
             self.env.rt.spawn_unboxed(task);
         }
-        self.jobs.push_unwoken((payload, invocation))
+        self.queue.push_unwoken((payload, handed))
     }
 }
 
@@ -189,7 +186,7 @@ impl<R, P, M, C, H, F> Drop for Typed<R, P, M, C, H, F> {
     /// The driver is gone: the idle tasks are woken and end (a task that still takes a queued
     /// invocation drops it, as nobody waits for its outcome).
     fn drop(&mut self) {
-        self.jobs.close();
+        self.queue.close();
     }
 }
 
@@ -212,42 +209,28 @@ where
     fn run<'a>(
         self: &'a Arc<Self>,
         payload: P,
-        invocation: Invocation,
+        handed: Handed,
     ) -> impl Future<Output = Outcome> + 'a {
-        let Invocation {
-            id: _,
-            message_id,
-            delivery_count,
-            attempt,
-            fence,
-            cancellation,
-            started: _,
-            enqueued: _,
-        } = invocation;
+        let invocation = &handed.invocation;
         // The handler runs in this span, so its own log lines carry which message it handles.
         // Never the payload.
         let span = tracing::info_span!(
             "invocation",
             stream = %self.stream,
-            message_id = %message_id,
-            attempt,
-            delivery_count,
-            fence = fence.0,
+            message_id = %invocation.lease_ref.id,
+            attempt = invocation.attempt,
+            delivery_count = invocation.delivery_count,
+            fence = invocation.lease_ref.fence.0,
         );
-        let meta = Meta {
-            scope: self.clone(),
-            id: message_id,
-            delivery_count,
-            attempt,
-            fence,
-            cancellation: cancellation.clone(),
-        };
+        let cancellation = handed.cancellation.clone();
+        let scope: Arc<dyn StreamScope> = self.clone();
         let started = {
             let _entered = span.enter();
             std::panic::catch_unwind(AssertUnwindSafe(|| {
                 match self.codec.decode(payload.as_ref()) {
                     Ok(message) => Either::Left(
-                        (self.handler)(Delivery::new(message, meta)).map(IntoOutcome::into_outcome),
+                        (self.handler)(Delivery::new(message, scope, handed))
+                            .map(IntoOutcome::into_outcome),
                     ),
                     Err(error) => Either::Right(std::future::ready(Outcome::Reject {
                         reason: format!("cannot decode payload: {error}"),
@@ -256,7 +239,7 @@ where
             }))
         };
         let (rt, grace) = (&self.env.rt, self.env.grace);
-        let invocation = async move {
+        let outcome = async move {
             match started {
                 Ok(future) => invoke(rt, future, cancellation, grace).await,
                 Err(panic) => panicked(panic),
@@ -264,35 +247,35 @@ where
         };
         // Without a subscriber that wants the span, no wrapper around every poll.
         if span.is_disabled() {
-            Either::Left(invocation)
+            Either::Left(outcome)
         } else {
-            Either::Right(Box::pin(invocation.instrument(span)))
+            Either::Right(Box::pin(outcome.instrument(span)))
         }
     }
 
     /// A task of the stream's pool: runs the invocations it takes from the queue, one at a
     /// time, until the queue closes.
-    async fn serve(stream: Weak<Self>, mut jobs: Taker<Job<P>>) {
-        while let Some((payload, invocation)) = jobs.take().await {
+    async fn serve(stream: Weak<Self>, mut queue: Taker<Queued<P>>) {
+        while let Some((payload, handed)) = queue.take().await {
             // Gone only with its driver: nobody is waiting for the outcome.
             let Some(this) = stream.upgrade() else {
                 return;
             };
-            let id = invocation.id;
-            let (cancellation, started) = (invocation.cancellation.clone(), invocation.started);
-            if let Some(enqueued) = invocation.enqueued {
+            let id = handed.invocation.id;
+            let (cancellation, handed_at) = (handed.cancellation.clone(), handed.handed_at);
+            if let Some(enqueued) = handed.enqueued {
                 let waited = SystemTime::now().duration_since(enqueued);
                 this.meters.picked_up(waited.unwrap_or_default());
             }
             // `invoke` catches the handler's panics; one from anywhere else (a handler future
             // that panics while dropped) fails the attempt too, and the task goes on.
-            let outcome = AssertUnwindSafe(this.run(payload, invocation))
+            let outcome = AssertUnwindSafe(this.run(payload, handed))
                 .catch_unwind()
                 .await
                 .unwrap_or_else(panicked);
             // Recorded here, not by the driver (the serial part of a worker), and before the
             // outcome is out, so that the counts are complete once the driver has seen it.
-            let ran = this.env.rt.now().saturating_duration_since(started);
+            let ran = this.env.rt.now().saturating_duration_since(handed_at);
             let ended = Ended::of(&outcome, cancellation.is_cancelled());
             this.meters.ended(ended, ran);
             // Free before the outcome is out: the driver may hand over the next invocation as

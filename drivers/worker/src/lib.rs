@@ -18,15 +18,15 @@
 mod cancel;
 // Also built under loom, where only its own loom tests use it.
 #[cfg_attr(loom, allow(dead_code))]
-mod jobs;
+mod queue;
 mod sync;
 
 pub use cancel::Cancellation;
 pub use leasehold_core as core;
 pub use leasehold_core::{CancelReason, Config, Outcome, RetryPolicy};
 
-// Under `--cfg loom` only the completion race and the job queue are built: the rest needs a real
-// async stack.
+// Under `--cfg loom` only the completion race and the invocation queue are built: the rest needs
+// a real async stack.
 #[cfg(not(loom))]
 mod codec;
 #[cfg(not(loom))]

@@ -1,5 +1,6 @@
 //! Synchronization primitives from `std`, or from `loom` under `--cfg loom` so the loom tests
-//! explore every interleaving of the completion race and of the handler tasks' job queue.
+//! explore every interleaving of the completion race and of the handler tasks' invocation
+//! queue.
 
 #[cfg(loom)]
 pub(crate) use loom::sync::{

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use leasehold_core::{Config, Effect, Fence, Fetched, LeaseEngine, Outcome, Run, StreamId, Tenure};
+use leasehold_core::{Config, Effect, Fence, Fetched, Invocation, LeaseEngine, Outcome, StreamId};
 use leasehold_worker::{CancelReason, Cancellation};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
@@ -20,7 +20,7 @@ fn outcome_racing_cancel_is_never_acked_when_cancel_wins() {
         assert!(matches!(engine.poll_effect(), Some(Effect::Fetch { .. })));
         let delivery = Fetched::new("1-0".into(), (), 1, Fence(1));
         engine.handle_fetched(t0, StreamId(0), vec![delivery]);
-        let Some(Effect::Run(Run { invocation, .. })) = engine.poll_effect() else {
+        let Some(Effect::Run(Invocation { id: invocation, .. })) = engine.poll_effect() else {
             panic!("the delivery runs")
         };
         while engine.poll_effect().is_some() {}

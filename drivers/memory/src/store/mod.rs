@@ -86,8 +86,8 @@ fn standing(entries: &BTreeMap<u64, Entry>) -> impl Fn(u64, u64) -> bool + '_ {
 }
 
 /// Whether `consumer` holds the entry with the lease's fence.
-fn is_current(pending: &Pending, consumer: &str, lease: &LeaseRef) -> bool {
-    *pending.owner == *consumer && u64::from(pending.delivery_count) == lease.fence.0
+fn is_current(pending: &Pending, consumer: &str, lease_ref: &LeaseRef) -> bool {
+    *pending.owner == *consumer && u64::from(pending.delivery_count) == lease_ref.fence.0
 }
 
 #[derive(Debug)]
@@ -226,7 +226,7 @@ impl Store {
     }
 
     /// Moves every delayed message due at `now` into the stream, in due order (publish order
-    /// among those due at the same instant), with stream ids as publishes get them.
+    /// among those due at the same instant), with entry ids as publishes get them.
     pub(crate) fn promote(&mut self, now: Instant) {
         while let Some(payload) = self.delayed.take_due(now) {
             self.publish(now, payload);
@@ -249,13 +249,13 @@ impl Store {
         &mut self,
         now: Instant,
         consumer: &str,
-        leases: &[LeaseRef],
+        lease_refs: &[LeaseRef],
     ) -> Vec<RenewResult> {
         self.seen(now, consumer);
         let until = self.lease_end(now, self.claim_timeout);
-        leases
+        lease_refs
             .iter()
-            .map(|lease| match self.held(consumer, lease) {
+            .map(|lease_ref| match self.held(consumer, lease_ref) {
                 Some(seq) => {
                     self.set_claimable_at(seq, until);
                     RenewResult::Kept
@@ -271,14 +271,14 @@ impl Store {
         &mut self,
         now: Instant,
         consumer: &str,
-        leases: &[LeaseRef],
+        lease_refs: &[LeaseRef],
     ) -> Vec<SettleResult> {
         self.seen(now, consumer);
-        let results: Vec<SettleResult> = leases
+        let results: Vec<SettleResult> = lease_refs
             .iter()
-            .map(|lease| {
+            .map(|lease_ref| {
                 // One lookup to check and remove (the hot path of every message).
-                let Some(seq) = id::parse(lease.id.as_str()) else {
+                let Some(seq) = id::parse(lease_ref.id.as_str()) else {
                     return SettleResult::Lost;
                 };
                 let btree_map::Entry::Occupied(entry) = self.entries.entry(seq) else {
@@ -287,7 +287,7 @@ impl Store {
                 let Some(pending) = entry.get().pending.as_ref() else {
                     return SettleResult::Lost;
                 };
-                if !is_current(pending, consumer, lease) {
+                if !is_current(pending, consumer, lease_ref) {
                     return SettleResult::Lost;
                 }
                 let record = pending.due;
@@ -308,11 +308,11 @@ impl Store {
         &mut self,
         now: Instant,
         consumer: &str,
-        lease: &LeaseRef,
+        lease_ref: &LeaseRef,
         delay: Duration,
     ) -> SettleResult {
         self.seen(now, consumer);
-        let Some(seq) = self.held(consumer, lease) else {
+        let Some(seq) = self.held(consumer, lease_ref) else {
             return SettleResult::Lost;
         };
         let at = self.lease_end(now, delay.min(self.claim_timeout));
@@ -326,11 +326,11 @@ impl Store {
         &mut self,
         now: Instant,
         consumer: &str,
-        lease: &LeaseRef,
+        lease_ref: &LeaseRef,
         reason: String,
     ) -> SettleResult {
         self.seen(now, consumer);
-        let Some(seq) = self.held(consumer, lease) else {
+        let Some(seq) = self.held(consumer, lease_ref) else {
             return SettleResult::Lost;
         };
         let Some((original_id, payload, pending)) = self.remove(seq) else {
@@ -404,10 +404,10 @@ impl Store {
     }
 
     /// The sequence number of the entry, if `consumer` owns it with the lease's fence.
-    fn held(&self, consumer: &str, lease: &LeaseRef) -> Option<u64> {
-        let seq = id::parse(lease.id.as_str())?;
+    fn held(&self, consumer: &str, lease_ref: &LeaseRef) -> Option<u64> {
+        let seq = id::parse(lease_ref.id.as_str())?;
         let pending = self.entries.get(&seq)?.pending.as_ref()?;
-        is_current(pending, consumer, lease).then_some(seq)
+        is_current(pending, consumer, lease_ref).then_some(seq)
     }
 
     fn set_claimable_at(&mut self, seq: u64, at: Instant) {

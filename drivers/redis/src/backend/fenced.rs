@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use leasehold_core::{BackendError, BackendResult, LeaseRef, SettleResult, Tenure};
 use redis::Script;
 
-use super::reply::StreamId;
+use super::reply::EntryId;
 use super::{RedisBackend, SCRIPT_BATCH};
 use crate::error::{error, is_nogroup};
 use crate::replicas::evalsha_cmd;
@@ -15,7 +15,7 @@ use crate::scripts::DEAD_LETTER;
 impl RedisBackend {
     /// Runs a fenced per-id script over `leases` in batches of ids sorted ascending, each with
     /// its id span (the script's one ranged `XPENDING`); a vanished group means every lease is
-    /// lost, and so is a lease whose id is no stream id.
+    /// lost, and so is a lease whose id is no entry id.
     ///
     /// The fences go as runs (fence, how many leases in a row have it), the ids one argument
     /// each, then the script's own `tail`; the script answers with the consumer's tenure, its
@@ -27,24 +27,26 @@ impl RedisBackend {
         &self,
         script: &Script,
         what: &str,
-        leases: &[LeaseRef],
+        lease_refs: &[LeaseRef],
         tail: &[&str],
     ) -> BackendResult<Vec<bool>> {
-        let mut results = vec![false; leases.len()];
+        let mut results = vec![false; lease_refs.len()];
         // Only ids as Redis writes them (the script compares them as strings): any other
         // spelling names no entry, so that lease is not held.
-        let mut order: Vec<(StreamId, usize)> = leases
+        let mut order: Vec<(EntryId, usize)> = lease_refs
             .iter()
             .enumerate()
-            .filter_map(|(i, lease)| Some((StreamId::parse_canonical(lease.id.as_str())?, i)))
+            .filter_map(|(i, lease_ref)| {
+                Some((EntryId::parse_canonical(lease_ref.id.as_str())?, i))
+            })
             .collect();
         order.sort_unstable();
         for chunk in order.chunks(SCRIPT_BATCH) {
             let (Some((low, _)), Some((high, _))) = (chunk.first(), chunk.last()) else {
                 continue;
             };
-            let runs = fence_runs(chunk.iter().map(|&(_, i)| leases[i].fence.0));
-            let tenure = self.vouching(chunk.iter().map(|&(_, i)| leases[i].tenure));
+            let runs = fence_runs(chunk.iter().map(|&(_, i)| lease_refs[i].fence.0));
+            let tenure = self.vouching(chunk.iter().map(|&(_, i)| lease_refs[i].tenure));
             // EVALSHA built as one command: its arguments go into one buffer (a script
             // invocation would allocate each of them, then copy them).
             let mut cmd = redis::cmd("EVALSHA");
@@ -62,7 +64,7 @@ impl RedisBackend {
                 cmd.arg(fence).arg(len);
             }
             for &(_, i) in chunk {
-                cmd.arg(leases[i].id.as_str());
+                cmd.arg(lease_refs[i].id.as_str());
             }
             cmd.arg(tail);
             match self.write::<Vec<u64>>(&cmd, Some(script)).await {
@@ -109,14 +111,14 @@ impl RedisBackend {
     /// Dead-letters `lease` with `reason`, trimming as the retention says.
     pub(super) async fn dead_letter_as(
         &self,
-        lease: &LeaseRef,
+        lease_ref: &LeaseRef,
         reason: &str,
     ) -> BackendResult<SettleResult> {
         let [mode, len, age] = self.retention();
         self.fenced_one(
             &DEAD_LETTER,
             "dead-letter",
-            lease,
+            lease_ref,
             &[reason, mode, len, age],
         )
         .await
@@ -126,14 +128,14 @@ impl RedisBackend {
         &self,
         script: &Script,
         what: &str,
-        lease: &LeaseRef,
+        lease_ref: &LeaseRef,
         extra: &[&str],
     ) -> BackendResult<SettleResult> {
         let mut cmd = evalsha_cmd(script, &[&self.config.target.stream, &self.dead_key]);
         cmd.arg(&self.config.group)
             .arg(&self.consumer)
-            .arg(lease.id.as_str())
-            .arg(lease.fence.0);
+            .arg(lease_ref.id.as_str())
+            .arg(lease_ref.fence.0);
         for arg in extra {
             cmd.arg(arg);
         }

@@ -41,7 +41,7 @@ mod reply;
 mod wait;
 
 use fetch::DelayedState;
-use reply::{as_u64, StreamId};
+use reply::{as_u64, EntryId};
 pub(crate) use wait::Blocking;
 
 /// Most ids per script call, and most delayed messages one fetch promotes: keeps each script
@@ -289,7 +289,7 @@ impl Backend for RedisBackend {
     /// An entry id `ms-seq` starts with the Redis server's clock at the append, in
     /// milliseconds since the Unix epoch.
     fn enqueued_at(&self, id: &MessageId) -> Option<SystemTime> {
-        let StreamId(ms, _) = StreamId::parse(id.as_str())?;
+        let EntryId(ms, _) = EntryId::parse(id.as_str())?;
         (ms > 0).then(|| SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
     }
 
@@ -314,8 +314,10 @@ impl Backend for RedisBackend {
             .with_undeliverable(undeliverable))
     }
 
-    async fn renew(&self, leases: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
-        let kept = self.fenced(&RENEW, "renew", leases, &["JUSTID"]).await?;
+    async fn renew(&self, lease_refs: &[LeaseRef]) -> BackendResult<Vec<RenewResult>> {
+        let kept = self
+            .fenced(&RENEW, "renew", lease_refs, &["JUSTID"])
+            .await?;
         Ok(kept
             .into_iter()
             .map(|kept| {
@@ -328,8 +330,10 @@ impl Backend for RedisBackend {
             .collect())
     }
 
-    async fn ack(&self, leases: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
-        let acked = self.fenced(&ACK, "ack", leases, &self.retention()).await?;
+    async fn ack(&self, lease_refs: &[LeaseRef]) -> BackendResult<Vec<SettleResult>> {
+        let acked = self
+            .fenced(&ACK, "ack", lease_refs, &self.retention())
+            .await?;
         Ok(acked
             .into_iter()
             .map(|acked| {
@@ -344,15 +348,15 @@ impl Backend for RedisBackend {
 
     /// Delays are capped at the claim timeout: the entry's idle time is set to
     /// `claim_timeout - delay`, so any consumer's fetch reclaims it once `delay` passed.
-    async fn release(&self, lease: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
+    async fn release(&self, lease_ref: &LeaseRef, delay: Duration) -> BackendResult<SettleResult> {
         let idle = self.config.claim_timeout.saturating_sub(delay);
         let mut cmd = evalsha_cmd(&RELEASE, &[&self.config.target.stream, &self.tenure_key]);
         cmd.arg(&self.config.group)
             .arg(&self.consumer)
-            .arg(lease.id.as_str())
-            .arg(lease.fence.0)
+            .arg(lease_ref.id.as_str())
+            .arg(lease_ref.fence.0)
             .arg(millis(idle))
-            .arg(self.vouching([lease.tenure]).0);
+            .arg(self.vouching([lease_ref.tenure]).0);
         match self.write::<i64>(&cmd, Some(&RELEASE)).await {
             Ok(1) => Ok(SettleResult::Ok),
             Ok(_) => Ok(SettleResult::Lost),
@@ -363,10 +367,10 @@ impl Backend for RedisBackend {
 
     async fn dead_letter(
         &self,
-        lease: &LeaseRef,
+        lease_ref: &LeaseRef,
         reason: &DeadLetterReason,
     ) -> BackendResult<SettleResult> {
-        self.dead_letter_as(lease, &reason.to_string()).await
+        self.dead_letter_as(lease_ref, &reason.to_string()).await
     }
 
     async fn stream_len(&self) -> BackendResult<u64> {

@@ -1,4 +1,4 @@
-//! What Redis answers, parsed: stream ids, `XREAD`/`XREADGROUP` replies, the fetch script's
+//! What Redis answers, parsed: entry ids, `XREAD`/`XREADGROUP` replies, the fetch script's
 //! reply, and the look at the delayed set.
 
 use std::time::Duration;
@@ -9,9 +9,9 @@ use redis::Value;
 
 /// A stream entry id `ms-seq`, ordered as Redis orders them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) struct StreamId(pub(super) u64, pub(super) u64);
+pub(super) struct EntryId(pub(super) u64, pub(super) u64);
 
-impl StreamId {
+impl EntryId {
     /// Both parts decimal digits; `None` for anything Redis would not accept as an entry id.
     pub(super) fn parse(id: &str) -> Option<Self> {
         let (ms, seq) = Self::halves(id)?;
@@ -64,7 +64,7 @@ pub(super) fn decimal(digits: &[u8]) -> Option<u64> {
     })
 }
 
-impl std::fmt::Display for StreamId {
+impl std::fmt::Display for EntryId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}-{}", self.0, self.1)
     }
@@ -275,7 +275,7 @@ mod tests {
 
     use redis::Value;
 
-    use super::{parse_probe, StreamId};
+    use super::{parse_probe, EntryId};
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
@@ -303,10 +303,10 @@ mod tests {
     }
 
     #[test]
-    fn stream_ids_parse_strictly_and_order_numerically() {
+    fn entry_ids_parse_strictly_and_order_numerically() {
         assert_eq!(
-            StreamId::parse("1700000000000-7"),
-            Some(StreamId(1_700_000_000_000, 7))
+            EntryId::parse("1700000000000-7"),
+            Some(EntryId(1_700_000_000_000, 7))
         );
         for bad in [
             "",
@@ -322,14 +322,14 @@ mod tests {
             "18446744073709551616-0",
             "0-18446744073709551616",
         ] {
-            assert_eq!(StreamId::parse(bad), None, "{bad:?}");
+            assert_eq!(EntryId::parse(bad), None, "{bad:?}");
         }
-        assert_eq!(StreamId::parse("007-01"), Some(StreamId(7, 1)));
+        assert_eq!(EntryId::parse("007-01"), Some(EntryId(7, 1)));
         assert_eq!(
-            StreamId::parse("18446744073709551615-3"),
-            Some(StreamId(u64::MAX, 3))
+            EntryId::parse("18446744073709551615-3"),
+            Some(EntryId(u64::MAX, 3))
         );
-        let mut ids = ["10-0", "9-5", "9-10", "0-1"].map(|s| StreamId::parse(s).unwrap());
+        let mut ids = ["10-0", "9-5", "9-10", "0-1"].map(|s| EntryId::parse(s).unwrap());
         ids.sort_unstable();
         assert_eq!(ids.map(|id| id.to_string()), ["0-1", "9-5", "9-10", "10-0"]);
     }
@@ -339,11 +339,11 @@ mod tests {
     #[test]
     fn only_canonical_ids_go_to_the_fenced_scripts() {
         for good in ["0-0", "0-1", "10-0", "1700000000000-17"] {
-            let id = StreamId::parse_canonical(good).expect(good);
+            let id = EntryId::parse_canonical(good).expect(good);
             assert_eq!(id.to_string(), good);
         }
         for bad in ["01-1", "1-01", "00-0", "0-00", "1-", "x-1"] {
-            assert_eq!(StreamId::parse_canonical(bad), None, "{bad:?}");
+            assert_eq!(EntryId::parse_canonical(bad), None, "{bad:?}");
         }
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use leasehold_worker::{CancelReason, Delivery, Outcome, RetryPolicy};
 
 use super::support::{
-    builder, config, settled_stats, Env, Reasons, Runs, TestRt, CLAIM, DEAD, STREAM,
+    builder, config, settled_stats, Env, Invocations, Reasons, TestRt, CLAIM, DEAD, STREAM,
 };
 
 // ----- release with delay ------------------------------------------------------------------------
@@ -21,8 +21,8 @@ pub async fn retry_with_delay_is_retaken_by_another_consumer<T: TestRt>(rt: T) {
     let delay = Duration::from_millis(900);
     let env = Env::start(rt).await;
     let id = env.publish(1).await;
-    let runs = Runs::default();
-    let recorder = runs.clone();
+    let invocations = Invocations::default();
+    let recorder = invocations.clone();
     let first = builder(env.runtime(), config())
         .stream(STREAM, env.backend("a").await, move |d: Delivery<u64>| {
             recorder.record("a", &d);
@@ -47,7 +47,7 @@ pub async fn retry_with_delay_is_retaken_by_another_consumer<T: TestRt>(rt: T) {
         "idle should be about claim − delay = {floor} ms (and not yet claimable): {entry:?}"
     );
 
-    let recorder = runs.clone();
+    let recorder = invocations.clone();
     let second = builder(env.runtime(), config())
         .stream(STREAM, env.backend("b").await, move |d: Delivery<u64>| {
             recorder.record("b", &d);
@@ -56,7 +56,7 @@ pub async fn retry_with_delay_is_retaken_by_another_consumer<T: TestRt>(rt: T) {
         .start()
         .expect("valid worker");
     env.wait_drained("b completes the message").await;
-    let all = runs.all();
+    let all = invocations.all();
     assert_eq!(
         all.iter()
             .map(|r| (r.worker, r.id.as_str(), r.delivery_count))
@@ -74,8 +74,8 @@ pub async fn retry_with_delay_is_retaken_by_another_consumer<T: TestRt>(rt: T) {
 pub async fn max_processing_time_cancels_and_retries<T: TestRt>(rt: T) {
     let env = Env::start(rt).await;
     let id = env.publish(1).await;
-    let (runs, reasons) = (Runs::default(), Reasons::default());
-    let (recorder, observed) = (runs.clone(), reasons.clone());
+    let (invocations, reasons) = (Invocations::default(), Reasons::default());
+    let (recorder, observed) = (invocations.clone(), reasons.clone());
     let config = config().max_processing_time(Duration::from_millis(400));
     let worker = builder(env.runtime(), config)
         .stream(STREAM, env.backend("a").await, move |d: Delivery<u64>| {
@@ -93,7 +93,8 @@ pub async fn max_processing_time_cancels_and_retries<T: TestRt>(rt: T) {
     env.wait_drained("the retry completes the message").await;
     assert_eq!(reasons.all(), [CancelReason::MaxProcessingTime]);
     assert_eq!(
-        runs.all()
+        invocations
+            .all()
             .iter()
             .map(|r| (r.id.as_str(), r.delivery_count))
             .collect::<Vec<_>>(),
@@ -119,8 +120,8 @@ pub async fn max_processing_time_cancels_and_retries<T: TestRt>(rt: T) {
 pub async fn poison_message_is_dead_lettered_while_others_flow<T: TestRt>(rt: T) {
     let env = Env::start(rt).await;
     let poison = env.publish(0).await;
-    let runs = Runs::default();
-    let recorder = runs.clone();
+    let invocations = Invocations::default();
+    let recorder = invocations.clone();
     let config = config().max_deliveries(3).retry(RetryPolicy {
         initial: Duration::from_millis(300),
         multiplier: 2.0,
@@ -141,22 +142,28 @@ pub async fn poison_message_is_dead_lettered_while_others_flow<T: TestRt>(rt: T)
         })
         .start()
         .expect("valid worker");
-    env.wait_until("the poison failed once", || runs.len() == 1)
+    env.wait_until("the poison failed once", || invocations.len() == 1)
         .await;
     for message in 1..=10 {
         env.publish(message).await;
     }
-    env.wait_until("the poison is dead-lettered", || runs.of(0).len() == 3)
-        .await;
+    env.wait_until("the poison is dead-lettered", || {
+        invocations.of(0).len() == 3
+    })
+    .await;
     env.wait_drained("everything is acked or dead-lettered")
         .await;
 
-    let all = runs.all();
-    let poison_runs: Vec<_> = runs.of(0).iter().map(|r| r.delivery_count).collect();
-    assert_eq!(poison_runs, [1, 2, 3], "backoff, then dead letter: {all:?}");
+    let all = invocations.all();
+    let poison_counts: Vec<_> = invocations.of(0).iter().map(|r| r.delivery_count).collect();
+    assert_eq!(
+        poison_counts,
+        [1, 2, 3],
+        "backoff, then dead letter: {all:?}"
+    );
     let last_poison = all.iter().rposition(|r| r.message == 0).unwrap();
     for message in 1..=10 {
-        let of = runs.of(message);
+        let of = invocations.of(message);
         assert_eq!(of.len(), 1, "message {message}: {of:?}");
         assert_eq!(of[0].delivery_count, 1);
     }

@@ -24,8 +24,8 @@ pub async fn every_group_handles_every_message_through_a_crash<T: TestRt>(rt: T)
     for m in 0..BEFORE {
         env.publish(m).await;
     }
-    let runs = Runs::default();
-    let recorder = runs.clone();
+    let invocations = Invocations::default();
+    let recorder = invocations.clone();
     let billing = builder(env.runtime(), config())
         .stream(
             STREAM,
@@ -43,7 +43,7 @@ pub async fn every_group_handles_every_message_through_a_crash<T: TestRt>(rt: T)
         .run(async move { RedisBackend::connect(config_doomed).await })
         .await
         .expect("connect the doomed emails worker");
-    let recorder = runs.clone();
+    let recorder = invocations.clone();
     let doomed = builder(isolated.runtime(), config())
         .stream(STREAM, doomed_backend, move |d: Delivery<u64>| {
             recorder.record("doomed", &d);
@@ -53,18 +53,18 @@ pub async fn every_group_handles_every_message_through_a_crash<T: TestRt>(rt: T)
         .start()
         .expect("valid worker");
     env.wait_until("the doomed emails worker started a message", || {
-        runs.all().iter().any(|r| r.worker == "doomed")
+        invocations.all().iter().any(|r| r.worker == "doomed")
     })
     .await;
     for m in BEFORE..BEFORE + DURING {
         env.publish(m).await;
     }
     env.wait_until("billing handled every message", || {
-        handled(&runs, &["billing"]) == all()
+        handled(&invocations, &["billing"]) == all()
     })
     .await;
     isolated.kill();
-    let recorder = runs.clone();
+    let recorder = invocations.clone();
     let emails = builder(env.runtime(), config())
         .stream(
             STREAM,
@@ -77,10 +77,10 @@ pub async fn every_group_handles_every_message_through_a_crash<T: TestRt>(rt: T)
         .start()
         .expect("valid worker");
     env.wait_until("emails handled every message", || {
-        handled(&runs, &["emails"]) == all()
+        handled(&invocations, &["emails"]) == all()
     })
     .await;
-    let taken_over: Vec<Run> = runs
+    let taken_over: Vec<InvocationRecord> = invocations
         .all()
         .into_iter()
         .filter(|r| r.worker == "doomed")
@@ -89,11 +89,12 @@ pub async fn every_group_handles_every_message_through_a_crash<T: TestRt>(rt: T)
         panic!("the doomed worker started {taken_over:?}")
     };
     assert!(
-        runs.of(first.message)
+        invocations
+            .of(first.message)
             .iter()
             .any(|r| r.worker == "emails" && r.delivery_count == 2),
         "the crashed worker's message was not taken over: {:?}",
-        runs.of(first.message)
+        invocations.of(first.message)
     );
     // Both groups done: nothing is kept.
     let deadline = Instant::now() + PATIENCE;
@@ -115,8 +116,9 @@ fn all() -> std::collections::HashSet<u64> {
 }
 
 /// Messages the named workers handled.
-fn handled(runs: &Runs, workers: &[&str]) -> std::collections::HashSet<u64> {
-    runs.all()
+fn handled(invocations: &Invocations, workers: &[&str]) -> std::collections::HashSet<u64> {
+    invocations
+        .all()
         .into_iter()
         .filter(|r| workers.contains(&r.worker))
         .map(|r| r.message)

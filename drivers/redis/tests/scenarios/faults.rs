@@ -13,18 +13,18 @@ use leasehold_redis_harness::{RedisServer, Reply};
 use leasehold_worker::{Config, Delivery, Health, Runtime, Worker};
 
 use super::support::{
-    array, assert_no_loss, builder, config, sleep, Env, Runs, TestRt, CLAIM, GROUP, STREAM,
+    array, assert_no_loss, builder, config, sleep, Env, Invocations, TestRt, CLAIM, GROUP, STREAM,
 };
 
 /// A fast worker of messages that records them: the shape of the fault scenarios.
 fn recording_worker<R: Runtime>(
     runtime: R,
     backend: RedisBackend,
-    runs: &Runs,
+    invocations: &Invocations,
     config: Config,
     slow: Option<(u64, Duration)>,
 ) -> Worker<Bytes> {
-    let (recorder, rt) = (runs.clone(), runtime.clone());
+    let (recorder, rt) = (invocations.clone(), runtime.clone());
     builder(runtime, config)
         .stream(STREAM, backend, move |d: Delivery<u64>| {
             recorder.record("a", &d);
@@ -43,16 +43,24 @@ fn recording_worker<R: Runtime>(
 pub async fn destroyed_group_is_recreated<T: TestRt>(rt: T) {
     let env = Env::start(rt).await;
     env.publish(1).await;
-    let runs = Runs::default();
-    let worker = recording_worker(env.runtime(), env.backend("a").await, &runs, config(), None);
+    let invocations = Invocations::default();
+    let worker = recording_worker(
+        env.runtime(),
+        env.backend("a").await,
+        &invocations,
+        config(),
+        None,
+    );
     env.wait_drained("the first message is acked").await;
     let destroyed = env.cmd(&["XGROUP", "DESTROY", STREAM, GROUP]).await;
     assert_eq!(destroyed, Reply::Integer(1));
     for message in 2..=5 {
         env.publish(message).await;
     }
-    env.wait_until("the later messages ran", || runs.messages().len() == 5)
-        .await;
+    env.wait_until("the later messages ran", || {
+        invocations.messages().len() == 5
+    })
+    .await;
     env.wait_drained("the later messages are acked").await;
     let groups = env.cmd(&["XINFO", "GROUPS", STREAM]).await;
     assert_eq!(
@@ -60,7 +68,7 @@ pub async fn destroyed_group_is_recreated<T: TestRt>(rt: T) {
         1,
         "the group was recreated: {groups:?}"
     );
-    let all = runs.all();
+    let all = invocations.all();
     assert_eq!(all.len(), 5, "each message ran once: {all:?}");
     assert!(all.iter().all(|r| r.delivery_count == 1), "{all:?}");
     worker.shutdown(Duration::from_secs(2)).await;
@@ -72,15 +80,15 @@ pub async fn destroyed_group_is_recreated<T: TestRt>(rt: T) {
 pub async fn killed_connections_reconnect<T: TestRt>(rt: T) {
     let env = Env::start(rt).await;
     env.publish(0).await;
-    let runs = Runs::default();
+    let invocations = Invocations::default();
     let worker = recording_worker(
         env.runtime(),
         env.backend("a").await,
-        &runs,
+        &invocations,
         config().concurrency(2),
         Some((0, CLAIM * 2)),
     );
-    env.wait_until("the long message started", || runs.len() == 1)
+    env.wait_until("the long message started", || invocations.len() == 1)
         .await;
     let mut next = 1;
     for round in 0..2 {
@@ -97,12 +105,12 @@ pub async fn killed_connections_reconnect<T: TestRt>(rt: T) {
             next += 1;
         }
         env.wait_until("the messages after the kill ran", || {
-            runs.messages().len() == next as usize
+            invocations.messages().len() == next as usize
         })
         .await;
     }
     env.wait_drained("everything is acked").await;
-    let all = runs.all();
+    let all = invocations.all();
     assert_eq!(all.len(), next as usize, "each message ran once: {all:?}");
     assert!(all.iter().all(|r| r.delivery_count == 1), "{all:?}");
     let stats = worker.stats().await.expect("running");
@@ -123,9 +131,9 @@ pub async fn redis_restart_with_aof_loses_nothing<T: TestRt>(rt: T) {
     }
     let restarted = Arc::new(AtomicBool::new(false));
     let phases: Arc<Mutex<Vec<(u64, bool)>>> = Arc::default();
-    let runs = Runs::default();
+    let invocations = Invocations::default();
     let (recorder, rt, flag, phase_log) = (
-        runs.clone(),
+        invocations.clone(),
         env.runtime(),
         restarted.clone(),
         phases.clone(),
@@ -141,7 +149,7 @@ pub async fn redis_restart_with_aof_loses_nothing<T: TestRt>(rt: T) {
         })
         .start()
         .expect("valid worker");
-    env.wait_until("a few messages ran", || runs.len() >= 8)
+    env.wait_until("a few messages ran", || invocations.len() >= 8)
         .await;
     let server = env.server.clone();
     env.rt
@@ -159,8 +167,10 @@ pub async fn redis_restart_with_aof_loses_nothing<T: TestRt>(rt: T) {
         env.publish(message).await;
     }
     let total = (BEFORE + AFTER) as usize;
-    env.wait_until("every message ran", || runs.messages().len() == total)
-        .await;
+    env.wait_until("every message ran", || {
+        invocations.messages().len() == total
+    })
+    .await;
     env.wait_drained("every message is acked").await;
 
     let mut by_message: BTreeMap<u64, Vec<bool>> = BTreeMap::new();
@@ -190,8 +200,14 @@ pub async fn redis_restart_with_aof_loses_nothing<T: TestRt>(rt: T) {
 pub async fn a_key_of_the_wrong_type_halts_the_stream<T: TestRt>(rt: T) {
     let env = Env::start(rt).await;
     env.publish(1).await;
-    let runs = Runs::default();
-    let worker = recording_worker(env.runtime(), env.backend("a").await, &runs, config(), None);
+    let invocations = Invocations::default();
+    let worker = recording_worker(
+        env.runtime(),
+        env.backend("a").await,
+        &invocations,
+        config(),
+        None,
+    );
     env.wait_drained("the first message is acked").await;
     assert_eq!(worker.health(), Health::Running);
     env.cmd(&["DEL", STREAM]).await;

@@ -12,8 +12,8 @@ use leasehold_redis::RedisBackend;
 use leasehold_worker::{CancelReason, Delivery, Outcome};
 
 use super::support::{
-    builder, command, config, sleep, spy, Env, Reasons, Runs, TestRt, CLAIM, GROUP, HEARTBEAT,
-    STREAM,
+    builder, command, config, sleep, spy, Env, Invocations, Reasons, TestRt, CLAIM, GROUP,
+    HEARTBEAT, STREAM,
 };
 
 /// A raw `XCLAIM` by a peer takes a message over while the worker's handler runs. The worker's
@@ -23,8 +23,8 @@ pub async fn takeover_is_not_stolen_back_and_cancels_the_handler<T: TestRt>(rt: 
     let env = Env::start(rt).await;
     let id = env.publish(1).await;
     let (backend, spy) = spy(env.backend("a").await);
-    let (runs, reasons) = (Runs::default(), Reasons::default());
-    let (recorder, observed) = (runs.clone(), reasons.clone());
+    let (invocations, reasons) = (Invocations::default(), Reasons::default());
+    let (recorder, observed) = (invocations.clone(), reasons.clone());
     let worker = builder(env.runtime(), config())
         .stream(STREAM, backend, move |d: Delivery<u64>| {
             recorder.record("a", &d);
@@ -37,7 +37,7 @@ pub async fn takeover_is_not_stolen_back_and_cancels_the_handler<T: TestRt>(rt: 
         })
         .start()
         .expect("valid worker");
-    env.wait_until("a started the message", || runs.len() == 1)
+    env.wait_until("a started the message", || invocations.len() == 1)
         .await;
     env.xclaim("peer", &id).await;
 
@@ -113,10 +113,10 @@ pub async fn late_ack_after_takeover_leaves_the_new_owner_entry<T: TestRt>(rt: T
         .await
         .expect("connecting consumer a");
     let (backend, spy) = spy(a);
-    let runs = Runs::default();
+    let invocations = Invocations::default();
     let cancelled_before_done = Arc::new(AtomicBool::new(false));
     let (recorder, runtime, server, rt, log, flag) = (
-        runs.clone(),
+        invocations.clone(),
         env.runtime(),
         env.server.clone(),
         env.rt.clone(),
@@ -181,7 +181,7 @@ pub async fn late_ack_after_takeover_leaves_the_new_owner_entry<T: TestRt>(rt: T
     assert_eq!((report.acked, report.lost), (0, 1), "{report:?}");
 
     // Not lost: a worker under the peer's name finishes it once the takeover's lease lapses.
-    let recorder = runs.clone();
+    let recorder = invocations.clone();
     let peer = builder(env.runtime(), config())
         .stream(
             STREAM,
@@ -194,7 +194,7 @@ pub async fn late_ack_after_takeover_leaves_the_new_owner_entry<T: TestRt>(rt: T
         .start()
         .expect("valid worker");
     env.wait_drained("the peer completes the message").await;
-    let all = runs.all();
+    let all = invocations.all();
     assert_eq!(all.len(), 2, "{all:?}");
     assert_eq!((all[1].worker, all[1].delivery_count), ("peer", 3));
     peer.shutdown(Duration::from_secs(2)).await;

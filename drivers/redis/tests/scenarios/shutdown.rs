@@ -7,7 +7,7 @@ use std::time::Duration;
 use leasehold_worker::{Delivery, Outcome};
 
 use super::support::{
-    array, builder, config, entries, sleep, Env, Runs, TestRt, CLAIM, GROUP, STREAM,
+    array, builder, config, entries, sleep, Env, Invocations, TestRt, CLAIM, GROUP, STREAM,
 };
 
 /// At shutdown, messages waiting for a re-poll (`Pending`) are released with no delay: a peer's
@@ -20,8 +20,8 @@ pub async fn shutdown_hands_waiting_messages_back_at_once<T: TestRt>(rt: T) {
         waiting.push(env.publish(message).await);
     }
     env.publish(4).await;
-    let runs = Runs::default();
-    let (recorder, runtime) = (runs.clone(), env.runtime());
+    let invocations = Invocations::default();
+    let (recorder, runtime) = (invocations.clone(), env.runtime());
     let config = config()
         .concurrency(4)
         .repoll_interval(Duration::from_secs(30));
@@ -77,5 +77,5 @@ pub async fn shutdown_hands_waiting_messages_back_at_once<T: TestRt>(rt: T) {
         "{pending:?}"
     );
     assert_eq!(pending.len(), 3, "the finished one was acked");
-    assert_eq!(runs.len(), 4);
+    assert_eq!(invocations.len(), 4);
 }

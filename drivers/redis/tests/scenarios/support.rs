@@ -404,7 +404,7 @@ pub fn builder<R: Runtime, B: Backend<Payload = Bytes>>(
 
 /// One handler invocation, as the handler saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Run {
+pub struct InvocationRecord {
     pub worker: &'static str,
     pub id: String,
     pub message: u64,
@@ -413,11 +413,11 @@ pub struct Run {
 
 /// Invocations in the order they started, shared by handlers and the test.
 #[derive(Debug, Clone, Default)]
-pub struct Runs(Arc<Mutex<Vec<Run>>>);
+pub struct Invocations(Arc<Mutex<Vec<InvocationRecord>>>);
 
-impl Runs {
+impl Invocations {
     pub fn record<M: Copy + Into<u64>>(&self, worker: &'static str, d: &Delivery<M>) {
-        self.0.lock().unwrap().push(Run {
+        self.0.lock().unwrap().push(InvocationRecord {
             worker,
             id: d.message_id().as_str().to_string(),
             message: (*d.message()).into(),
@@ -425,7 +425,7 @@ impl Runs {
         });
     }
 
-    pub fn all(&self) -> Vec<Run> {
+    pub fn all(&self) -> Vec<InvocationRecord> {
         self.0.lock().unwrap().clone()
     }
 
@@ -433,8 +433,8 @@ impl Runs {
         self.0.lock().unwrap().len()
     }
 
-    /// Runs of message `message`.
-    pub fn of(&self, message: u64) -> Vec<Run> {
+    /// Invocations of message `message`.
+    pub fn of(&self, message: u64) -> Vec<InvocationRecord> {
         self.all()
             .into_iter()
             .filter(|r| r.message == message)

@@ -16,7 +16,8 @@ use leasehold_worker::Delivery;
 
 use super::support::{
     array, assert_no_loss, builder, command, config, entries, settled_stats, sleep, spawn, Env,
-    Isolated, Run, Runs, TestRt, CLAIM, DEAD, GROUP, HEARTBEAT, PATIENCE, STEP, STREAM,
+    InvocationRecord, Invocations, Isolated, TestRt, CLAIM, DEAD, GROUP, HEARTBEAT, PATIENCE, STEP,
+    STREAM,
 };
 
 // ----- live work is not reclaimed ----------------------------------------------------------------
@@ -27,8 +28,8 @@ use super::support::{
 pub async fn live_work_is_not_reclaimed_with_one_worker<T: TestRt>(rt: T) {
     let env = Env::start(rt).await;
     let id = env.publish(1).await;
-    let runs = Runs::default();
-    let (recorder, runtime) = (runs.clone(), env.runtime());
+    let invocations = Invocations::default();
+    let (recorder, runtime) = (invocations.clone(), env.runtime());
     let worker = builder(env.runtime(), config().concurrency(4))
         .stream(STREAM, env.backend("a").await, move |d: Delivery<u64>| {
             recorder.record("a", &d);
@@ -36,12 +37,12 @@ pub async fn live_work_is_not_reclaimed_with_one_worker<T: TestRt>(rt: T) {
         })
         .start()
         .expect("valid worker");
-    env.wait_until("the handler started", || runs.len() == 1)
+    env.wait_until("the handler started", || invocations.len() == 1)
         .await;
     // While it runs, Redis sees a lease that is renewed: owned by a, delivered once, never
     // idle for a claim timeout.
     let mut samples = 0;
-    while runs.len() == 1 && env.xlen(STREAM).await == 1 {
+    while invocations.len() == 1 && env.xlen(STREAM).await == 1 {
         let pending = env.pending().await;
         if let [entry] = pending.as_slice() {
             assert_eq!((entry.owner.as_str(), entry.count), ("a", 1), "{entry:?}");
@@ -56,8 +57,8 @@ pub async fn live_work_is_not_reclaimed_with_one_worker<T: TestRt>(rt: T) {
     assert!(samples >= 5, "the handler ran for only {samples} samples");
     env.wait_drained("the message is acked").await;
     assert_eq!(
-        runs.all(),
-        [Run {
+        invocations.all(),
+        [InvocationRecord {
             worker: "a",
             id,
             message: 1,
@@ -78,10 +79,10 @@ pub async fn live_work_is_not_reclaimed_with_one_worker<T: TestRt>(rt: T) {
 pub async fn live_work_is_not_reclaimed_with_two_workers<T: TestRt>(rt: T) {
     let env = Env::start(rt).await;
     let ids = [env.publish(1).await, env.publish(2).await];
-    let runs = Runs::default();
+    let invocations = Invocations::default();
     let mut workers = Vec::new();
     for name in ["a", "b"] {
-        let (recorder, runtime) = (runs.clone(), env.runtime());
+        let (recorder, runtime) = (invocations.clone(), env.runtime());
         workers.push(
             builder(env.runtime(), config())
                 .stream(STREAM, env.backend(name).await, move |d: Delivery<u64>| {
@@ -92,10 +93,10 @@ pub async fn live_work_is_not_reclaimed_with_two_workers<T: TestRt>(rt: T) {
                 .expect("valid worker"),
         );
     }
-    env.wait_until("both messages started", || runs.len() == 2)
+    env.wait_until("both messages started", || invocations.len() == 2)
         .await;
     env.wait_drained("both messages are acked").await;
-    let mut seen: Vec<_> = runs
+    let mut seen: Vec<_> = invocations
         .all()
         .into_iter()
         .map(|r| (r.id, r.delivery_count))
@@ -126,13 +127,13 @@ pub async fn crashed_worker_fails_over_to_a_peer<T: TestRt>(rt: T) {
     let env = Env::start(rt).await;
     let id = env.publish(7).await;
     let isolated = env.rt.isolated();
-    let runs = Runs::default();
+    let invocations = Invocations::default();
     let config_a = env.config("a");
     let backend_a = isolated
         .run(async move { RedisBackend::connect(config_a).await })
         .await
         .expect("connect a");
-    let recorder = runs.clone();
+    let recorder = invocations.clone();
     let victim = builder(isolated.runtime(), config())
         .stream(STREAM, backend_a, move |d: Delivery<u64>| {
             recorder.record("a", &d);
@@ -141,7 +142,7 @@ pub async fn crashed_worker_fails_over_to_a_peer<T: TestRt>(rt: T) {
         })
         .start()
         .expect("valid worker");
-    env.wait_until("a started the message", || runs.len() == 1)
+    env.wait_until("a started the message", || invocations.len() == 1)
         .await;
     // Let a few heartbeats pass, so the crash hits a lease that is being renewed.
     env.sleep(HEARTBEAT * 2).await;
@@ -159,7 +160,7 @@ pub async fn crashed_worker_fails_over_to_a_peer<T: TestRt>(rt: T) {
         "the dying worker released the message: {after:?}"
     );
 
-    let recorder = runs.clone();
+    let recorder = invocations.clone();
     let peer = builder(env.runtime(), config())
         .stream(STREAM, env.backend("b").await, move |d: Delivery<u64>| {
             recorder.record("b", &d);
@@ -169,15 +170,15 @@ pub async fn crashed_worker_fails_over_to_a_peer<T: TestRt>(rt: T) {
         .expect("valid worker");
     env.wait_drained("the peer completes the message").await;
     assert_eq!(
-        runs.all(),
+        invocations.all(),
         [
-            Run {
+            InvocationRecord {
                 worker: "a",
                 id: id.clone(),
                 message: 7,
                 delivery_count: 1
             },
-            Run {
+            InvocationRecord {
                 worker: "b",
                 id,
                 message: 7,
@@ -267,8 +268,8 @@ pub async fn stale_entries_are_all_reclaimed_while_new_ones_flow<T: TestRt>(rt: 
         env.publish(message).await;
     }
 
-    let runs = Runs::default();
-    let (recorder, runtime) = (runs.clone(), env.runtime());
+    let invocations = Invocations::default();
+    let (recorder, runtime) = (invocations.clone(), env.runtime());
     let worker = builder(env.runtime(), config().concurrency(4))
         .stream(STREAM, env.backend("a").await, move |d: Delivery<u64>| {
             recorder.record("a", &d);
@@ -289,7 +290,7 @@ pub async fn stale_entries_are_all_reclaimed_while_new_ones_flow<T: TestRt>(rt: 
     published.await.expect("the publisher ran");
     let total = (STALE.start..NEW_DURING.end).count();
     env.wait_until("every stale and new message ran", || {
-        runs.messages().len() == total
+        invocations.messages().len() == total
     })
     .await;
     // Settled: acked, and the live consumer's entries untouched.
@@ -315,15 +316,19 @@ pub async fn stale_entries_are_all_reclaimed_while_new_ones_flow<T: TestRt>(rt: 
         .await
         .expect("the live consumer kept its entries");
 
-    let all = runs.all();
+    let all = invocations.all();
     assert_eq!(all.len(), total, "each message ran once");
-    for run in &all {
+    for invocation in &all {
         assert!(
-            !LIVE.contains(&run.message),
-            "a live entry was taken: {run:?}"
+            !LIVE.contains(&invocation.message),
+            "a live entry was taken: {invocation:?}"
         );
-        let expected = if STALE.contains(&run.message) { 2 } else { 1 };
-        assert_eq!(run.delivery_count, expected, "{run:?}");
+        let expected = if STALE.contains(&invocation.message) {
+            2
+        } else {
+            1
+        };
+        assert_eq!(invocation.delivery_count, expected, "{invocation:?}");
     }
     // Neither kind waited for the other: the first 100 runs hold plenty of both.
     let early_stale = all[..100]

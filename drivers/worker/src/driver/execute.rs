@@ -12,11 +12,11 @@ use futures::future::{select, Either};
 use futures::FutureExt;
 use leasehold_core::{
     Backend, BackendError, BackendResult, CancelReason, DeadLetterReason, Effect, FetchAnswer,
-    InvocationId, LeaseRef, LossReason, Run, StreamId,
+    Invocation, InvocationId, LeaseRef, LossReason, StreamId,
 };
 
 use crate::cancel::Cancellation;
-use crate::dispatch::Invocation;
+use crate::dispatch::Handed;
 use crate::event::Event;
 use crate::meters::Dead;
 use crate::runtime::Runtime;
@@ -32,7 +32,7 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
         while let Some(effect) = self.engine.poll_effect() {
             match effect {
                 Effect::Fetch { stream, max, wait } => self.fetch(stream, max, wait),
-                Effect::Run(run) => self.run_handler(run),
+                Effect::Run(invocation) => self.start(invocation),
                 Effect::Cancel { invocation, reason } => self.cancel(invocation, reason),
                 Effect::LeaseValid { invocation, until } => {
                     if let Some(running) = self.invocations.get(&invocation) {
@@ -43,12 +43,14 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
                     batch,
                     stream,
                     leases,
-                    refs,
+                    lease_refs,
                 } => {
                     let backend = self.backend(stream);
                     let sent = self.now();
                     self.call(
-                        async move { answer_each("renew", &refs, backend.renew(&refs).await) },
+                        async move {
+                            answer_each("renew", &lease_refs, backend.renew(&lease_refs).await)
+                        },
                         move |result| Event::Renewed(batch, stream, sent, leases, result),
                     );
                 }
@@ -56,11 +58,13 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
                     batch,
                     stream,
                     leases,
-                    refs,
+                    lease_refs,
                 } => {
                     let backend = self.backend(stream);
                     self.call(
-                        async move { answer_each("ack", &refs, backend.ack(&refs).await) },
+                        async move {
+                            answer_each("ack", &lease_refs, backend.ack(&lease_refs).await)
+                        },
                         move |result| Event::Acked(batch, stream, leases, result),
                     );
                 }
@@ -255,33 +259,30 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
         );
     }
 
-    fn run_handler(&mut self, run: Run<B::Payload>) {
+    /// Hands an invocation to its stream's handler tasks.
+    fn start(&mut self, invocation: Invocation<B::Payload>) {
+        let (invocation, payload) = invocation.into_parts();
         let cancellation = Cancellation::new();
-        cancellation.set_valid_until(self.base, Some(run.valid_until));
-        let stream = &self.streams[usize::from(run.stream.0)];
+        cancellation.set_valid_until(self.base, Some(invocation.valid_until));
+        let handed_at = self.now();
+        let stream = &self.streams[usize::from(invocation.stream.0)];
         // Its handler task records the pickup delay, off the driver.
-        let enqueued = (run.attempt == 1)
-            .then(|| stream.backend.enqueued_at(&run.lease.id))
+        let enqueued = (invocation.attempt == 1)
+            .then(|| stream.backend.enqueued_at(&invocation.lease_ref.id))
             .flatten();
-        let handed = Invocation {
-            id: run.invocation,
-            message_id: run.lease.id,
-            delivery_count: run.delivery_count,
-            attempt: run.attempt,
-            fence: run.lease.fence,
+        let running = Running {
             cancellation: cancellation.clone(),
-            started: self.now(),
+            stream: invocation.stream,
+        };
+        self.invocations.insert(invocation.id, running);
+        self.handed_over = true;
+        let handed = Handed {
+            invocation,
+            cancellation,
+            handed_at,
             enqueued,
         };
-        let running = Running {
-            cancellation,
-            stream: run.stream,
-        };
-        self.invocations.insert(run.invocation, running);
-        self.handed_over = true;
-        let wake = self.streams[usize::from(run.stream.0)]
-            .dispatch
-            .dispatch(run.payload, handed);
+        let wake = stream.dispatch.dispatch(payload, handed);
         self.to_wake.extend(wake);
     }
 }
@@ -291,14 +292,14 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
 /// leases), so it is a fatal error of that call.
 fn answer_each<T>(
     op: &str,
-    refs: &[LeaseRef],
+    lease_refs: &[LeaseRef],
     answer: BackendResult<Vec<T>>,
 ) -> BackendResult<Vec<T>> {
     match answer {
-        Ok(results) if results.len() != refs.len() => Err(BackendError::fatal(format!(
+        Ok(results) if results.len() != lease_refs.len() => Err(BackendError::fatal(format!(
             "the backend broke its contract: {op} answered {} results for {} leases",
             results.len(),
-            refs.len()
+            lease_refs.len()
         ))),
         answer => answer,
     }
@@ -312,9 +313,9 @@ mod tests {
 
     #[test]
     fn a_batch_answer_without_a_result_per_lease_is_a_fatal_error() {
-        let lease = |id: &str| LeaseRef::new(id.into(), Fence(1));
-        let refs = vec![lease("1-0"), lease("2-0")];
-        let short = answer_each("renew", &refs, Ok(vec![RenewResult::Kept]));
+        let lease_ref = |id: &str| LeaseRef::new(id.into(), Fence(1));
+        let lease_refs = vec![lease_ref("1-0"), lease_ref("2-0")];
+        let short = answer_each("renew", &lease_refs, Ok(vec![RenewResult::Kept]));
         let error = short.expect_err("one result for two leases");
         assert_eq!(error.kind(), ErrorKind::Fatal);
         assert!(
@@ -323,10 +324,10 @@ mod tests {
                 .contains("renew answered 1 results for 2 leases"),
             "{error}"
         );
-        let full = answer_each("ack", &refs, Ok(vec![SettleResult::Ok; 2]));
+        let full = answer_each("ack", &lease_refs, Ok(vec![SettleResult::Ok; 2]));
         assert_eq!(full.unwrap(), vec![SettleResult::Ok; 2]);
         let failed: BackendResult<Vec<SettleResult>> = Err(BackendError::transient("down"));
-        let kept = answer_each("ack", &refs, failed).unwrap_err();
+        let kept = answer_each("ack", &lease_refs, failed).unwrap_err();
         assert_eq!(kept.kind(), ErrorKind::Transient);
     }
 }

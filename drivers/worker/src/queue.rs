@@ -1,22 +1,22 @@
 //! The queue a stream's handler tasks take their invocations from. A push wakes one idle task
 //! (or hands its waker to the pusher, to wake once it has done everything else), and a woken
-//! task that takes a job while more are queued wakes the next one before it runs its own: idle
-//! tasks are woken as a chain, one at a time.
+//! task that takes an invocation while more are queued wakes the next one before it runs its
+//! own: idle tasks are woken as a chain, one at a time.
 //!
 //! Why not a channel that wakes a waiting receiver per message: a fetch of a hundred messages
 //! then wakes a hundred idle tasks from the driver's thread, the runtime spreads them over its
 //! threads, and each outcome reaches the driver as a wake from another thread. With a chain,
 //! handlers that finish at once run back to back on few tasks and one thread, and handlers
-//! that wait still all start, one task switch apart. One mutex, no allocation per job.
+//! that wait still all start, one task switch apart. One mutex, no allocation per invocation.
 //!
 //! Why the driver wakes the task itself, at the end of its pass: tokio runs the task woken last
 //! on a thread next, and cannot hand it to another thread meanwhile. Woken first, a handler
 //! would wait for everything else the pass does (the calls it sends, the tasks it spawns
 //! displace it), about 20 µs between an idle worker's fetch and its handler's start.
 //!
-//! Invariant (checked by the tests): whenever jobs are queued, either a woken task is on its
-//! way to the queue or no task is idle; busy tasks come back to the queue before they idle.
-//! Extra wake-ups are harmless; a lost one would strand a job.
+//! Invariant (checked by the tests): whenever invocations are queued, either a woken task is on
+//! its way to the queue or no task is idle; busy tasks come back to the queue before they idle.
+//! Extra wake-ups are harmless; a lost one would strand an invocation.
 
 use std::collections::VecDeque;
 use std::future::poll_fn;
@@ -24,28 +24,28 @@ use std::task::{Context, Poll, Waker};
 
 use crate::sync::{Arc, Mutex, MutexGuard};
 
-pub(crate) struct JobQueue<J> {
-    state: Mutex<State<J>>,
+pub(crate) struct InvocationQueue<I> {
+    state: Mutex<State<I>>,
 }
 
-struct State<J> {
-    jobs: VecDeque<J>,
-    /// The tasks waiting for a job, by id; the one that idled last is woken first.
+struct State<I> {
+    queued: VecDeque<I>,
+    /// The tasks waiting for an invocation, by id; the one that idled last is woken first.
     idle: Vec<(u64, Waker)>,
-    /// The idle task woken for a job that has not looked at the queue yet: at most one at a
-    /// time (the chain).
+    /// The idle task woken for an invocation that has not looked at the queue yet: at most one
+    /// at a time (the chain).
     woken: Option<u64>,
     /// The id of the next taker.
     next: u64,
-    /// No more jobs will come: once those queued are taken, takers get `None`.
+    /// No more invocations will come: once those queued are taken, takers get `None`.
     closed: bool,
 }
 
-impl<J> State<J> {
-    /// Takes an idle task's waker to wake (outside the lock) if jobs are queued and no woken
-    /// task is on its way yet.
+impl<I> State<I> {
+    /// Takes an idle task's waker to wake (outside the lock) if invocations are queued and no
+    /// woken task is on its way yet.
     fn wake_one(&mut self) -> Option<Waker> {
-        if self.woken.is_some() || self.jobs.is_empty() {
+        if self.woken.is_some() || self.queued.is_empty() {
             return None;
         }
         let (id, waker) = self.idle.pop()?;
@@ -61,19 +61,19 @@ impl<J> State<J> {
     }
 }
 
-/// One task's end of a [`JobQueue`].
-pub(crate) struct Taker<J> {
-    queue: Arc<JobQueue<J>>,
+/// One task's end of an [`InvocationQueue`].
+pub(crate) struct Taker<I> {
+    queue: Arc<InvocationQueue<I>>,
     id: u64,
     /// Whether it registered as idle and has not looked at the queue since.
     idle: bool,
 }
 
-impl<J> JobQueue<J> {
+impl<I> InvocationQueue<I> {
     pub(crate) fn new() -> Self {
         Self {
             state: Mutex::new(State {
-                jobs: VecDeque::new(),
+                queued: VecDeque::new(),
                 idle: Vec::new(),
                 woken: None,
                 next: 0,
@@ -82,31 +82,31 @@ impl<J> JobQueue<J> {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State<J>> {
+    fn lock(&self) -> MutexGuard<'_, State<I>> {
         // Nothing panics while holding the lock; a poisoned queue is still consistent.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Queues a job; wakes an idle task unless one is already on its way.
+    /// Queues an invocation; wakes an idle task unless one is already on its way.
     #[cfg(test)]
-    pub(crate) fn push(&self, job: J) {
-        if let Some(waker) = self.push_unwoken(job) {
+    pub(crate) fn push(&self, invocation: I) {
+        if let Some(waker) = self.push_unwoken(invocation) {
             waker.wake();
         }
     }
 
-    /// Queues a job and returns the idle task to wake for it, if none is on its way yet; the
-    /// caller must wake it (it counts as on its way), and may wait until it has done what
+    /// Queues an invocation and returns the idle task to wake for it, if none is on its way yet;
+    /// the caller must wake it (it counts as on its way), and may wait until it has done what
     /// else it was doing: a runtime that runs the task woken last first then starts it next.
-    #[must_use = "the task taken to be woken must be woken, or the job may wait forever"]
-    pub(crate) fn push_unwoken(&self, job: J) -> Option<Waker> {
+    #[must_use = "the task taken to be woken must be woken, or the invocation may wait forever"]
+    pub(crate) fn push_unwoken(&self, invocation: I) -> Option<Waker> {
         let mut state = self.lock();
-        state.jobs.push_back(job);
+        state.queued.push_back(invocation);
         state.wake_one()
     }
 
-    /// No more jobs will come: wakes every idle task. The jobs still queued are handed out,
-    /// then takers get `None`.
+    /// No more invocations will come: wakes every idle task. The invocations still queued are
+    /// handed out, then takers get `None`.
     pub(crate) fn close(&self) {
         let idle = {
             let mut state = self.lock();
@@ -119,9 +119,9 @@ impl<J> JobQueue<J> {
     }
 }
 
-impl<J> Taker<J> {
-    /// An end for a new task to take jobs from `queue` with.
-    pub(crate) fn new(queue: &Arc<JobQueue<J>>) -> Self {
+impl<I> Taker<I> {
+    /// An end for a new task to take invocations from `queue` with.
+    pub(crate) fn new(queue: &Arc<InvocationQueue<I>>) -> Self {
         let id = {
             let mut state = queue.lock();
             state.next += 1;
@@ -134,20 +134,20 @@ impl<J> Taker<J> {
         }
     }
 
-    /// The next job; `None` once the queue is closed and empty.
-    pub(crate) async fn take(&mut self) -> Option<J> {
+    /// The next invocation; `None` once the queue is closed and empty.
+    pub(crate) async fn take(&mut self) -> Option<I> {
         poll_fn(|cx| self.poll_take(cx)).await
     }
 
-    /// Takes the next job, or registers `cx` to be woken when one may be there.
-    pub(crate) fn poll_take(&mut self, cx: &mut Context<'_>) -> Poll<Option<J>> {
+    /// Takes the next invocation, or registers `cx` to be woken when one may be there.
+    pub(crate) fn poll_take(&mut self, cx: &mut Context<'_>) -> Poll<Option<I>> {
         let mut state = self.queue.lock();
         if state.woken == Some(self.id) {
             // Its entry was taken to wake it: the next push or take may wake another.
             state.woken = None;
             self.idle = false;
         }
-        let Some(job) = state.jobs.pop_front() else {
+        let Some(invocation) = state.queued.pop_front() else {
             if state.closed {
                 return Poll::Ready(None);
             }
@@ -166,18 +166,19 @@ impl<J> Taker<J> {
             state.forget(self.id);
             self.idle = false;
         }
-        // The chain: more jobs queued, wake the next idle task before running this one.
+        // The chain: more invocations queued, wake the next idle task before running this one.
         let wake = state.wake_one();
         drop(state);
         if let Some(waker) = wake {
             waker.wake();
         }
-        Poll::Ready(Some(job))
+        Poll::Ready(Some(invocation))
     }
 }
 
-impl<J> Drop for Taker<J> {
-    /// A task that ends (its runtime dropped it) hands its wake-up on, so no job is stranded.
+impl<I> Drop for Taker<I> {
+    /// A task that ends (its runtime dropped it) hands its wake-up on, so no invocation is
+    /// stranded.
     fn drop(&mut self) {
         let wake = {
             let mut state = self.queue.lock();
@@ -222,7 +223,7 @@ mod tests {
     }
 
     impl Task {
-        fn new(queue: &Arc<JobQueue<u32>>) -> Self {
+        fn new(queue: &Arc<InvocationQueue<u32>>) -> Self {
             Self {
                 taker: Taker::new(queue),
                 wakes: Arc::new(Count(AtomicUsize::new(0))),
@@ -240,7 +241,7 @@ mod tests {
     }
 
     /// `N` tasks that found nothing and idle, in the order they idled.
-    fn idle_tasks<const N: usize>(queue: &Arc<JobQueue<u32>>) -> [Task; N] {
+    fn idle_tasks<const N: usize>(queue: &Arc<InvocationQueue<u32>>) -> [Task; N] {
         std::array::from_fn(|_| {
             let mut task = Task::new(queue);
             assert!(task.poll().is_pending());
@@ -253,23 +254,23 @@ mod tests {
         tasks.iter().map(Task::wakes).collect()
     }
 
-    /// Whenever jobs are queued, a woken task is on its way or no task is idle.
-    fn assert_invariant(queue: &JobQueue<u32>) {
+    /// Whenever invocations are queued, a woken task is on its way or no task is idle.
+    fn assert_invariant(queue: &InvocationQueue<u32>) {
         let state = queue.lock();
         assert!(
-            state.jobs.is_empty() || state.woken.is_some() || state.idle.is_empty(),
-            "{} jobs queued, {} tasks idle and none woken",
-            state.jobs.len(),
+            state.queued.is_empty() || state.woken.is_some() || state.idle.is_empty(),
+            "{} invocations queued, {} tasks idle and none woken",
+            state.queued.len(),
             state.idle.len(),
         );
     }
 
     #[test]
-    fn hands_out_jobs_in_order() {
-        let queue = Arc::new(JobQueue::new());
+    fn hands_out_invocations_in_order() {
+        let queue = Arc::new(InvocationQueue::new());
         let mut task = Task::new(&queue);
-        for job in 0..3 {
-            queue.push(job);
+        for invocation in 0..3 {
+            queue.push(invocation);
         }
         assert_eq!(task.poll(), Poll::Ready(Some(0)));
         assert_eq!(task.poll(), Poll::Ready(Some(1)));
@@ -279,14 +280,14 @@ mod tests {
 
     #[test]
     fn a_push_wakes_one_idle_task_and_the_woken_wakes_the_next() {
-        let queue = Arc::new(JobQueue::new());
+        let queue = Arc::new(InvocationQueue::new());
         let mut tasks = idle_tasks::<3>(&queue);
         queue.push(1);
         queue.push(2);
         assert_invariant(&queue);
-        // One woken (the last to idle), though two jobs are queued.
+        // One woken (the last to idle), though two invocations are queued.
         assert_eq!(wakes(&tasks), [0, 0, 1]);
-        // It takes a job and, one more being queued, wakes the next.
+        // It takes an invocation and, one more being queued, wakes the next.
         assert_eq!(tasks[2].poll(), Poll::Ready(Some(1)));
         assert_invariant(&queue);
         assert_eq!(wakes(&tasks), [0, 1, 1]);
@@ -294,7 +295,7 @@ mod tests {
         assert_eq!(tasks[1].poll(), Poll::Ready(Some(2)));
         assert_invariant(&queue);
         assert_eq!(wakes(&tasks), [0, 1, 1]);
-        // Back from its job, a task idles again and is the next woken.
+        // Back from its invocation, a task idles again and is the next woken.
         assert!(tasks[2].poll().is_pending());
         queue.push(3);
         assert_eq!(tasks[2].wakes(), 2);
@@ -304,13 +305,13 @@ mod tests {
 
     #[test]
     fn a_woken_task_that_finds_nothing_lets_the_next_push_wake_again() {
-        let queue = Arc::new(JobQueue::new());
+        let queue = Arc::new(InvocationQueue::new());
         let mut idle = Task::new(&queue);
         let mut busy = Task::new(&queue);
         assert!(idle.poll().is_pending());
         queue.push(1);
         assert_eq!(idle.wakes(), 1);
-        // A task back from its job takes it first.
+        // A task back from its invocation takes it first.
         assert_eq!(busy.poll(), Poll::Ready(Some(1)));
         assert!(busy.poll().is_pending());
         // The woken task finds nothing and idles again, still first in line.
@@ -321,12 +322,12 @@ mod tests {
     }
 
     #[test]
-    fn a_task_polled_while_idle_takes_a_job_and_leaves_the_idle_list() {
-        let queue = Arc::new(JobQueue::new());
+    fn a_task_polled_while_idle_takes_a_invocation_and_leaves_the_idle_list() {
+        let queue = Arc::new(InvocationQueue::new());
         let [mut first, mut second] = idle_tasks(&queue);
         assert!(first.poll().is_pending());
         queue.push(1);
-        // `second` was woken; `first`, polled anyway, takes the job and leaves the list.
+        // `second` was woken; `first`, polled anyway, takes the invocation and leaves the list.
         assert_eq!((first.wakes(), second.wakes()), (0, 1));
         assert_eq!(first.poll(), Poll::Ready(Some(1)));
         assert_eq!(queue.lock().idle.len(), 0);
@@ -337,7 +338,7 @@ mod tests {
 
     #[test]
     fn a_woken_task_dropped_hands_its_wake_up_on() {
-        let queue = Arc::new(JobQueue::new());
+        let queue = Arc::new(InvocationQueue::new());
         let [mut kept, dropped] = idle_tasks(&queue);
         queue.push(1);
         assert_eq!((kept.wakes(), dropped.wakes()), (0, 1));
@@ -348,7 +349,7 @@ mod tests {
 
     #[test]
     fn close_wakes_every_idle_task_and_hands_out_what_is_left() {
-        let queue = Arc::new(JobQueue::new());
+        let queue = Arc::new(InvocationQueue::new());
         let mut tasks = idle_tasks::<3>(&queue);
         queue.push(1);
         queue.push(2);
@@ -363,7 +364,8 @@ mod tests {
 }
 
 /// Loom: a push racing idle tasks registering, taking and handing the wake-up on never
-/// strands a job (a lost wake-up leaves a task blocked, which loom reports as a deadlock).
+/// strands an invocation (a lost wake-up leaves a task blocked, which loom reports as a
+/// deadlock).
 ///
 /// Run: `RUSTFLAGS="--cfg loom" cargo test -p leasehold-worker --lib --release loom`
 #[cfg(all(test, loom))]
@@ -381,18 +383,18 @@ mod loom_tests {
         builder.check(f);
     }
 
-    /// `tasks` tasks each take one job, then end; the pushes race them.
+    /// `tasks` tasks each take one invocation, then end; the pushes race them.
     fn each_takes_one(tasks: usize) {
         model(move || {
-            let queue = Arc::new(JobQueue::new());
+            let queue = Arc::new(InvocationQueue::new());
             let handles: Vec<_> = (0..tasks)
                 .map(|_| {
                     let mut taker = Taker::new(&queue);
                     thread::spawn(move || block_on(taker.take()))
                 })
                 .collect();
-            for job in 0..tasks {
-                queue.push(job);
+            for invocation in 0..tasks {
+                queue.push(invocation);
             }
             let mut taken: Vec<usize> = handles
                 .into_iter()
@@ -414,9 +416,9 @@ mod loom_tests {
     }
 
     #[test]
-    fn a_task_back_from_its_job_races_the_next_push() {
+    fn a_task_back_from_its_invocation_races_the_next_push() {
         model(|| {
-            let queue = Arc::new(JobQueue::new());
+            let queue = Arc::new(InvocationQueue::new());
             let mut taker = Taker::new(&queue);
             let task = thread::spawn(move || {
                 let first = block_on(taker.take());
