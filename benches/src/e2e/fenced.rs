@@ -705,12 +705,12 @@ async fn held(
                 leases.len()
             )));
         }
-        leases.extend(batch.iter().map(lease));
+        leases.extend(batch.iter().map(lease_ref));
     }
     Ok((backend, leases))
 }
 
-fn lease<P>(fetched: &Fetched<P>) -> LeaseRef {
+fn lease_ref<P>(fetched: &Fetched<P>) -> LeaseRef {
     LeaseRef::from(fetched)
 }
 
@@ -838,6 +838,6 @@ async fn fenced_drain(backend: &RedisBackend) -> Result<usize, BenchError> {
         if fetched.is_empty() && prev.is_empty() {
             return Ok(done);
         }
-        prev = fetched.iter().map(lease).collect();
+        prev = fetched.iter().map(lease_ref).collect();
     }
 }

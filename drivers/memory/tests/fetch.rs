@@ -195,7 +195,7 @@ fn a_waiting_fetch_wakes_on_release() {
     let held = a.fetch_now(1).messages.remove(0);
     let releaser = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(20));
-        a.release_now(&lease(&held), Duration::ZERO)
+        a.release_now(&lease_ref(&held), Duration::ZERO)
     });
     let batch = async_io::block_on(b.fetch(10, TIMEOUT)).unwrap();
     assert_eq!(releaser.join().unwrap(), SettleResult::Ok);

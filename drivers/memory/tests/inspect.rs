@@ -70,7 +70,7 @@ fn check_counts(inspector: &MemoryInspector) {
 }
 
 fn dead_letter(backend: &MemoryBackend, id: &str, fence: u64, reason: &DeadLetterReason) {
-    let lease = lease_of(&id.into(), fence);
+    let lease = lease_ref_of(&id.into(), fence);
     assert_eq!(backend.dead_letter_now(&lease, reason), SettleResult::Ok);
 }
 
@@ -102,8 +102,11 @@ fn a_scripted_stream_read_and_acted_on_call_by_call() {
     assert_eq!(ids(&b.fetch_now(1)), ["0-6"]);
     // t = 30: a keeps 0-4 and 0-5 (not 0-2 nor 0-3), b keeps 0-6.
     clock.advance(secs(25));
-    a.renew_now(&[lease_of(&"0-4".into(), 1), lease_of(&"0-5".into(), 1)]);
-    b.renew_now(&[lease_of(&"0-6".into(), 1)]);
+    a.renew_now(&[
+        lease_ref_of(&"0-4".into(), 1),
+        lease_ref_of(&"0-5".into(), 1),
+    ]);
+    b.renew_now(&[lease_ref_of(&"0-6".into(), 1)]);
     // t = 70: 0-2 and 0-3 have lapsed; c takes them over, and gives up on 0-2 at t = 75.
     clock.advance(secs(40));
     let taken = c.fetch_now(5);
@@ -319,7 +322,7 @@ fn consumers_are_listed_while_live_or_holding_entries() {
     let a = stream.consumer("a").unwrap();
     assert_eq!(names(&overview(&inspector)), [("a".into(), 1, 0)]);
     clock.advance(secs(2));
-    assert_eq!(a.ack_now(&[lease(&held[0])]), [SettleResult::Ok]);
+    assert_eq!(a.ack_now(&[lease_ref(&held[0])]), [SettleResult::Ok]);
     assert_eq!(names(&overview(&inspector)), [("a".into(), 0, 0)]);
     // A gone consumer's entries taken over: it is forgotten.
     let held = a.fetch_now(1);
@@ -523,7 +526,7 @@ fn race_requeues_a_purge_and_consumers() {
                         // Read before fetching: once set, this fetch sees every requeue.
                         let last = done.load(Ordering::SeqCst);
                         let got = worker.fetch_now(7);
-                        let leases: Vec<_> = got.iter().map(lease).collect();
+                        let leases: Vec<_> = got.iter().map(lease_ref).collect();
                         let acked = worker.ack_now(&leases);
                         assert!(acked.iter().all(|r| *r == SettleResult::Ok));
                         let got = got
@@ -614,7 +617,7 @@ fn pages_neither_miss_nor_repeat() {
     let renewed: Vec<_> = held["b"].iter().step_by(2).cloned().collect();
     let leases: Vec<_> = renewed
         .iter()
-        .map(|id| lease_of(&id.as_str().into(), 1))
+        .map(|id| lease_ref_of(&id.as_str().into(), 1))
         .collect();
     workers[1].renew_now(&leases);
     clock.advance(secs(1));

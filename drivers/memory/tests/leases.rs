@@ -30,10 +30,10 @@ fn round_trip_through_the_backend_trait() {
         assert_eq!(worker.pending().await.unwrap(), 1);
         assert_eq!(holder(&stream, &id), Some(("a".into(), 1)));
 
-        let renewed = worker.renew(&[lease(message)]).await.unwrap();
+        let renewed = worker.renew(&[lease_ref(message)]).await.unwrap();
         assert_eq!(renewed, [RenewResult::Kept]);
         assert_eq!(
-            worker.ack(&[lease(message)]).await.unwrap(),
+            worker.ack(&[lease_ref(message)]).await.unwrap(),
             [SettleResult::Ok]
         );
         assert_eq!(worker.stream_len().await.unwrap(), 0);
@@ -60,7 +60,7 @@ fn equal_payloads_are_distinct_messages() {
     let batch = worker.fetch_now(10);
     assert_eq!(ids(&batch), ["0-1", "0-2"]);
     // Acking one leaves the other.
-    assert_eq!(worker.ack_now(&[lease(&batch[0])]), [SettleResult::Ok]);
+    assert_eq!(worker.ack_now(&[lease_ref(&batch[0])]), [SettleResult::Ok]);
     assert!(!stream.contains(&a));
     assert!(stream.contains(&b));
     assert_eq!(holder(&stream, &b), Some(("a".into(), 1)));
@@ -72,7 +72,7 @@ fn ids_increase_in_publish_order_and_are_never_reused() {
     let worker = stream.consumer("a").unwrap();
     let first = stream.publish("x");
     let batch = worker.fetch_now(1);
-    worker.ack_now(&[lease(&batch[0])]);
+    worker.ack_now(&[lease_ref(&batch[0])]);
     let second = stream.publish("x");
     assert_eq!((first.as_str(), second.as_str()), ("0-1", "0-2"));
 }
@@ -87,7 +87,7 @@ fn renew_keeps_a_lease_past_the_claim_timeout() {
     // Renewed every 20 s for 10 minutes: never reclaimable.
     for _ in 0..30 {
         clock.advance(secs(20));
-        assert_eq!(a.renew_now(&[lease(&message)]), [RenewResult::Kept]);
+        assert_eq!(a.renew_now(&[lease_ref(&message)]), [RenewResult::Kept]);
         assert!(b.fetch_now(10).is_empty());
     }
     let info = stream.pending_info(&id).unwrap();
@@ -95,7 +95,7 @@ fn renew_keeps_a_lease_past_the_claim_timeout() {
         (info.owner.as_str(), info.delivery_count, info.idle),
         ("a", 1, Duration::ZERO)
     );
-    assert_eq!(a.ack_now(&[lease(&message)]), [SettleResult::Ok]);
+    assert_eq!(a.ack_now(&[lease_ref(&message)]), [SettleResult::Ok]);
 }
 
 #[test]
@@ -138,14 +138,14 @@ fn a_late_heartbeat_cannot_steal_back_a_reclaimed_message() {
     clock.advance(secs(10));
 
     // A's late renew (old fence) is refused and moves nothing: B's idle time keeps running.
-    assert_eq!(a.renew_now(&[lease(&old)]), [RenewResult::Lost]);
+    assert_eq!(a.renew_now(&[lease_ref(&old)]), [RenewResult::Lost]);
     let info = stream.pending_info(&id).unwrap();
     assert_eq!(
         (info.owner.as_str(), info.delivery_count, info.idle),
         ("b", 2, secs(10))
     );
     // Even with the current fence, A is not the owner.
-    assert_eq!(a.renew_now(&[lease(&new)]), [RenewResult::Lost]);
+    assert_eq!(a.renew_now(&[lease_ref(&new)]), [RenewResult::Lost]);
     assert_eq!(holder(&stream, &id), Some(("b".into(), 2)));
     assert_eq!(stream.pending_info(&id).unwrap().idle, secs(10));
 }
@@ -159,15 +159,15 @@ fn a_stale_ack_never_removes_the_new_owners_delivery() {
     clock.advance(TIMEOUT);
     let new = b.fetch_now(1).messages.remove(0);
 
-    assert_eq!(a.ack_now(&[lease(&old)]), [SettleResult::Lost]);
-    assert_eq!(a.ack_now(&[lease(&new)]), [SettleResult::Lost]);
+    assert_eq!(a.ack_now(&[lease_ref(&old)]), [SettleResult::Lost]);
+    assert_eq!(a.ack_now(&[lease_ref(&new)]), [SettleResult::Lost]);
     assert!(stream.contains(&id));
     assert_eq!(holder(&stream, &id), Some(("b".into(), 2)));
 
     // The new owner with an old fence is refused too: the fence is the delivery count.
-    assert_eq!(b.ack_now(&[lease(&old)]), [SettleResult::Lost]);
+    assert_eq!(b.ack_now(&[lease_ref(&old)]), [SettleResult::Lost]);
     assert!(stream.contains(&id));
-    assert_eq!(b.ack_now(&[lease(&new)]), [SettleResult::Ok]);
+    assert_eq!(b.ack_now(&[lease_ref(&new)]), [SettleResult::Ok]);
     assert!(!stream.contains(&id));
 }
 
@@ -182,20 +182,20 @@ fn a_stale_fence_is_lost_even_when_the_same_consumer_reclaimed_it() {
     let second = a.fetch_now(1).messages.remove(0);
     assert_eq!((second.id.clone(), second.fence.0), (id.clone(), 2));
 
-    assert_eq!(a.renew_now(&[lease(&first)]), [RenewResult::Lost]);
+    assert_eq!(a.renew_now(&[lease_ref(&first)]), [RenewResult::Lost]);
     assert_eq!(
-        a.release_now(&lease(&first), Duration::ZERO),
+        a.release_now(&lease_ref(&first), Duration::ZERO),
         SettleResult::Lost
     );
     let reason = DeadLetterReason::Rejected("stale".into());
     assert_eq!(
-        a.dead_letter_now(&lease(&first), &reason),
+        a.dead_letter_now(&lease_ref(&first), &reason),
         SettleResult::Lost
     );
-    assert_eq!(a.ack_now(&[lease(&first)]), [SettleResult::Lost]);
+    assert_eq!(a.ack_now(&[lease_ref(&first)]), [SettleResult::Lost]);
     assert!(stream.dead_letters().is_empty());
     assert_eq!(holder(&stream, &id), Some(("a".into(), 2)));
-    assert_eq!(a.ack_now(&[lease(&second)]), [SettleResult::Ok]);
+    assert_eq!(a.ack_now(&[lease_ref(&second)]), [SettleResult::Ok]);
 }
 
 #[test]
@@ -207,12 +207,12 @@ fn release_and_dead_letter_by_a_non_owner_change_nothing() {
     clock.advance(secs(5));
 
     assert_eq!(
-        b.release_now(&lease(&message), Duration::ZERO),
+        b.release_now(&lease_ref(&message), Duration::ZERO),
         SettleResult::Lost
     );
     let reason = DeadLetterReason::Rejected("not mine".into());
     assert_eq!(
-        b.dead_letter_now(&lease(&message), &reason),
+        b.dead_letter_now(&lease_ref(&message), &reason),
         SettleResult::Lost
     );
     assert!(stream.dead_letters().is_empty());
@@ -232,7 +232,7 @@ fn unknown_and_malformed_ids_are_lost() {
     let id = stream.publish("job");
     a.fetch_now(1);
     for bad in ["0-2", "0-01", "1-1", "nonsense", ""] {
-        let bad = lease_of(&bad.into(), 1);
+        let bad = lease_ref_of(&bad.into(), 1);
         assert_eq!(a.renew_now(std::slice::from_ref(&bad)), [RenewResult::Lost]);
         assert_eq!(a.ack_now(std::slice::from_ref(&bad)), [SettleResult::Lost]);
     }
@@ -246,7 +246,10 @@ fn release_with_delay_makes_it_claimable_by_anyone_after_the_delay() {
     let id = stream.publish("job");
     let message = a.fetch_now(1).messages.remove(0);
 
-    assert_eq!(a.release_now(&lease(&message), secs(10)), SettleResult::Ok);
+    assert_eq!(
+        a.release_now(&lease_ref(&message), secs(10)),
+        SettleResult::Ok
+    );
     // Owner and count stay until someone takes it; idle is claim_timeout - delay.
     let info = stream.pending_info(&id).unwrap();
     assert_eq!(
@@ -270,7 +273,7 @@ fn release_without_delay_is_claimable_at_once_even_by_the_releaser() {
     stream.publish("job");
     let message = a.fetch_now(1).messages.remove(0);
     assert_eq!(
-        a.release_now(&lease(&message), Duration::ZERO),
+        a.release_now(&lease_ref(&message), Duration::ZERO),
         SettleResult::Ok
     );
     let again = a.fetch_now(1);
@@ -287,7 +290,7 @@ fn release_delays_are_capped_at_the_claim_timeout() {
     let id = stream.publish("job");
     let message = a.fetch_now(1).messages.remove(0);
     assert_eq!(
-        a.release_now(&lease(&message), secs(3600)),
+        a.release_now(&lease_ref(&message), secs(3600)),
         SettleResult::Ok
     );
     assert_eq!(stream.pending_info(&id).unwrap().idle, Duration::ZERO);
@@ -316,7 +319,7 @@ fn dead_letter_records_reason_and_count_and_acks() {
         last_error: "boom".into(),
     };
     assert_eq!(
-        b.dead_letter_now(&lease(&message), &reason),
+        b.dead_letter_now(&lease_ref(&message), &reason),
         SettleResult::Ok
     );
     assert!(!stream.contains(&id));
@@ -336,10 +339,10 @@ fn dead_letter_records_reason_and_count_and_acks() {
 
     // Settled once: a second dead-letter or an ack of the same lease is lost.
     assert_eq!(
-        b.dead_letter_now(&lease(&message), &reason),
+        b.dead_letter_now(&lease_ref(&message), &reason),
         SettleResult::Lost
     );
-    assert_eq!(b.ack_now(&[lease(&message)]), [SettleResult::Lost]);
+    assert_eq!(b.ack_now(&[lease_ref(&message)]), [SettleResult::Lost]);
     assert_eq!(stream.dead_letters().len(), 1);
 }
 
@@ -353,15 +356,15 @@ fn results_are_per_lease_in_order_in_a_mixed_batch() {
     let mine = a.fetch_now(2); // 0-1, 0-2 held by A
     let theirs = b.fetch_now(1); // 0-3 held by B
     let acked = a.fetch_now(1); // 0-4 held by A, acked below
-    a.ack_now(&[lease(&acked[0])]);
+    a.ack_now(&[lease_ref(&acked[0])]);
     clock.advance(secs(30));
 
     let batch = [
-        lease(&mine[0]),
-        lease(&theirs[0]),
-        lease_of(&mine[1].id, 7), // wrong fence
-        lease(&acked[0]),         // gone
-        lease(&mine[1]),
+        lease_ref(&mine[0]),
+        lease_ref(&theirs[0]),
+        lease_ref_of(&mine[1].id, 7), // wrong fence
+        lease_ref(&acked[0]),         // gone
+        lease_ref(&mine[1]),
     ];
     assert_eq!(
         a.renew_now(&batch),
@@ -458,7 +461,10 @@ fn renew_does_not_change_the_fence_but_every_takeover_does() {
         let taker = if round % 2 == 0 { &b } else { &a };
         current = taker.fetch_now(1);
         fences.push(current[0].fence.0);
-        assert_eq!(taker.renew_now(&[lease(&current[0])]), [RenewResult::Kept]);
+        assert_eq!(
+            taker.renew_now(&[lease_ref(&current[0])]),
+            [RenewResult::Kept]
+        );
         assert_eq!(
             stream.pending_info(&current[0].id).unwrap().delivery_count,
             current[0].delivery_count

@@ -14,7 +14,7 @@ use loom::thread;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
-fn lease(message: &Fetched<Bytes>) -> LeaseRef {
+fn lease_ref(message: &Fetched<Bytes>) -> LeaseRef {
     LeaseRef::from(message)
 }
 
@@ -32,7 +32,7 @@ fn setup() -> (
     stream.publish("job");
     let held = a.fetch_now(1);
     assert_eq!(held.len(), 1);
-    (stream, clock, a, b, lease(&held[0]))
+    (stream, clock, a, b, lease_ref(&held[0]))
 }
 
 /// How many of the given (consumer, lease) pairs the store currently honours, asked without
@@ -72,8 +72,8 @@ fn exactly_one_of_two_racing_claims_wins() {
         };
         assert_eq!((got[0].delivery_count, got[0].fence), (2, Fence(2)));
         assert_eq!(owner(&stream, &first.id), Some((winner.to_string(), 2)));
-        let lease_b = got_b.first().map(lease);
-        let lease_c = got_c.first().map(lease);
+        let lease_b = got_b.first().map(lease_ref);
+        let lease_c = got_c.first().map(lease_ref);
         let mut pairs = vec![];
         pairs.extend(lease_b.as_ref().map(|l| (&b, l)));
         pairs.extend(lease_c.as_ref().map(|l| (&c, l)));
@@ -102,7 +102,7 @@ fn a_late_renew_and_a_reclaim_never_both_hold() {
             (RenewResult::Lost, 1) => {
                 assert_eq!(owner(&stream, &held.id), Some(("b".into(), 2)));
                 assert_eq!(holders(&[(&a, &held)]), 0);
-                assert_eq!(holders(&[(&b, &lease(&got[0]))]), 1);
+                assert_eq!(holders(&[(&b, &lease_ref(&got[0]))]), 1);
             }
             other => panic!("impossible outcome {other:?}"),
         }
@@ -130,7 +130,7 @@ fn a_stale_ack_never_removes_the_other_consumers_delivery() {
             (SettleResult::Lost, 1) => {
                 assert!(stream.contains(&held.id));
                 assert_eq!(owner(&stream, &held.id), Some(("b".into(), 2)));
-                assert_eq!(b.ack_now(&[lease(&got[0])]), [SettleResult::Ok]);
+                assert_eq!(b.ack_now(&[lease_ref(&got[0])]), [SettleResult::Ok]);
                 assert!(!stream.contains(&held.id));
             }
             other => panic!("impossible outcome {other:?}"),
@@ -161,10 +161,10 @@ fn a_release_racing_a_fetch_hands_over_at_most_once() {
             assert_eq!(info, Some(("a".into(), 1)));
             let again = b.fetch_now(1);
             assert_eq!(again.len(), 1);
-            assert_eq!(holders(&[(&a, &held), (&b, &lease(&again[0]))]), 1);
+            assert_eq!(holders(&[(&a, &held), (&b, &lease_ref(&again[0]))]), 1);
         } else {
             assert_eq!(info, Some(("b".into(), 2)));
-            assert_eq!(holders(&[(&a, &held), (&b, &lease(&got[0]))]), 1);
+            assert_eq!(holders(&[(&a, &held), (&b, &lease_ref(&got[0]))]), 1);
         }
     });
 }
@@ -186,7 +186,7 @@ fn renew_and_ack_by_the_owner_race_a_reclaim_and_ack_by_another() {
             })
         };
         let got = b.fetch_now(1);
-        let b_acked = got.first().map(|m| b.ack_now(&[lease(m)])[0]);
+        let b_acked = got.first().map(|m| b.ack_now(&[lease_ref(m)])[0]);
         let (renewed, a_acked) = owner_side.join().unwrap();
 
         let a_won = a_acked == SettleResult::Ok;

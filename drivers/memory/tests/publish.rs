@@ -191,7 +191,7 @@ fn a_key_within_its_ttl_answers_the_first_id_and_enqueues_nothing() {
     // The key is remembered after its message is done, until the ttl is over.
     let worker = stream.consumer("w").unwrap();
     let batch = worker.fetch_now(10);
-    worker.ack_now(&batch.iter().map(lease).collect::<Vec<_>>());
+    worker.ack_now(&batch.iter().map(lease_ref).collect::<Vec<_>>());
     assert!(stream.publish_with_now(charge()).unwrap().duplicate);
     // Over: the key publishes again, remembered afresh.
     clock.advance(Duration::from_nanos(1));

@@ -29,7 +29,7 @@ async fn consumer_keeping(server: &RedisServer, name: &str, retention: Retention
     RedisBackend::connect(config).await.expect("connect")
 }
 
-fn lease(message: &Fetched<Bytes>) -> LeaseRef {
+fn lease_ref(message: &Fetched<Bytes>) -> LeaseRef {
     LeaseRef::from(message)
 }
 
@@ -67,7 +67,7 @@ async fn publish_fetch_renew_ack_round_trip() {
     assert_eq!(batch.len(), 2, "equal payloads are two messages");
     assert_eq!((&batch[0].id, batch[0].delivery_count), (&id, 1));
     assert_eq!(batch[0].payload, Bytes::from_static(b"hello"));
-    let leases: Vec<_> = batch.iter().map(lease).collect();
+    let leases: Vec<_> = batch.iter().map(lease_ref).collect();
     assert_eq!(a.renew(&leases).await.unwrap(), [RenewResult::Kept; 2]);
     assert_eq!(a.pending().await.unwrap(), 2);
     assert_eq!(a.ack(&leases).await.unwrap(), [SettleResult::Ok; 2]);
@@ -88,7 +88,7 @@ async fn renew_keeps_a_lease_past_the_claim_timeout_and_reclaim_bumps_the_fence(
     for _ in 0..5 {
         tokio::time::sleep(CLAIM / 3).await;
         assert_eq!(
-            a.renew(&[lease(&first)]).await.unwrap(),
+            a.renew(&[lease_ref(&first)]).await.unwrap(),
             [RenewResult::Kept]
         );
         assert!(
@@ -133,17 +133,20 @@ async fn no_steal_back_and_no_stale_ack_after_a_takeover() {
     );
     // a's late heartbeat and late ack are refused and change nothing.
     assert_eq!(
-        a.renew(&[lease(&first)]).await.unwrap(),
+        a.renew(&[lease_ref(&first)]).await.unwrap(),
         [RenewResult::Lost]
     );
-    assert_eq!(a.ack(&[lease(&first)]).await.unwrap(), [SettleResult::Lost]);
     assert_eq!(
-        a.release(&lease(&first), Duration::ZERO).await.unwrap(),
+        a.ack(&[lease_ref(&first)]).await.unwrap(),
+        [SettleResult::Lost]
+    );
+    assert_eq!(
+        a.release(&lease_ref(&first), Duration::ZERO).await.unwrap(),
         SettleResult::Lost
     );
     let reason = DeadLetterReason::Rejected("x".into());
     assert_eq!(
-        a.dead_letter(&lease(&first), &reason).await.unwrap(),
+        a.dead_letter(&lease_ref(&first), &reason).await.unwrap(),
         SettleResult::Lost
     );
     assert_eq!(
@@ -165,7 +168,11 @@ async fn mixed_batches_answer_per_lease() {
     }
     let mine = a.fetch(2, Duration::ZERO).await.unwrap();
     let theirs = b.fetch(1, Duration::ZERO).await.unwrap();
-    let batch = [lease(&mine[0]), lease(&theirs[0]), lease(&mine[1])];
+    let batch = [
+        lease_ref(&mine[0]),
+        lease_ref(&theirs[0]),
+        lease_ref(&mine[1]),
+    ];
     assert_eq!(
         a.renew(&batch).await.unwrap(),
         [RenewResult::Kept, RenewResult::Lost, RenewResult::Kept]
@@ -190,7 +197,7 @@ async fn a_batch_skips_held_entries_it_does_not_name() {
     }
     let m = a.fetch(6, Duration::ZERO).await.unwrap();
     let stale = LeaseRef::new(m[3].id.clone(), Fence(2));
-    let batch = [lease(&m[4]), lease(&m[1]), stale, lease(&m[3])];
+    let batch = [lease_ref(&m[4]), lease_ref(&m[1]), stale, lease_ref(&m[3])];
     use RenewResult::{Kept, Lost};
     assert_eq!(a.renew(&batch).await.unwrap(), [Kept, Kept, Lost, Kept]);
     use SettleResult::{Lost as Gone, Ok as Acked};
@@ -205,7 +212,7 @@ async fn a_batch_skips_held_entries_it_does_not_name() {
     }
     // The skipped ones are still held with their fence.
     assert_eq!(
-        a.ack(&[lease(&m[5]), lease(&m[0]), lease(&m[2])])
+        a.ack(&[lease_ref(&m[5]), lease_ref(&m[0]), lease_ref(&m[2])])
             .await
             .unwrap(),
         [Acked; 3]
@@ -244,11 +251,11 @@ async fn a_batch_of_owned_foreign_stale_and_unknown_leases_is_answered_per_lease
     );
     let reclaimed = LeaseRef::new(m[1].id.clone(), Fence(2));
     let batch = [
-        lease(&m[2]),
-        lease(&theirs),
-        lease(&m[1]), // the fence before the reclaim: stale
+        lease_ref(&m[2]),
+        lease_ref(&theirs),
+        lease_ref(&m[1]), // the fence before the reclaim: stale
         LeaseRef::new(undelivered.clone().into(), Fence(1)),
-        lease(&m[0]),
+        lease_ref(&m[0]),
         LeaseRef::new("not-an-id".into(), Fence(1)),
         reclaimed,
     ];
@@ -268,7 +275,9 @@ async fn a_batch_of_owned_foreign_stale_and_unknown_leases_is_answered_per_lease
     assert_eq!(pending_of(&server, &undelivered).await, None);
     // b's own lease, in a batch of a's, is lost to b as a's are.
     assert_eq!(
-        b.renew(&[lease(&m[0]), lease(&theirs)]).await.unwrap(),
+        b.renew(&[lease_ref(&m[0]), lease_ref(&theirs)])
+            .await
+            .unwrap(),
         [Lost, Kept]
     );
     use SettleResult::{Lost as Gone, Ok as Acked};
@@ -289,7 +298,10 @@ async fn a_batch_of_owned_foreign_stale_and_unknown_leases_is_answered_per_lease
     );
     // Acked once, gone: the same batch again has nothing left to ack.
     assert_eq!(a.ack(&batch).await.unwrap(), [Gone; 7]);
-    assert_eq!(b.ack(&[lease(&theirs)]).await.unwrap(), [SettleResult::Ok]);
+    assert_eq!(
+        b.ack(&[lease_ref(&theirs)]).await.unwrap(),
+        [SettleResult::Ok]
+    );
 }
 
 /// Ids of the entries left in the stream, in order.
@@ -330,7 +342,9 @@ async fn acks_delete_exactly_the_acked_entries() {
     // Entry 0 stays pending: only 1 and 3 go; the order of the batch does not matter.
     let stale = LeaseRef::new(m[2].id.clone(), Fence(m[2].fence.0 + 1));
     assert_eq!(
-        a.ack(&[lease(&m[3]), stale, lease(&m[1])]).await.unwrap(),
+        a.ack(&[lease_ref(&m[3]), stale, lease_ref(&m[1])])
+            .await
+            .unwrap(),
         [SettleResult::Ok, SettleResult::Lost, SettleResult::Ok]
     );
     let mut left = ids(&[0, 2, 4, 5]);
@@ -338,9 +352,14 @@ async fn acks_delete_exactly_the_acked_entries() {
     assert_eq!(stream_ids(&server).await, left);
     // 0 and 2 are the oldest, 5 is past the pending 4.
     assert_eq!(
-        a.ack(&[lease(&m[5]), lease(&m[2]), lease(&m[0]), lease(&theirs[0])])
-            .await
-            .unwrap(),
+        a.ack(&[
+            lease_ref(&m[5]),
+            lease_ref(&m[2]),
+            lease_ref(&m[0]),
+            lease_ref(&theirs[0])
+        ])
+        .await
+        .unwrap(),
         [
             SettleResult::Ok,
             SettleResult::Ok,
@@ -358,14 +377,20 @@ async fn acks_delete_exactly_the_acked_entries() {
     );
     assert_eq!(b.pending().await.unwrap(), 2);
     // Nothing pending afterwards: what was delivered goes, the undelivered entry stays.
-    assert_eq!(a.ack(&[lease(&m[4])]).await.unwrap(), [SettleResult::Ok]);
     assert_eq!(
-        b.ack(&[lease(&theirs[0])]).await.unwrap(),
+        a.ack(&[lease_ref(&m[4])]).await.unwrap(),
+        [SettleResult::Ok]
+    );
+    assert_eq!(
+        b.ack(&[lease_ref(&theirs[0])]).await.unwrap(),
         [SettleResult::Ok]
     );
     assert_eq!(stream_ids(&server).await, [undelivered]);
     let last = a.fetch(10, Duration::ZERO).await.unwrap();
-    assert_eq!(a.ack(&[lease(&last[0])]).await.unwrap(), [SettleResult::Ok]);
+    assert_eq!(
+        a.ack(&[lease_ref(&last[0])]).await.unwrap(),
+        [SettleResult::Ok]
+    );
     assert_eq!(a.stream_len().await.unwrap(), 0);
     assert_eq!(a.pending().await.unwrap(), 0);
 }
@@ -397,7 +422,7 @@ async fn release_with_delay_sets_the_idle_time_to_claim_timeout_minus_delay() {
     a.publish(Bytes::from_static(b"x")).await.unwrap();
     let first = a.fetch(1, Duration::ZERO).await.unwrap().messages.remove(0);
     assert_eq!(
-        a.release(&lease(&first), Duration::from_secs(20))
+        a.release(&lease_ref(&first), Duration::from_secs(20))
             .await
             .unwrap(),
         SettleResult::Ok
@@ -410,7 +435,7 @@ async fn release_with_delay_sets_the_idle_time_to_claim_timeout_minus_delay() {
     }
     // Still a's (owner and fence unchanged): a zero delay hands it over at once.
     assert_eq!(
-        a.release(&lease(&first), Duration::ZERO).await.unwrap(),
+        a.release(&lease_ref(&first), Duration::ZERO).await.unwrap(),
         SettleResult::Ok
     );
     let mut got = Vec::new();
@@ -429,7 +454,7 @@ async fn a_short_release_delay_passes_and_the_message_is_retaken() {
     let first = a.fetch(1, Duration::ZERO).await.unwrap().messages.remove(0);
     let delay = Duration::from_millis(200);
     assert_eq!(
-        a.release(&lease(&first), delay).await.unwrap(),
+        a.release(&lease_ref(&first), delay).await.unwrap(),
         SettleResult::Ok
     );
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -458,7 +483,7 @@ async fn dead_letters_keep_reason_count_and_payload() {
         last_error: "boom".into(),
     };
     assert_eq!(
-        a.dead_letter(&lease(&first), &reason).await.unwrap(),
+        a.dead_letter(&lease_ref(&first), &reason).await.unwrap(),
         SettleResult::Ok
     );
     assert_eq!(a.stream_len().await.unwrap(), 0);
@@ -680,10 +705,13 @@ async fn an_idle_fetch_takes_a_new_entry_in_its_wait_with_no_second_round_trip()
     // The delivery is the wait's, fenced like any new one: renew and ack accept fence 1.
     assert_eq!(pending_of(&server, &id).await, Some(("a".into(), 1)));
     assert_eq!(
-        a.renew(&[lease(&got[0])]).await.unwrap(),
+        a.renew(&[lease_ref(&got[0])]).await.unwrap(),
         [RenewResult::Kept]
     );
-    assert_eq!(a.ack(&[lease(&got[0])]).await.unwrap(), [SettleResult::Ok]);
+    assert_eq!(
+        a.ack(&[lease_ref(&got[0])]).await.unwrap(),
+        [SettleResult::Ok]
+    );
 }
 
 #[tokio::test]
@@ -734,7 +762,7 @@ async fn a_vanished_group_is_recreated_and_its_leases_are_lost() {
         .await
         .unwrap();
     assert_eq!(
-        a.renew(&[lease(&first)]).await.unwrap(),
+        a.renew(&[lease_ref(&first)]).await.unwrap(),
         [RenewResult::Lost]
     );
     // The next fetch recreates the group from the start: the unacked entry comes back.
@@ -821,7 +849,7 @@ async fn batch_scripts_are_reloaded_when_the_server_forgot_them() {
     let a = consumer(&server, "a").await;
     a.publish(Bytes::from_static(b"x")).await.unwrap();
     let batch = a.fetch(1, Duration::ZERO).await.unwrap();
-    let leases: Vec<_> = batch.iter().map(lease).collect();
+    let leases: Vec<_> = batch.iter().map(lease_ref).collect();
     let flush = || async {
         let _: () = redis::cmd("SCRIPT")
             .arg("FLUSH")
@@ -889,7 +917,9 @@ async fn reclaims_go_on_from_the_cursor_in_stream_id_order() {
     );
     // 1-9 lapses again, ahead of a's cursor: a goes on past b's live entries to 2-0 first.
     assert_eq!(
-        a.release(&lease(&first[0]), Duration::ZERO).await.unwrap(),
+        a.release(&lease_ref(&first[0]), Duration::ZERO)
+            .await
+            .unwrap(),
         SettleResult::Ok
     );
     assert_eq!(ids(&a.fetch(1, Duration::ZERO).await.unwrap()), ["2-0"]);

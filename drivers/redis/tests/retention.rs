@@ -24,7 +24,7 @@ async fn consumer(server: &RedisServer, group: &str, retention: Retention) -> Re
     RedisBackend::connect(config).await.expect("connect")
 }
 
-fn leases(batch: &[Fetched<Bytes>]) -> Vec<LeaseRef> {
+fn lease_refs(batch: &[Fetched<Bytes>]) -> Vec<LeaseRef> {
     batch.iter().map(LeaseRef::from).collect()
 }
 
@@ -35,7 +35,7 @@ async fn publish(b: &RedisBackend, n: usize) {
 }
 
 async fn ack(b: &RedisBackend, batch: &[Fetched<Bytes>]) {
-    let acked = b.ack(&leases(batch)).await.expect("ack");
+    let acked = b.ack(&lease_refs(batch)).await.expect("ack");
     assert!(acked.iter().all(|r| *r == SettleResult::Ok), "{acked:?}");
 }
 

@@ -54,7 +54,7 @@ fn server_slot(server: &RedisServer, key: &[u8]) -> u16 {
     u16::try_from(slot).unwrap()
 }
 
-fn lease(message: &Fetched<Bytes>) -> LeaseRef {
+fn lease_ref(message: &Fetched<Bytes>) -> LeaseRef {
     LeaseRef::new(message.id.clone(), message.fence)
 }
 
@@ -84,7 +84,7 @@ async fn every_script_runs(server: &RedisServer, stream: &str) {
         last_error: "boom".into(),
     };
     let settled = backend
-        .dead_letter(&lease(&fetched[0]), &reason)
+        .dead_letter(&lease_ref(&fetched[0]), &reason)
         .await
         .unwrap_or_else(|e| panic!("{stream}: dead-letter: {e}"));
     assert_eq!(settled, SettleResult::Ok, "{stream}");

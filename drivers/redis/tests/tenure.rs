@@ -24,7 +24,7 @@ async fn consumer(server: &RedisServer, name: &str, check: FenceCheck) -> RedisB
     RedisBackend::connect(config).await.expect("connect")
 }
 
-fn leases(batch: &[Fetched<Bytes>]) -> Vec<LeaseRef> {
+fn lease_refs(batch: &[Fetched<Bytes>]) -> Vec<LeaseRef> {
     batch.iter().map(LeaseRef::from).collect()
 }
 
@@ -56,7 +56,7 @@ async fn xpendings_per_renew_and_ack(check: FenceCheck) -> (u64, u64) {
     let mut batch = a.fetch(20, Duration::ZERO).await.unwrap().messages;
     batch.extend(a.fetch(40, Duration::ZERO).await.unwrap());
     assert_eq!(batch.len(), 60);
-    let held = leases(&batch);
+    let held = lease_refs(&batch);
     let xpending = || calls(&server).get("xpending").copied().unwrap_or(0);
     command(&server, &["CONFIG", "RESETSTAT"]);
     assert_eq!(a.renew(&held).await.unwrap(), vec![RenewResult::Kept; 60]);

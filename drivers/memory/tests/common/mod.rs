@@ -15,11 +15,11 @@ pub fn stream() -> (MemoryStream, ManualClock) {
     (stream, clock)
 }
 
-pub fn lease(message: &Fetched<Bytes>) -> LeaseRef {
+pub fn lease_ref(message: &Fetched<Bytes>) -> LeaseRef {
     LeaseRef::from(message)
 }
 
-pub fn lease_of(id: &MessageId, fence: u64) -> LeaseRef {
+pub fn lease_ref_of(id: &MessageId, fence: u64) -> LeaseRef {
     LeaseRef::new(id.clone(), Fence(fence))
 }
 
