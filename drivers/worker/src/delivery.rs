@@ -2,12 +2,11 @@
 
 use std::fmt::Display;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
-use leasehold_core::{CancelReason, Fence, MessageId, Outcome};
+use leasehold_core::{CancelReason, Fence, Invocation, MessageId, Outcome};
 
 use crate::cancel::Cancellation;
-use crate::dispatch::Handed;
 
 /// What every invocation of one stream shares (its handler's dispatcher implements it).
 pub(crate) trait StreamScope: Send + Sync {
@@ -17,6 +16,19 @@ pub(crate) trait StreamScope: Send + Sync {
     fn now(&self) -> Instant;
     /// The instant lease validity is measured from (see [`Cancellation::valid_at`]).
     fn base(&self) -> Instant;
+}
+
+/// One invocation as the driver hands it over: the engine's [`Invocation`] without its payload,
+/// and what only the worker knows of it. The handler's [`Delivery`] keeps it as it is.
+pub(crate) struct Handed {
+    pub(crate) invocation: Invocation<()>,
+    /// The signal the driver fires; it also carries the lease's validity.
+    pub(crate) cancellation: Cancellation,
+    /// When the driver handed it over (its pass's time: no clock read per invocation).
+    pub(crate) handed_at: Instant,
+    /// When the message was enqueued, for a message's first invocation on a backend that
+    /// knows it.
+    pub(crate) enqueued: Option<SystemTime>,
 }
 
 /// One message handed to a handler, with what it needs to act safely on it.

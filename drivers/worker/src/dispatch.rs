@@ -27,12 +27,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures::future::{select, Either};
 use futures::FutureExt;
-use leasehold_core::{CancelReason, Invocation, Outcome};
+use leasehold_core::{CancelReason, Outcome};
 use tracing::Instrument;
 
 use crate::cancel::Cancellation;
 use crate::codec::Decode;
-use crate::delivery::{Delivery, IntoOutcome, StreamScope};
+use crate::delivery::{Delivery, Handed, IntoOutcome, StreamScope};
 use crate::event::Event;
 use crate::inbox::Inbox;
 use crate::meters::{Ended, HandlerMeters};
@@ -59,19 +59,6 @@ impl<R: Clone, P> Clone for Env<R, P> {
             grace: self.grace,
         }
     }
-}
-
-/// One invocation as the driver hands it over: the engine's [`Invocation`] without its payload,
-/// and what only the worker knows of it. The handler's [`Delivery`] keeps it as it is.
-pub(crate) struct Handed {
-    pub(crate) invocation: Invocation<()>,
-    /// The signal the driver fires; it also carries the lease's validity.
-    pub(crate) cancellation: Cancellation,
-    /// When the driver handed it over (its pass's time: no clock read per invocation).
-    pub(crate) handed_at: Instant,
-    /// When the message was enqueued, for a message's first invocation on a backend that
-    /// knows it.
-    pub(crate) enqueued: Option<SystemTime>,
 }
 
 /// A stream's handler with its types erased: runs invocations on its tasks.

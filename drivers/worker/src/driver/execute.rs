@@ -16,7 +16,7 @@ use leasehold_core::{
 };
 
 use crate::cancel::Cancellation;
-use crate::dispatch::Handed;
+use crate::delivery::Handed;
 use crate::event::Event;
 use crate::meters::Dead;
 use crate::runtime::Runtime;
