@@ -126,11 +126,7 @@ async fn setup(entries: usize) -> Result<Setup, String> {
     let mut pending_ids = Vec::new();
     let mut page = Some(Page::first(10_000));
     while let Some(p) = page {
-        let query = PendingQuery {
-            page: p,
-            consumer: None,
-            min_idle: None,
-        };
+        let query = PendingQuery::new(p);
         let listing = inspector
             .pending("jobs", None, &query)
             .await

@@ -150,11 +150,7 @@ async fn run(args: &Args) -> Result<(), String> {
     let mut memory_pending = Vec::new();
     // Interleaved rounds: each listing once per round.
     for _ in 0..args.rounds {
-        let query = |page| PendingQuery {
-            page,
-            consumer: None,
-            min_idle: None,
-        };
+        let query = PendingQuery::new;
         redis_pending.push(
             walk(
                 limit,

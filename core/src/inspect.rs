@@ -84,7 +84,11 @@ fn describe(ids: &[(MessageId, NotDead)]) -> String {
 
 /// One page of a listing: at most `limit` entries with ids after `after` (from the start when
 /// `None`), in id order.
+///
+/// Built with [`Page::first`] or [`Page::after`] (and [`Page::with_after`]); it may grow fields,
+/// so it cannot be built field by field outside this crate.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Page {
     /// Where the previous page stopped: the last id it returned.
     pub after: Option<MessageId>,
@@ -106,6 +110,13 @@ impl Page {
         }
     }
 
+    /// The same page size, after `after` (`None`: from the start).
+    #[must_use]
+    pub fn with_after(mut self, after: impl Into<Option<MessageId>>) -> Self {
+        self.after = after.into();
+        self
+    }
+
     /// A page of no entries is a mistake of the caller: refused.
     pub fn validate(&self) -> Result<(), InspectError> {
         if self.limit == 0 {
@@ -119,6 +130,7 @@ impl Page {
 
 /// A page of entries, and where the next one starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Listing<T> {
     /// The entries, in id order.
     pub entries: Vec<T>,
@@ -126,8 +138,19 @@ pub struct Listing<T> {
     pub next: Option<Page>,
 }
 
+impl<T> Listing<T> {
+    /// `entries`, followed by the page `next` (`None`: the last page).
+    pub fn new(entries: Vec<T>, next: Option<Page>) -> Self {
+        Self { entries, next }
+    }
+}
+
 /// A stream, its consumer groups, its dead letters.
+///
+/// Built with [`Overview::new`] and its `with_*` methods; it may grow counters, so it cannot be
+/// built field by field outside this crate.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Overview {
     /// The stream's name.
     pub stream: String,
@@ -141,8 +164,53 @@ pub struct Overview {
     pub delayed: DelayedSummary,
 }
 
+impl Overview {
+    /// Stream `stream`: empty, without groups, dead letters or delayed messages until set.
+    pub fn new(stream: impl Into<String>) -> Self {
+        Self {
+            stream: stream.into(),
+            length: 0,
+            groups: Vec::new(),
+            dead_letters: 0,
+            delayed: DelayedSummary::default(),
+        }
+    }
+
+    /// The same, with `length` entries in the stream.
+    #[must_use]
+    pub fn with_length(mut self, length: u64) -> Self {
+        self.length = length;
+        self
+    }
+
+    /// The same, with these consumer groups.
+    #[must_use]
+    pub fn with_groups(mut self, groups: Vec<GroupOverview>) -> Self {
+        self.groups = groups;
+        self
+    }
+
+    /// The same, with `dead_letters` entries in the dead-letter stream.
+    #[must_use]
+    pub fn with_dead_letters(mut self, dead_letters: u64) -> Self {
+        self.dead_letters = dead_letters;
+        self
+    }
+
+    /// The same, with these delayed messages.
+    #[must_use]
+    pub fn with_delayed(mut self, delayed: DelayedSummary) -> Self {
+        self.delayed = delayed;
+        self
+    }
+}
+
 /// One consumer group of a stream.
+///
+/// Built with [`GroupOverview::new`] and its `with_*` methods; it may grow counters, so it
+/// cannot be built field by field outside this crate.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct GroupOverview {
     /// The group's name.
     pub name: String,
@@ -161,8 +229,60 @@ pub struct GroupOverview {
     pub consumers: Vec<ConsumerOverview>,
 }
 
+impl GroupOverview {
+    /// Group `name`: nothing pending, no consumers, and its lag and delivered count unknown
+    /// (`None`) until set.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            lag: None,
+            pending: 0,
+            delivered: None,
+            oldest_pending_age: None,
+            consumers: Vec::new(),
+        }
+    }
+
+    /// The same, with this lag (`None`: the backend cannot tell).
+    #[must_use]
+    pub fn with_lag(mut self, lag: impl Into<Option<u64>>) -> Self {
+        self.lag = lag.into();
+        self
+    }
+
+    /// The same, with `pending` entries delivered and not yet acknowledged.
+    #[must_use]
+    pub fn with_pending(mut self, pending: u64) -> Self {
+        self.pending = pending;
+        self
+    }
+
+    /// The same, with this count of entries read since the stream began (`None`: the backend
+    /// cannot tell).
+    #[must_use]
+    pub fn with_delivered(mut self, delivered: impl Into<Option<u64>>) -> Self {
+        self.delivered = delivered.into();
+        self
+    }
+
+    /// The same, with its oldest pending entry this old (`None`: nothing pending).
+    #[must_use]
+    pub fn with_oldest_pending_age(mut self, age: impl Into<Option<Duration>>) -> Self {
+        self.oldest_pending_age = age.into();
+        self
+    }
+
+    /// The same, with these consumers.
+    #[must_use]
+    pub fn with_consumers(mut self, consumers: Vec<ConsumerOverview>) -> Self {
+        self.consumers = consumers;
+        self
+    }
+}
+
 /// One consumer of a group.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ConsumerOverview {
     /// Its name.
     pub name: String,
@@ -172,8 +292,23 @@ pub struct ConsumerOverview {
     pub idle: Duration,
 }
 
+impl ConsumerOverview {
+    /// Consumer `name`, holding `pending` entries, last seen `idle` ago.
+    pub fn new(name: impl Into<String>, pending: u64, idle: Duration) -> Self {
+        Self {
+            name: name.into(),
+            pending,
+            idle,
+        }
+    }
+}
+
 /// Which pending entries to list.
+///
+/// Built with [`PendingQuery::new`] or [`PendingQuery::all`] and its `with_*` methods; it may
+/// grow filters, so it cannot be built field by field outside this crate.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PendingQuery {
     /// The page.
     pub page: Page,
@@ -184,18 +319,48 @@ pub struct PendingQuery {
 }
 
 impl PendingQuery {
-    /// Every pending entry, a page of `limit` at a time.
-    pub fn all(limit: usize) -> Self {
+    /// Every pending entry, the page `page` of them.
+    pub fn new(page: Page) -> Self {
         Self {
-            page: Page::first(limit),
+            page,
             consumer: None,
             min_idle: None,
         }
     }
+
+    /// Every pending entry, a page of `limit` at a time.
+    pub fn all(limit: usize) -> Self {
+        Self::new(Page::first(limit))
+    }
+
+    /// The same query, the page `page` of it.
+    #[must_use]
+    pub fn with_page(mut self, page: Page) -> Self {
+        self.page = page;
+        self
+    }
+
+    /// The same query, only the entries held by `consumer` (`None`: by any).
+    #[must_use]
+    pub fn with_consumer(mut self, consumer: impl Into<Option<String>>) -> Self {
+        self.consumer = consumer.into();
+        self
+    }
+
+    /// The same query, only the entries idle at least `min_idle` (`None`: however idle).
+    #[must_use]
+    pub fn with_min_idle(mut self, min_idle: impl Into<Option<Duration>>) -> Self {
+        self.min_idle = min_idle.into();
+        self
+    }
 }
 
 /// A delivered, unacknowledged entry.
+///
+/// Built with [`PendingEntry::new`]; it may grow fields, so it cannot be built field by field
+/// outside this crate.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PendingEntry {
     /// Its id.
     pub id: MessageId,
@@ -207,8 +372,29 @@ pub struct PendingEntry {
     pub delivery_count: u32,
 }
 
+impl PendingEntry {
+    /// Entry `id`, held by `owner`, idle for `idle`, delivered `delivery_count` times.
+    pub fn new(
+        id: impl Into<MessageId>,
+        owner: impl Into<String>,
+        idle: Duration,
+        delivery_count: u32,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            owner: owner.into(),
+            idle,
+            delivery_count,
+        }
+    }
+}
+
 /// An entry of the dead-letter stream.
+///
+/// Built with [`DeadLetterEntry::new`] and its `with_*` methods; it may grow fields, so it
+/// cannot be built field by field outside this crate.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DeadLetterEntry {
     /// Its id in the dead-letter stream.
     pub id: MessageId,
@@ -224,7 +410,44 @@ pub struct DeadLetterEntry {
     pub payload: Option<Vec<u8>>,
 }
 
+impl DeadLetterEntry {
+    /// Dead letter `id`, entry `original_id` of its stream, dead-lettered for `reason` at
+    /// delivery count `delivery_count`; without its time or payload.
+    pub fn new(
+        id: impl Into<MessageId>,
+        original_id: impl Into<MessageId>,
+        reason: impl Into<String>,
+        delivery_count: u32,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            original_id: original_id.into(),
+            reason: reason.into(),
+            delivery_count,
+            at: None,
+            payload: None,
+        }
+    }
+
+    /// The same, dead-lettered at `at` (`None`: the backend does not know).
+    #[must_use]
+    pub fn with_at(mut self, at: impl Into<Option<SystemTime>>) -> Self {
+        self.at = at.into();
+        self
+    }
+
+    /// The same, with its payload (`None`: not asked for).
+    #[must_use]
+    pub fn with_payload(mut self, payload: impl Into<Option<Vec<u8>>>) -> Self {
+        self.payload = payload.into();
+        self
+    }
+}
+
 /// Which dead letters an action is for.
+///
+/// Exhaustive on purpose: every backend acts on each kind, so a new kind is a change each
+/// backend has to make, not one it could pass over with a `_` arm.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Selection {
     /// These (their ids in the dead-letter stream).
@@ -237,6 +460,7 @@ pub enum Selection {
 
 /// What a requeue did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Requeued {
     /// Each dead letter put back, and its new id in the stream (a fresh message: delivery
     /// count 1).
@@ -246,8 +470,16 @@ pub struct Requeued {
     pub gone: Vec<MessageId>,
 }
 
+impl Requeued {
+    /// Dead letters `moved` (old id, new id), and ids `gone` already.
+    pub fn new(moved: Vec<(MessageId, MessageId)>, gone: Vec<MessageId>) -> Self {
+        Self { moved, gone }
+    }
+}
+
 /// What a purge did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Purged {
     /// The dead letters deleted.
     pub deleted: Vec<MessageId>,
@@ -255,8 +487,16 @@ pub struct Purged {
     pub gone: Vec<MessageId>,
 }
 
+impl Purged {
+    /// Dead letters `deleted`, and ids `gone` already.
+    pub fn new(deleted: Vec<MessageId>, gone: Vec<MessageId>) -> Self {
+        Self { deleted, gone }
+    }
+}
+
 /// Reads streams and acts on their dead letters. Implemented by each backend; the data types
-/// above are plain structs, built by the backends.
+/// above are built by the backends with their constructors and `with_*` methods (they are
+/// `#[non_exhaustive]`, so they may grow fields without breaking a backend or a reader).
 pub trait Inspector: Send + Sync + 'static {
     /// The stream, its groups and consumers, its dead letters.
     fn overview(&self, stream: &str)
@@ -308,7 +548,11 @@ pub trait Inspector: Send + Sync + 'static {
 
 /// What an inspector found in a listing of streams: a plain stream, or the shards of a sharded
 /// queue (streams named `{queue:i}`, see [`Shards::parse`](crate::Shards::parse)), grouped.
+///
+/// More kinds may be found later: a match on it outside this crate needs a `_` arm (every kind
+/// has a [`name`](Self::name)).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Discovered {
     /// A stream that is no shard.
     Stream(String),
@@ -356,7 +600,11 @@ pub fn group_streams(streams: impl IntoIterator<Item = String>) -> Vec<Discovere
 
 /// One consumer group over a sharded queue's shards: the group of that name on each shard,
 /// summed.
+///
+/// Built with [`QueueGroupOverview::new`] and its `with_*` methods; it may grow counters, so it
+/// cannot be built field by field outside this crate.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct QueueGroupOverview {
     /// The group's name.
     pub name: String,
@@ -373,8 +621,62 @@ pub struct QueueGroupOverview {
     pub shards: usize,
 }
 
+impl QueueGroupOverview {
+    /// Group `name`: on no shard yet, nothing pending, no consumers, and its lag unknown
+    /// (`None`) until set.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            lag: None,
+            pending: 0,
+            oldest_pending_age: None,
+            consumers: 0,
+            shards: 0,
+        }
+    }
+
+    /// The same, with this lag over its shards (`None`: a shard cannot tell).
+    #[must_use]
+    pub fn with_lag(mut self, lag: impl Into<Option<u64>>) -> Self {
+        self.lag = lag.into();
+        self
+    }
+
+    /// The same, with `pending` entries delivered and not yet acknowledged.
+    #[must_use]
+    pub fn with_pending(mut self, pending: u64) -> Self {
+        self.pending = pending;
+        self
+    }
+
+    /// The same, with its oldest pending entry this old (`None`: nothing pending).
+    #[must_use]
+    pub fn with_oldest_pending_age(mut self, age: impl Into<Option<Duration>>) -> Self {
+        self.oldest_pending_age = age.into();
+        self
+    }
+
+    /// The same, with `consumers` distinct consumer names.
+    #[must_use]
+    pub fn with_consumers(mut self, consumers: usize) -> Self {
+        self.consumers = consumers;
+        self
+    }
+
+    /// The same, on `shards` shards.
+    #[must_use]
+    pub fn with_shards(mut self, shards: usize) -> Self {
+        self.shards = shards;
+        self
+    }
+}
+
 /// A sharded queue: totals over its shards, and each shard's own overview.
+///
+/// Built by [`QueueOverview::from_shards`], or with [`QueueOverview::new`] and its `with_*`
+/// methods; it may grow counters, so it cannot be built field by field outside this crate.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct QueueOverview {
     /// The queue's name.
     pub queue: String,
@@ -398,22 +700,83 @@ pub struct QueueOverview {
 }
 
 impl QueueOverview {
-    /// The totals of `shards` (index and overview of each shard found) of queue `queue`.
-    pub fn from_shards(queue: impl Into<String>, mut shards: Vec<(u16, Overview)>) -> Self {
-        use std::collections::{BTreeMap, BTreeSet};
-        shards.sort_by_key(|(i, _)| *i);
-        let mut groups: BTreeMap<&str, (QueueGroupOverview, BTreeSet<&str>)> = BTreeMap::new();
-        let mut total = Self {
+    /// Queue `queue`: no shards, empty, and its lag unknown (`None`) until set.
+    pub fn new(queue: impl Into<String>) -> Self {
+        Self {
             queue: queue.into(),
             length: 0,
             pending: 0,
-            lag: Some(0),
+            lag: None,
             dead_letters: 0,
             delayed: DelayedSummary::default(),
             oldest_pending_age: None,
             groups: Vec::new(),
             shards: Vec::new(),
-        };
+        }
+    }
+
+    /// The same, with `length` entries in all shards' streams.
+    #[must_use]
+    pub fn with_length(mut self, length: u64) -> Self {
+        self.length = length;
+        self
+    }
+
+    /// The same, with `pending` entries delivered and not yet acknowledged.
+    #[must_use]
+    pub fn with_pending(mut self, pending: u64) -> Self {
+        self.pending = pending;
+        self
+    }
+
+    /// The same, with this lag over every group of every shard (`None`: a shard cannot tell).
+    #[must_use]
+    pub fn with_lag(mut self, lag: impl Into<Option<u64>>) -> Self {
+        self.lag = lag.into();
+        self
+    }
+
+    /// The same, with `dead_letters` dead letters over all shards.
+    #[must_use]
+    pub fn with_dead_letters(mut self, dead_letters: u64) -> Self {
+        self.dead_letters = dead_letters;
+        self
+    }
+
+    /// The same, with these delayed messages over all shards.
+    #[must_use]
+    pub fn with_delayed(mut self, delayed: DelayedSummary) -> Self {
+        self.delayed = delayed;
+        self
+    }
+
+    /// The same, with its oldest pending entry this old (`None`: nothing pending).
+    #[must_use]
+    pub fn with_oldest_pending_age(mut self, age: impl Into<Option<Duration>>) -> Self {
+        self.oldest_pending_age = age.into();
+        self
+    }
+
+    /// The same, with these groups, summed over their shards.
+    #[must_use]
+    pub fn with_groups(mut self, groups: Vec<QueueGroupOverview>) -> Self {
+        self.groups = groups;
+        self
+    }
+
+    /// The same, with these shards (index and overview of each).
+    #[must_use]
+    pub fn with_shards(mut self, shards: Vec<(u16, Overview)>) -> Self {
+        self.shards = shards;
+        self
+    }
+
+    /// The totals of `shards` (index and overview of each shard found) of queue `queue`.
+    pub fn from_shards(queue: impl Into<String>, mut shards: Vec<(u16, Overview)>) -> Self {
+        use std::collections::{BTreeMap, BTreeSet};
+        shards.sort_by_key(|(i, _)| *i);
+        let mut groups: BTreeMap<&str, (QueueGroupOverview, BTreeSet<&str>)> = BTreeMap::new();
+        let mut total = Self::new(queue).with_lag(Some(0));
         for (_, o) in &shards {
             total.length += o.length;
             total.dead_letters += o.dead_letters;
@@ -424,14 +787,7 @@ impl QueueOverview {
                 total.lag = total.lag.zip(g.lag).map(|(a, b)| a + b);
                 total.oldest_pending_age = total.oldest_pending_age.max(g.oldest_pending_age);
                 let (sum, consumers) = groups.entry(&g.name).or_insert_with(|| {
-                    let empty = QueueGroupOverview {
-                        name: g.name.clone(),
-                        lag: Some(0),
-                        pending: 0,
-                        oldest_pending_age: None,
-                        consumers: 0,
-                        shards: 0,
-                    };
+                    let empty = QueueGroupOverview::new(g.name.clone()).with_lag(Some(0));
                     (empty, BTreeSet::new())
                 });
                 sum.lag = sum.lag.zip(g.lag).map(|(a, b)| a + b);
@@ -488,13 +844,11 @@ mod tests {
     use super::*;
 
     fn overview(stream: &str, length: u64, groups: Vec<GroupOverview>) -> Overview {
-        Overview {
-            stream: stream.into(),
-            length,
-            groups,
-            dead_letters: length / 10,
-            delayed: DelayedSummary::new(1, Some(Duration::from_secs(length))),
-        }
+        Overview::new(stream)
+            .with_length(length)
+            .with_groups(groups)
+            .with_dead_letters(length / 10)
+            .with_delayed(DelayedSummary::new(1, Some(Duration::from_secs(length))))
     }
 
     fn group(
@@ -504,21 +858,15 @@ mod tests {
         oldest: u64,
         who: &[&str],
     ) -> GroupOverview {
-        GroupOverview {
-            name: name.into(),
-            lag,
-            pending,
-            delivered: None,
-            oldest_pending_age: Some(Duration::from_secs(oldest)),
-            consumers: who
-                .iter()
-                .map(|name| ConsumerOverview {
-                    name: (*name).into(),
-                    pending: 1,
-                    idle: Duration::ZERO,
-                })
-                .collect(),
-        }
+        GroupOverview::new(name)
+            .with_lag(lag)
+            .with_pending(pending)
+            .with_oldest_pending_age(Duration::from_secs(oldest))
+            .with_consumers(
+                who.iter()
+                    .map(|name| ConsumerOverview::new(*name, 1, Duration::ZERO))
+                    .collect(),
+            )
     }
 
     #[test]

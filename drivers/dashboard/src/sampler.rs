@@ -228,25 +228,17 @@ impl<S: Source> Sampler<S> {
 
 #[cfg(test)]
 mod tests {
-    use leasehold_core::{DelayedSummary, GroupOverview};
+    use leasehold_core::GroupOverview;
 
     use super::*;
 
     fn overview(length: u64, delivered: u64, pending: u64, lag: u64) -> Overview {
-        Overview {
-            stream: "s".into(),
-            length,
-            groups: vec![GroupOverview {
-                name: "g".into(),
-                lag: Some(lag),
-                pending,
-                delivered: Some(delivered),
-                oldest_pending_age: None,
-                consumers: Vec::new(),
-            }],
-            dead_letters: 0,
-            delayed: DelayedSummary::default(),
-        }
+        Overview::new("s")
+            .with_length(length)
+            .with_groups(vec![GroupOverview::new("g")
+                .with_lag(Some(lag))
+                .with_pending(pending)
+                .with_delivered(Some(delivered))])
     }
 
     #[test]

@@ -270,5 +270,5 @@ fn listing<T>(entries: Vec<T>, limit: usize, id: impl Fn(&T) -> &MessageId) -> L
                 .map(|last| Page::after(id(last).clone(), limit))
         })
         .flatten();
-    Listing { entries, next }
+    Listing::new(entries, next)
 }

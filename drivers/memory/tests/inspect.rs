@@ -145,11 +145,8 @@ fn a_scripted_stream_read_and_acted_on_call_by_call() {
 
     // Pending, two a page: c's takeover first, then a's and b's, then an empty last page.
     let first = block_on(inspector.pending("jobs", None, &PendingQuery::all(2))).unwrap();
-    let row = |id: &str, owner: &str, idle: u64, count: u32| PendingEntry {
-        id: id.into(),
-        owner: owner.into(),
-        idle: secs(idle),
-        delivery_count: count,
+    let row = |id: &str, owner: &str, idle: u64, count: u32| {
+        PendingEntry::new(id, owner, secs(idle), count)
     };
     assert_eq!(
         first.entries,
@@ -157,35 +154,23 @@ fn a_scripted_stream_read_and_acted_on_call_by_call() {
     );
     let next = first.next.expect("a full page: maybe more");
     assert_eq!(next, Page::after("0-4", 2));
-    let query = PendingQuery {
-        page: next,
-        ..PendingQuery::all(2)
-    };
+    let query = PendingQuery::new(next);
     let second = block_on(inspector.pending("jobs", Some("default"), &query)).unwrap();
     assert_eq!(
         second.entries,
         [row("0-5", "a", 50, 1), row("0-6", "b", 50, 1)]
     );
-    let query = PendingQuery {
-        page: second.next.expect("full"),
-        ..PendingQuery::all(2)
-    };
+    let query = PendingQuery::new(second.next.expect("full"));
     let last = block_on(inspector.pending("jobs", None, &query)).unwrap();
     assert!(last.entries.is_empty() && last.next.is_none());
     // By consumer, by idle time.
     let of_a = all_pending(
         &inspector,
-        PendingQuery {
-            consumer: Some("a".into()),
-            ..PendingQuery::all(10)
-        },
+        PendingQuery::all(10).with_consumer(String::from("a")),
     );
     assert_eq!(ids_of(of_a.iter().map(|e| &e.id)), ["0-4", "0-5"]);
     let idle = |min: u64| {
-        let query = PendingQuery {
-            min_idle: Some(secs(min)),
-            ..PendingQuery::all(10)
-        };
+        let query = PendingQuery::all(10).with_min_idle(secs(min));
         let entries = all_pending(&inspector, query);
         entries
             .into_iter()
@@ -414,10 +399,7 @@ fn bad_input_is_a_clear_error_and_changes_nothing() {
         block_on(inspector.pending("jobs", None, &PendingQuery::all(0))).map(drop),
         "at least 1",
     );
-    let far = PendingQuery {
-        page: Page::after("1700000000000-0", 10),
-        ..PendingQuery::all(10)
-    };
+    let far = PendingQuery::new(Page::after("1700000000000-0", 10));
     invalid(
         block_on(inspector.pending("jobs", None, &far)).map(drop),
         "\"1700000000000-0\" is not an id of a memory stream",
@@ -638,17 +620,12 @@ fn pages_neither_miss_nor_repeat() {
     assert_eq!(every.len(), 1000);
     assert_eq!(every, in_order(every.clone()), "in id order");
     for name in ["a", "b", "c"] {
-        let query = PendingQuery {
-            consumer: Some(name.into()),
-            ..PendingQuery::all(7)
-        };
+        let query = PendingQuery::all(7).with_consumer(String::from(name));
         assert_eq!(listed(query), held[name], "{name}'s");
     }
-    let idle_b = PendingQuery {
-        consumer: Some("b".into()),
-        min_idle: Some(secs(2)),
-        ..PendingQuery::all(10)
-    };
+    let idle_b = PendingQuery::all(10)
+        .with_consumer(String::from("b"))
+        .with_min_idle(secs(2));
     let not_renewed: Vec<_> = held["b"].iter().skip(1).step_by(2).cloned().collect();
     assert_eq!(listed(idle_b), not_renewed);
     check_counts(&inspector);

@@ -302,14 +302,14 @@ impl RedisInspector {
             Some(Value::BulkString(bytes)) if payloads => Some(bytes.clone()),
             _ => None,
         };
-        DeadLetterEntry {
-            at: id_time(&entry.id),
-            id: entry.id.as_str().into(),
-            original_id: text("id").into(),
-            reason: text("reason"),
-            delivery_count: text("deliveries").parse().unwrap_or(0),
-            payload,
-        }
+        DeadLetterEntry::new(
+            entry.id.as_str(),
+            text("id"),
+            text("reason"),
+            text("deliveries").parse().unwrap_or(0),
+        )
+        .with_at(id_time(&entry.id))
+        .with_payload(payload)
     }
 
     /// The dead-letter ids `which` selects, oldest first. An explicit id that names a live
@@ -399,34 +399,36 @@ impl Inspector for RedisInspector {
                 )),
                 _ => None,
             };
-            groups.push(GroupOverview {
-                name: group.name,
-                lag: group.lag.map(|n| n as u64),
-                pending: group.pending as u64,
-                delivered: group.entries_read.map(|n| n as u64),
-                oldest_pending_age,
-                consumers: consumers
-                    .consumers
-                    .into_iter()
-                    .map(|c| ConsumerOverview {
-                        name: c.name,
-                        pending: c.pending as u64,
-                        idle: Duration::from_millis(c.idle as u64),
-                    })
-                    .collect(),
-            });
+            groups.push(
+                GroupOverview::new(group.name)
+                    .with_lag(group.lag.map(|n| n as u64))
+                    .with_pending(group.pending as u64)
+                    .with_delivered(group.entries_read.map(|n| n as u64))
+                    .with_oldest_pending_age(oldest_pending_age)
+                    .with_consumers(
+                        consumers
+                            .consumers
+                            .into_iter()
+                            .map(|c| {
+                                ConsumerOverview::new(
+                                    c.name,
+                                    c.pending as u64,
+                                    Duration::from_millis(c.idle as u64),
+                                )
+                            })
+                            .collect(),
+                    ),
+            );
         }
         let dead_letters = self.len_of(&self.dead_key(stream)).await?;
         let delayed = delayed_summary(&mut self.conn.clone(), &DelayedKeys::stored(stream).delayed)
             .await
             .map_err(InspectError::Backend)?;
-        Ok(Overview {
-            stream: stream.into(),
-            length,
-            groups,
-            dead_letters,
-            delayed,
-        })
+        Ok(Overview::new(stream)
+            .with_length(length)
+            .with_groups(groups)
+            .with_dead_letters(dead_letters)
+            .with_delayed(delayed))
     }
 
     async fn pending(
@@ -456,11 +458,13 @@ impl Inspector for RedisInspector {
         let entries: Vec<PendingEntry> = reply
             .ids
             .into_iter()
-            .map(|p| PendingEntry {
-                id: p.id.as_str().into(),
-                owner: p.consumer,
-                idle: Duration::from_millis(p.last_delivered_ms as u64),
-                delivery_count: u32::try_from(p.times_delivered).unwrap_or(u32::MAX),
+            .map(|p| {
+                PendingEntry::new(
+                    p.id.as_str(),
+                    p.consumer,
+                    Duration::from_millis(p.last_delivered_ms as u64),
+                    u32::try_from(p.times_delivered).unwrap_or(u32::MAX),
+                )
             })
             .collect();
         Ok(listing(entries, query.page.limit, |e| e.id.clone()))
@@ -572,7 +576,7 @@ fn listing<T>(entries: Vec<T>, limit: usize, id: impl Fn(&T) -> MessageId) -> Li
     let next = (entries.len() == limit)
         .then(|| entries.last().map(|last| Page::after(id(last), limit)))
         .flatten();
-    Listing { entries, next }
+    Listing::new(entries, next)
 }
 
 /// Whether `id` has the form of an entry id (`<ms>-<seq>`).

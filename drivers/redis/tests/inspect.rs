@@ -141,14 +141,7 @@ async fn the_overview_and_listings_show_what_is_held_and_what_died() {
     assert_eq!(first.entries.len(), 2);
     let next = first.next.expect("more");
     let second = inspector
-        .pending(
-            "jobs",
-            Some("workers"),
-            &PendingQuery {
-                page: next,
-                ..PendingQuery::all(2)
-            },
-        )
+        .pending("jobs", Some("workers"), &PendingQuery::new(next))
         .await
         .unwrap();
     let ids: Vec<_> = first
@@ -169,10 +162,7 @@ async fn the_overview_and_listings_show_what_is_held_and_what_died() {
         .pending(
             "jobs",
             None,
-            &PendingQuery {
-                consumer: Some("b".into()),
-                ..PendingQuery::all(10)
-            },
+            &PendingQuery::all(10).with_consumer(String::from("b")),
         )
         .await
         .unwrap();
@@ -182,10 +172,7 @@ async fn the_overview_and_listings_show_what_is_held_and_what_died() {
         .pending(
             "jobs",
             None,
-            &PendingQuery {
-                min_idle: Some(Duration::from_secs(3600)),
-                ..PendingQuery::all(10)
-            },
+            &PendingQuery::all(10).with_min_idle(Duration::from_secs(3600)),
         )
         .await
         .unwrap();

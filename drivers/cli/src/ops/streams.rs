@@ -134,10 +134,7 @@ impl DeadCommand {
 }
 
 fn page(limit: u32, after: Option<&String>) -> Page {
-    Page {
-        after: after.map(|id| MessageId::from(id.as_str())),
-        limit: limit as usize,
-    }
+    Page::first(limit as usize).with_after(after.map(|id| MessageId::from(id.as_str())))
 }
 
 /// `leasehold inspect <stream>`.
@@ -314,11 +311,9 @@ fn queue_report(q: &QueueOverview) -> Report {
 pub fn run_pending(args: &PendingArgs) -> Result<Report, OpsError> {
     block_on(async {
         let inspector = connect(&args.redis).await?;
-        let query = PendingQuery {
-            page: page(args.limit, args.after.as_ref()),
-            consumer: args.consumer.clone(),
-            min_idle: args.older_than,
-        };
+        let query = PendingQuery::new(page(args.limit, args.after.as_ref()))
+            .with_consumer(args.consumer.clone())
+            .with_min_idle(args.older_than);
         let listing = inspector
             .pending(&args.stream, args.group.as_deref(), &query)
             .await?;

@@ -119,28 +119,19 @@ pub(crate) fn dead_letter(stream: &str, entry: &DeadLetterEntry, actions: Action
 
 #[cfg(test)]
 mod tests {
-    use leasehold_core::MessageId;
-
     use super::*;
 
     fn entry(reason: &str, payload: &[u8]) -> DeadLetterEntry {
-        DeadLetterEntry {
-            id: MessageId::from("1-0"),
-            original_id: MessageId::from("0-1"),
-            reason: reason.into(),
-            delivery_count: 3,
-            at: None,
-            payload: Some(payload.to_vec()),
-        }
+        DeadLetterEntry::new("1-0", "0-1", reason, 3).with_payload(payload.to_vec())
     }
 
     #[test]
     fn reasons_and_payloads_render_as_text() {
         let evil = "<script>alert('reason')</script>";
-        let listing = Listing {
-            entries: vec![entry(evil, b"<script>alert('payload')</script>")],
-            next: None,
-        };
+        let listing = Listing::new(
+            vec![entry(evil, b"<script>alert('payload')</script>")],
+            None,
+        );
         for html in [
             dead_letters("s", &listing, Some("csrf")).into_string(),
             dead_letter("s", &listing.entries[0], Some("csrf")).into_string(),
@@ -152,10 +143,7 @@ mod tests {
 
     #[test]
     fn read_only_pages_offer_no_action() {
-        let listing = Listing {
-            entries: vec![entry("bad", b"{}")],
-            next: None,
-        };
+        let listing = Listing::new(vec![entry("bad", b"{}")], None);
         let html = dead_letters("s", &listing, None).into_string();
         assert!(!html.contains("<form"), "{html}");
         assert!(!html.contains("<button"), "{html}");

@@ -41,6 +41,13 @@ pub(crate) fn overview(snapshot: &Snapshot) -> Markup {
                                 Discovered::Queue { queue, shards } => {
                                     (sharded_row(snapshot, &queue, &shards))
                                 }
+                                // A kind this page does not know yet: its stream, if one has
+                                // its name.
+                                other => {
+                                    @if let Some(stream) = snapshot.stream(other.name()) {
+                                        (stream_row(stream))
+                                    }
+                                }
                             }
                         }
                     }
@@ -360,6 +367,7 @@ mod tests {
             .map(|d| match d {
                 Discovered::Stream(name) => (name.clone(), 0),
                 Discovered::Queue { queue, shards } => (queue.clone(), shards.len()),
+                other => panic!("only streams and queues here: {other:?}"),
             })
             .collect();
         let expected = [

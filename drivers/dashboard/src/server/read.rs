@@ -61,14 +61,10 @@ pub(super) async fn stream_page<S: Source>(
                     .or_else(|| overview.groups.first().map(|g| g.name.clone()));
                 let key = cache_key(&format!("/streams/{name}"), &params);
                 let read = async {
-                    let query = PendingQuery {
-                        page: Page {
-                            after: params.after.as_deref().map(MessageId::from),
-                            limit: shared.options.page_size,
-                        },
-                        consumer: None,
-                        min_idle: None,
-                    };
+                    let query = PendingQuery::new(
+                        Page::first(shared.options.page_size)
+                            .with_after(params.after.as_deref().map(MessageId::from)),
+                    );
                     let listing = match &group {
                         Some(group) => shared
                             .source
@@ -76,10 +72,7 @@ pub(super) async fn stream_page<S: Source>(
                             .pending(&name, Some(group), &query)
                             .await
                             .map_err(|e| e.to_string())?,
-                        None => leasehold_core::Listing {
-                            entries: Vec::new(),
-                            next: None,
-                        },
+                        None => leasehold_core::Listing::new(Vec::new(), None),
                     };
                     let group = group.as_deref().unwrap_or_default();
                     Ok(
@@ -112,10 +105,8 @@ pub(super) async fn dead_page<S: Source>(
         Ok(()) => {
             let key = cache_key(&format!("/streams/{name}/dead"), &params);
             let read = async {
-                let page = Page {
-                    after: params.after.as_deref().map(MessageId::from),
-                    limit: shared.options.page_size,
-                };
+                let page = Page::first(shared.options.page_size)
+                    .with_after(params.after.as_deref().map(MessageId::from));
                 let listing = shared
                     .source
                     .inspector()

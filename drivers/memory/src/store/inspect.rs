@@ -27,30 +27,28 @@ impl Store {
         let consumers = self
             .consumers
             .iter()
-            .map(|(name, row)| ConsumerOverview {
-                name: name.to_string(),
-                pending: row.pending,
-                idle: now.saturating_duration_since(row.seen),
+            .map(|(name, row)| {
+                ConsumerOverview::new(
+                    name.to_string(),
+                    row.pending,
+                    now.saturating_duration_since(row.seen),
+                )
             })
             .collect();
-        Overview {
-            stream: stream.into(),
-            length: self.entries.len() as u64,
-            groups: vec![GroupOverview {
-                name: group.into(),
-                lag: Some(self.last_seq - self.last_delivered),
-                pending: self.pending as u64,
-                delivered: Some(self.last_delivered),
-                oldest_pending_age,
-                consumers,
-            }],
-            dead_letters: self.dead.len() as u64,
-            delayed: DelayedSummary::new(
+        Overview::new(stream)
+            .with_length(self.entries.len() as u64)
+            .with_groups(vec![GroupOverview::new(group)
+                .with_lag(Some(self.last_seq - self.last_delivered))
+                .with_pending(self.pending as u64)
+                .with_delivered(Some(self.last_delivered))
+                .with_oldest_pending_age(oldest_pending_age)
+                .with_consumers(consumers)])
+            .with_dead_letters(self.dead.len() as u64)
+            .with_delayed(DelayedSummary::new(
                 self.delayed_len() as u64,
                 self.next_due()
                     .map(|due| due.saturating_duration_since(now)),
-            ),
-        }
+            ))
     }
 
     /// The first `query.page.limit` pending entries after sequence number `after` that the
@@ -77,12 +75,12 @@ impl Store {
                 if query.min_idle.is_some_and(|min| info.idle < min) {
                     return None;
                 }
-                Some(PendingEntry {
-                    id: entry.id.clone(),
-                    owner: info.owner,
-                    idle: info.idle,
-                    delivery_count: info.delivery_count,
-                })
+                Some(PendingEntry::new(
+                    entry.id.clone(),
+                    info.owner,
+                    info.idle,
+                    info.delivery_count,
+                ))
             })
             .take(query.page.limit)
             .collect()
@@ -156,13 +154,13 @@ impl Dead {
     /// clock at `now`.
     fn entry(&self, now: Instant, wall: SystemTime, payload: bool) -> DeadLetterEntry {
         let letter = &self.letter;
-        DeadLetterEntry {
-            id: letter.id.clone(),
-            original_id: letter.original_id.clone(),
-            reason: letter.reason.clone(),
-            delivery_count: letter.delivery_count,
-            at: wall.checked_sub(now.saturating_duration_since(self.at)),
-            payload: payload.then(|| letter.payload.to_vec()),
-        }
+        DeadLetterEntry::new(
+            letter.id.clone(),
+            letter.original_id.clone(),
+            letter.reason.clone(),
+            letter.delivery_count,
+        )
+        .with_at(wall.checked_sub(now.saturating_duration_since(self.at)))
+        .with_payload(payload.then(|| letter.payload.to_vec()))
     }
 }
