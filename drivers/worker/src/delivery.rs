@@ -19,7 +19,9 @@ pub(crate) trait StreamScope: Send + Sync {
 }
 
 /// One invocation as the driver hands it over: the engine's [`Invocation`] without its payload,
-/// and what only the worker knows of it. The handler's [`Delivery`] keeps it as it is.
+/// and what only the worker knows of it. The handler's [`Delivery`] keeps the invocation and its
+/// cancellation, moved, not copied; the times stay with the handler task that meters them (a
+/// handler's future holds its `Delivery` and is moved as it starts, so its size counts).
 pub(crate) struct Handed {
     pub(crate) invocation: Invocation<()>,
     /// The signal the driver fires; it also carries the lease's validity.
@@ -35,13 +37,15 @@ pub(crate) struct Handed {
 pub struct Delivery<M> {
     message: M,
     scope: Arc<dyn StreamScope>,
-    /// The invocation as the driver handed it over, kept whole.
-    handed: Handed,
+    /// The invocation as the engine made it, kept whole.
+    invocation: Invocation<()>,
+    /// The signal the driver fires; it also carries the lease's validity.
+    cancellation: Cancellation,
 }
 
 impl<M> std::fmt::Debug for Delivery<M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let invocation = &self.handed.invocation;
+        let invocation = &self.invocation;
         f.debug_struct("Delivery")
             .field("stream", &self.scope.stream())
             .field("id", &invocation.lease_ref.id)
@@ -52,11 +56,17 @@ impl<M> std::fmt::Debug for Delivery<M> {
 }
 
 impl<M> Delivery<M> {
-    pub(crate) fn new(message: M, scope: Arc<dyn StreamScope>, handed: Handed) -> Self {
+    pub(crate) fn new(
+        message: M,
+        scope: Arc<dyn StreamScope>,
+        invocation: Invocation<()>,
+        cancellation: Cancellation,
+    ) -> Self {
         Self {
             message,
             scope,
-            handed,
+            invocation,
+            cancellation,
         }
     }
 
@@ -77,33 +87,33 @@ impl<M> Delivery<M> {
 
     /// The message's id in the backend.
     pub fn message_id(&self) -> &MessageId {
-        &self.handed.invocation.lease_ref.id
+        &self.invocation.lease_ref.id
     }
 
     /// How often the backend has delivered it (1 the first time); survives crashes.
     pub fn delivery_count(&self) -> u32 {
-        self.handed.invocation.delivery_count
+        self.invocation.delivery_count
     }
 
     /// Invocations of this delivery so far in this worker, this one included (each
     /// re-invocation after `Outcome::Pending` counts up).
     pub fn attempt(&self) -> u32 {
-        self.handed.invocation.attempt
+        self.invocation.attempt
     }
 
     /// The fence of this delivery: pass it to a downstream system that can reject stale writers.
     pub fn fence(&self) -> Fence {
-        self.handed.invocation.lease_ref.fence
+        self.invocation.lease_ref.fence
     }
 
     /// The invocation's cancellation signal.
     pub fn cancellation(&self) -> &Cancellation {
-        &self.handed.cancellation
+        &self.cancellation
     }
 
     /// Completes when the invocation is cancelled, with the reason.
     pub async fn cancelled(&self) -> CancelReason {
-        self.handed.cancellation.cancelled().await
+        self.cancellation.cancelled().await
     }
 
     /// Whether the lease is still valid *now*: not cancelled, and renewed recently enough.
@@ -112,7 +122,7 @@ impl<M> Delivery<M> {
     /// timer fired. Check it right before committing a side effect.
     pub fn lease_valid(&self) -> bool {
         let scope = &self.scope;
-        let cancellation = &self.handed.cancellation;
+        let cancellation = &self.cancellation;
         !cancellation.is_cancelled() && cancellation.valid_at(scope.base(), scope.now())
     }
 }

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures::future::{select, Either};
 use futures::FutureExt;
-use leasehold_core::{CancelReason, Outcome};
+use leasehold_core::{CancelReason, Invocation, Outcome};
 use tracing::Instrument;
 
 use crate::cancel::Cancellation;
@@ -196,9 +196,9 @@ where
     fn run<'a>(
         self: &'a Arc<Self>,
         payload: P,
-        handed: Handed,
+        invocation: Invocation<()>,
+        cancellation: Cancellation,
     ) -> impl Future<Output = Outcome> + 'a {
-        let invocation = &handed.invocation;
         // The handler runs in this span, so its own log lines carry which message it handles.
         // Never the payload.
         let span = tracing::info_span!(
@@ -209,14 +209,14 @@ where
             delivery_count = invocation.delivery_count,
             fence = invocation.lease_ref.fence.0,
         );
-        let cancellation = handed.cancellation.clone();
+        let signal = cancellation.clone();
         let scope: Arc<dyn StreamScope> = self.clone();
         let started = {
             let _entered = span.enter();
             std::panic::catch_unwind(AssertUnwindSafe(|| {
                 match self.codec.decode(payload.as_ref()) {
                     Ok(message) => Either::Left(
-                        (self.handler)(Delivery::new(message, scope, handed))
+                        (self.handler)(Delivery::new(message, scope, invocation, signal))
                             .map(IntoOutcome::into_outcome),
                     ),
                     Err(error) => Either::Right(std::future::ready(Outcome::Reject {
@@ -248,15 +248,20 @@ where
             let Some(this) = stream.upgrade() else {
                 return;
             };
-            let id = handed.invocation.id;
-            let (cancellation, handed_at) = (handed.cancellation.clone(), handed.handed_at);
-            if let Some(enqueued) = handed.enqueued {
+            let Handed {
+                invocation,
+                cancellation,
+                handed_at,
+                enqueued,
+            } = handed;
+            let id = invocation.id;
+            if let Some(enqueued) = enqueued {
                 let waited = SystemTime::now().duration_since(enqueued);
                 this.meters.picked_up(waited.unwrap_or_default());
             }
             // `invoke` catches the handler's panics; one from anywhere else (a handler future
             // that panics while dropped) fails the attempt too, and the task goes on.
-            let outcome = AssertUnwindSafe(this.run(payload, handed))
+            let outcome = AssertUnwindSafe(this.run(payload, invocation, cancellation.clone()))
                 .catch_unwind()
                 .await
                 .unwrap_or_else(panicked);
