@@ -2,7 +2,7 @@
 
 use std::fmt::Display;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
 use leasehold_core::{CancelReason, Fence, Invocation, MessageId, Outcome};
 
@@ -20,17 +20,19 @@ pub(crate) trait StreamScope: Send + Sync {
 
 /// One invocation as the driver hands it over: the engine's [`Invocation`] without its payload,
 /// and what only the worker knows of it. The handler's [`Delivery`] keeps the invocation and its
-/// cancellation, moved, not copied; the times stay with the handler task that meters them (a
-/// handler's future holds its `Delivery` and is moved as it starts, so its size counts).
+/// cancellation, moved, not copied.
+///
+/// Small on purpose: it is moved into and out of the stream's queue for every message, and
+/// a handler's future (which holds the `Delivery`) is moved as it starts; 32 bytes more here
+/// measured about 4 % of the memory backend's drain at concurrency 100. So the hand-over time
+/// is kept in 8 bytes, and the enqueue time is looked up by the handler task (off the driver).
 pub(crate) struct Handed {
     pub(crate) invocation: Invocation<()>,
     /// The signal the driver fires; it also carries the lease's validity.
     pub(crate) cancellation: Cancellation,
-    /// When the driver handed it over (its pass's time: no clock read per invocation).
-    pub(crate) handed_at: Instant,
-    /// When the message was enqueued, for a message's first invocation on a backend that
-    /// knows it.
-    pub(crate) enqueued: Option<SystemTime>,
+    /// When the driver handed it over, in nanoseconds after the worker's base instant (its
+    /// pass's time: no clock read per invocation).
+    pub(crate) handed_at: u64,
 }
 
 /// One message handed to a handler, with what it needs to act safely on it.

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures::future::{select, Either};
 use futures::FutureExt;
-use leasehold_core::{CancelReason, Invocation, Outcome};
+use leasehold_core::{CancelReason, Invocation, MessageId, Outcome};
 use tracing::Instrument;
 
 use crate::cancel::Cancellation;
@@ -70,10 +70,16 @@ pub(crate) trait Dispatch<P>: Send + Sync {
     fn dispatch(&self, payload: P, handed: Handed) -> Option<Waker>;
 }
 
+/// When a message was enqueued, if its backend knows ([`Backend::enqueued_at`]): looked up by
+/// the handler task of a message's first invocation, off the driver.
+///
+/// [`Backend::enqueued_at`]: leasehold_core::Backend::enqueued_at
+pub(crate) type EnqueuedAt = Arc<dyn Fn(&MessageId) -> Option<SystemTime> + Send + Sync>;
+
 /// Builds a stream's dispatcher once the worker's environment exists (at `start`), given the
-/// stream's name and what its tasks record.
+/// stream's name, what its tasks record and how they learn when a message was enqueued.
 pub(crate) type MakeDispatch<R, P> =
-    Box<dyn FnOnce(Env<R, P>, Arc<str>, HandlerMeters) -> Arc<dyn Dispatch<P>> + Send>;
+    Box<dyn FnOnce(Env<R, P>, Arc<str>, HandlerMeters, EnqueuedAt) -> Arc<dyn Dispatch<P>> + Send>;
 
 /// The dispatcher of a stream served by `handler` over messages `codec` decodes.
 pub(crate) fn make<R, P, M, C, H, F>(codec: C, handler: H) -> MakeDispatch<R, P>
@@ -86,12 +92,13 @@ where
     F: Future + Send + 'static,
     F::Output: IntoOutcome,
 {
-    Box::new(move |env, stream, meters| {
+    Box::new(move |env, stream, meters, enqueued_at| {
         Arc::new_cyclic(|me| Typed {
             me: me.clone(),
             env,
             stream,
             meters,
+            enqueued_at,
             codec,
             handler,
             types: PhantomData,
@@ -115,6 +122,7 @@ struct Typed<R, P, M, C, H, F> {
     env: Env<R, P>,
     stream: Arc<str>,
     meters: HandlerMeters,
+    enqueued_at: EnqueuedAt,
     codec: C,
     handler: H,
     types: PhantomData<fn() -> (M, F)>,
@@ -252,9 +260,11 @@ where
                 invocation,
                 cancellation,
                 handed_at,
-                enqueued,
             } = handed;
             let id = invocation.id;
+            let enqueued = (invocation.attempt == 1)
+                .then(|| (this.enqueued_at)(&invocation.lease_ref.id))
+                .flatten();
             if let Some(enqueued) = enqueued {
                 let waited = SystemTime::now().duration_since(enqueued);
                 this.meters.picked_up(waited.unwrap_or_default());
@@ -267,6 +277,7 @@ where
                 .unwrap_or_else(panicked);
             // Recorded here, not by the driver (the serial part of a worker), and before the
             // outcome is out, so that the counts are complete once the driver has seen it.
+            let handed_at = this.env.base + Duration::from_nanos(handed_at);
             let ran = this.env.rt.now().saturating_duration_since(handed_at);
             let ended = Ended::of(&outcome, cancellation.is_cancelled());
             this.meters.ended(ended, ran);

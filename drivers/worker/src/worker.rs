@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 
 use crate::codec::{Decode, Json};
 use crate::delivery::{Delivery, IntoOutcome};
-use crate::dispatch::{Env, MakeDispatch};
+use crate::dispatch::{EnqueuedAt, Env, MakeDispatch};
 use crate::driver::{Driver, DriverOptions, Sharding, Stream};
 use crate::event::Event;
 use crate::health::{Health, HealthCell};
@@ -267,8 +267,15 @@ where
             .into_iter()
             .map(|added| {
                 let meters = StreamMeters::new(&added.name);
+                let backend = added.backend.clone();
+                let enqueued_at: EnqueuedAt = Arc::new(move |id| backend.enqueued_at(id));
                 Stream {
-                    dispatch: (added.make)(env.clone(), added.name.clone(), meters.handler.clone()),
+                    dispatch: (added.make)(
+                        env.clone(),
+                        added.name.clone(),
+                        meters.handler.clone(),
+                        enqueued_at,
+                    ),
                     meters,
                     throttles: Default::default(),
                     name: added.name,

@@ -264,12 +264,8 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
         let (invocation, payload) = invocation.into_parts();
         let cancellation = Cancellation::new();
         cancellation.set_valid_until(self.base, Some(invocation.valid_until));
-        let handed_at = self.now();
+        let handed_at = nanos_since(self.base, self.now());
         let stream = &self.streams[usize::from(invocation.stream.0)];
-        // Its handler task records the pickup delay, off the driver.
-        let enqueued = (invocation.attempt == 1)
-            .then(|| stream.backend.enqueued_at(&invocation.lease_ref.id))
-            .flatten();
         let running = Running {
             cancellation: cancellation.clone(),
             stream: invocation.stream,
@@ -280,11 +276,15 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
             invocation,
             cancellation,
             handed_at,
-            enqueued,
         };
         let wake = stream.dispatch.dispatch(payload, handed);
         self.to_wake.extend(wake);
     }
+}
+
+/// `at` in nanoseconds after `base`, as a [`Handed`] keeps it (saturating: 584 years).
+pub(crate) fn nanos_since(base: Instant, at: Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(base).as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// A batch call's answer must carry one result per lease asked about: a backend that answers
