@@ -372,13 +372,9 @@ impl Topology {
 
     /// `key`'s hash slot, as the cluster computes it.
     fn key_slot(&self, key: &str) -> Result<u16, BenchError> {
-        let reply = self.cluster.masters()[0]
-            .command(["CLUSTER", "KEYSLOT", key])
-            .map_err(|e| BenchError::Redis(format!("CLUSTER KEYSLOT: {e}")))?;
-        reply
-            .as_int()
-            .and_then(|slot| u16::try_from(slot).ok())
-            .ok_or_else(|| BenchError::Redis(format!("CLUSTER KEYSLOT {key:?}: {reply:?}")))
+        self.cluster
+            .key_slot(key)
+            .map_err(|e| BenchError::Redis(format!("CLUSTER KEYSLOT: {e}")))
     }
 
     /// A fresh queue name (prefix `base`) whose `shards` land evenly on the masters (as evenly

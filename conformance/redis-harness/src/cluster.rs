@@ -271,6 +271,21 @@ impl RedisCluster {
         self.nodes.iter().map(RedisServer::url).collect()
     }
 
+    /// `key`'s hash slot, as the cluster computes it (`CLUSTER KEYSLOT` on the first running
+    /// node).
+    pub fn key_slot(&self, key: &str) -> Result<u16, Error> {
+        let asked = self
+            .nodes
+            .iter()
+            .find(|node| node.is_running())
+            .ok_or_else(|| setup("no node is running"))?;
+        let reply = asked.command(["CLUSTER", "KEYSLOT", key])?;
+        reply
+            .as_int()
+            .and_then(|slot| u16::try_from(slot).ok())
+            .ok_or_else(|| setup(format!("CLUSTER KEYSLOT {key:?} replied {reply:?}")))
+    }
+
     /// The master serving `slot`, as the first running node's `CLUSTER SLOTS` says.
     pub fn owner(&self, slot: u16) -> Result<&RedisServer, Error> {
         let asked = self

@@ -39,26 +39,10 @@ fn stream_on(cluster: &RedisCluster, master: usize, prefix: &str) -> String {
         .expect("some name hashes to every master")
 }
 
-/// `key`'s hash slot, as the cluster computes it (`CLUSTER KEYSLOT` on a running node).
-fn key_slot(cluster: &RedisCluster, key: &str) -> u16 {
-    let node = cluster
-        .nodes()
-        .iter()
-        .find(|node| node.is_running())
-        .expect("a running node");
-    let reply = node
-        .command(["CLUSTER", "KEYSLOT", key])
-        .expect("CLUSTER KEYSLOT");
-    let slot = reply
-        .as_int()
-        .unwrap_or_else(|| panic!("CLUSTER KEYSLOT {key:?}: {reply:?}"));
-    u16::try_from(slot).expect("a slot")
-}
-
 /// The master serving `key`'s slot.
 fn owner<'a>(cluster: &'a RedisCluster, key: &str) -> &'a RedisServer {
     cluster
-        .owner(key_slot(cluster, key))
+        .owner(cluster.key_slot(key).expect("CLUSTER KEYSLOT"))
         .expect("the slot is served")
 }
 
@@ -303,7 +287,7 @@ async fn a_live_stream_follows_its_slot_to_another_master() {
     const N: u64 = 600;
     let cluster = start_cluster();
     let stream = stream_on(&cluster, 1, "moving");
-    let slot = key_slot(&cluster, &stream);
+    let slot = cluster.key_slot(&stream).expect("CLUSTER KEYSLOT");
     let publisher = RedisPublisher::connect(PublisherConfig::new(
         Servers::cluster(entry_nodes(&cluster)),
         &stream,

@@ -29,25 +29,9 @@ fn start_cluster() -> RedisCluster {
     RedisCluster::start(3).unwrap_or_else(|e| panic!("these tests need a Redis Cluster: {e}"))
 }
 
-/// `key`'s hash slot, as the cluster computes it (`CLUSTER KEYSLOT` on a running node).
-fn key_slot(cluster: &RedisCluster, key: &str) -> u16 {
-    let node = cluster
-        .nodes()
-        .iter()
-        .find(|node| node.is_running())
-        .expect("a running node");
-    let reply = node
-        .command(["CLUSTER", "KEYSLOT", key])
-        .expect("CLUSTER KEYSLOT");
-    let slot = reply
-        .as_int()
-        .unwrap_or_else(|| panic!("CLUSTER KEYSLOT {key:?}: {reply:?}"));
-    u16::try_from(slot).expect("a slot")
-}
-
 fn owner<'a>(cluster: &'a RedisCluster, key: &str) -> &'a RedisServer {
     cluster
-        .owner(key_slot(cluster, key))
+        .owner(cluster.key_slot(key).expect("CLUSTER KEYSLOT"))
         .expect("the slot is served")
 }
 
@@ -252,7 +236,9 @@ async fn a_live_shard_follows_its_slot_to_another_master() {
     const N: u64 = 600;
     let cluster = start_cluster();
     let shards = Shards::new("moving", 4).unwrap();
-    let slot = key_slot(&cluster, &shards.stream(0));
+    let slot = cluster
+        .key_slot(&shards.stream(0))
+        .expect("CLUSTER KEYSLOT");
     let source = owner(&cluster, &shards.stream(0)).port();
     let target = cluster
         .masters()

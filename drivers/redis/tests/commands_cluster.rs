@@ -11,22 +11,6 @@ use common::Fixture;
 use leasehold_redis::{RedisCommandStore, RedisStoreConfig, Servers};
 use leasehold_redis_harness::{RedisCluster, RedisServer};
 
-/// `key`'s hash slot, as the cluster computes it (`CLUSTER KEYSLOT` on a running node).
-fn key_slot(cluster: &RedisCluster, key: &str) -> u16 {
-    let node = cluster
-        .nodes()
-        .iter()
-        .find(|node| node.is_running())
-        .expect("a running node");
-    let reply = node
-        .command(["CLUSTER", "KEYSLOT", key])
-        .expect("CLUSTER KEYSLOT");
-    let slot = reply
-        .as_int()
-        .unwrap_or_else(|| panic!("CLUSTER KEYSLOT {key:?}: {reply:?}"));
-    u16::try_from(slot).expect("a slot")
-}
-
 /// A queue named so that its keys' slot is served by the cluster's second master.
 struct Cluster {
     cluster: RedisCluster,
@@ -40,7 +24,11 @@ impl Cluster {
 
     fn owner(&self) -> &RedisServer {
         self.cluster
-            .owner(key_slot(&self.cluster, &self.stream()))
+            .owner(
+                self.cluster
+                    .key_slot(&self.stream())
+                    .expect("CLUSTER KEYSLOT"),
+            )
             .expect("the slot is served")
     }
 }
@@ -74,7 +62,9 @@ fn fixture() -> Cluster {
     let queue = (0..)
         .map(|i| format!("cmds{i}"))
         .find(|queue| {
-            let slot = key_slot(&cluster, &format!("leasehold:{{{queue}}}:stream"));
+            let slot = cluster
+                .key_slot(&format!("leasehold:{{{queue}}}:stream"))
+                .expect("CLUSTER KEYSLOT");
             cluster.owner(slot).expect("the slot is served").port() == second
         })
         .expect("some name hashes to the second master");
@@ -98,7 +88,6 @@ mod sharded {
     use std::collections::BTreeSet;
 
     use super::common::{self, Fixture, ShardedFixture};
-    use super::key_slot;
     use crate::scenarios;
     use leasehold_core::Shards;
     use leasehold_redis::{RedisCommandStore, RedisStoreConfig, Servers};
@@ -118,7 +107,11 @@ mod sharded {
 
         fn owner(&self, shard: u16) -> &RedisServer {
             self.cluster
-                .owner(key_slot(&self.cluster, &self.stream(shard)))
+                .owner(
+                    self.cluster
+                        .key_slot(&self.stream(shard))
+                        .expect("CLUSTER KEYSLOT"),
+                )
                 .expect("the slot is served")
         }
 
@@ -176,7 +169,9 @@ mod sharded {
                 let owners: BTreeSet<u16> = shards
                     .streams()
                     .map(|tag| {
-                        let slot = key_slot(&cluster, &format!("leasehold:{tag}:stream"));
+                        let slot = cluster
+                            .key_slot(&format!("leasehold:{tag}:stream"))
+                            .expect("CLUSTER KEYSLOT");
                         cluster.owner(slot).expect("the slot is served").port()
                     })
                     .collect();

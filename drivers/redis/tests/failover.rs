@@ -169,23 +169,6 @@ async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-/// Whether `jobs` on `master` is empty (an ack deletes its entry) with nothing pending.
-/// `key`'s hash slot, as the cluster computes it (`CLUSTER KEYSLOT` on a running node).
-fn key_slot(cluster: &RedisCluster, key: &str) -> u16 {
-    let node = cluster
-        .nodes()
-        .iter()
-        .find(|node| node.is_running())
-        .expect("a running node");
-    let reply = node
-        .command(["CLUSTER", "KEYSLOT", key])
-        .expect("CLUSTER KEYSLOT");
-    let slot = reply
-        .as_int()
-        .unwrap_or_else(|| panic!("CLUSTER KEYSLOT {key:?}: {reply:?}"));
-    u16::try_from(slot).expect("a slot")
-}
-
 fn drained(master: &leasehold_redis_harness::RedisServer) -> bool {
     let len = master.command(["XLEN", "jobs"]).expect("XLEN");
     let pending = master
@@ -361,7 +344,7 @@ fn cluster_failover_with_wait_replicas_loses_nothing_and_runs_nothing_twice_at_o
             worker(&rt, backend, &record, Duration::from_millis(50))
         })
         .collect();
-    let slot = key_slot(&cluster, "jobs");
+    let slot = cluster.key_slot("jobs").expect("CLUSTER KEYSLOT");
     let old = cluster.owner(slot).expect("the stream's master").port();
     let failover_at = rt.block_on(async {
         wait_for("a third of the messages handled", || {

@@ -164,21 +164,6 @@ async fn a_sharded_queue_is_one_queue_with_its_shards() {
 
 /// `key`'s hash slot, as the cluster computes it (`CLUSTER KEYSLOT` on a running node).
 #[cfg(feature = "cluster")]
-fn key_slot(cluster: &leasehold_redis_harness::RedisCluster, key: &str) -> u16 {
-    let node = cluster
-        .nodes()
-        .iter()
-        .find(|node| node.is_running())
-        .expect("a running node");
-    let reply = node
-        .command(["CLUSTER", "KEYSLOT", key])
-        .expect("CLUSTER KEYSLOT");
-    let slot = reply
-        .as_int()
-        .unwrap_or_else(|| panic!("CLUSTER KEYSLOT {key:?}: {reply:?}"));
-    u16::try_from(slot).expect("a slot")
-}
-
 #[cfg(feature = "cluster")]
 #[tokio::test]
 async fn a_sharded_queue_over_cluster_masters_is_one_queue() {
@@ -189,7 +174,12 @@ async fn a_sharded_queue_over_cluster_masters_is_one_queue() {
     let owners: std::collections::BTreeSet<u16> = Shards::new("orders", 3)
         .unwrap()
         .streams()
-        .map(|s| cluster.owner(key_slot(&cluster, &s)).unwrap().port())
+        .map(|s| {
+            cluster
+                .owner(cluster.key_slot(&s).expect("CLUSTER KEYSLOT"))
+                .unwrap()
+                .port()
+        })
         .collect();
     assert!(owners.len() > 1, "the shards live on several masters");
     let servers = Servers::cluster([cluster.masters()[0].url()]);
