@@ -322,7 +322,7 @@ mod tests {
     }
 
     #[test]
-    fn a_task_polled_while_idle_takes_a_invocation_and_leaves_the_idle_list() {
+    fn a_task_polled_while_idle_takes_an_invocation_and_leaves_the_idle_list() {
         let queue = Arc::new(InvocationQueue::new());
         let [mut first, mut second] = idle_tasks(&queue);
         assert!(first.poll().is_pending());
