@@ -21,7 +21,7 @@ pub struct RedisStoreConfig {
     group: String,
     pub(super) ttl: Duration,
     pub(super) command_timeout: Duration,
-    wait: Option<(u32, Duration)>,
+    wait: Option<WaitReplicas>,
 }
 
 impl RedisStoreConfig {
@@ -89,13 +89,12 @@ impl RedisStoreConfig {
     /// on the master all the same: submitting again is safe (idempotent by id).
     #[must_use]
     pub fn wait_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
-        self.wait = Some((replicas, timeout));
+        self.wait = Some(WaitReplicas::new(replicas, timeout));
         self
     }
 
     pub(super) fn waiting(&self) -> Option<WaitReplicas> {
         self.wait
-            .map(|(replicas, timeout)| WaitReplicas::new(replicas, timeout))
     }
 
     /// The configuration of `stream`'s consumers: the queue's servers, group, command timeout
@@ -104,7 +103,7 @@ impl RedisStoreConfig {
         let config = RedisConfig::new(self.servers.clone(), stream, &self.group)
             .command_timeout(self.command_timeout);
         match self.wait {
-            Some((replicas, timeout)) => config.wait_replicas(replicas, timeout),
+            Some(wait) => config.wait_replicas(wait.replicas(), wait.timeout()),
             None => config,
         }
     }
